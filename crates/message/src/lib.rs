@@ -1,0 +1,79 @@
+//! # keel-message: provider-neutral message values
+//!
+//! This crate is the small, stable bottom of Keel, in the way `tracing-core`
+//! is for `tracing`. It owns the values every other crate agrees on:
+//!
+//! - validated identifiers ([`RunId`], [`MessageId`], [`OperationId`],
+//!   [`CallId`]) and names ([`ToolName`], [`ModelName`]);
+//! - [`Role`], content [`Part`]s (text, tool call, tool result) and
+//!   [`Message`];
+//! - [`ToolDefinition`] and [`ModelRequest`] (host-issued operation id,
+//!   model, immutable shared history and tools);
+//! - [`Limits`], the one place every bound lives, with documented defaults;
+//! - [`CanonicalJson`], validated bounded RFC 8785 canonical JSON.
+//!
+//! Every value is validated when it is built, is immutable afterwards, and
+//! is cheap to clone (an `Arc` inside). Deserializing goes through the same
+//! constructors, so serde cannot build a value the constructors would
+//! reject. Errors name the rule or bound they broke and where, and never
+//! echo content.
+//!
+//! What it is not: it does no I/O, knows nothing of streams, events or
+//! providers, and has no async code. `keel-stream` builds the model stream
+//! union on top of it; `keel-eventlog` and everything above use its values
+//! and its canonical JSON. Its dependencies are serde, serde_json,
+//! thiserror and smallvec.
+//!
+//! ```
+//! use keel_message::*;
+//! use std::sync::Arc;
+//!
+//! let limits = Limits::default();
+//! let call = Part::tool_call(
+//!     CallId::parse("c1")?,
+//!     ToolName::parse("get_weather")?,
+//!     CanonicalJson::parse(r#"{ "city": "Oslo" }"#)?,
+//! )?;
+//! let history: Arc<[Message]> = vec![
+//!     Message::text(MessageId::parse("m1")?, Role::User, "Weather in Oslo?")?,
+//!     Message::new(MessageId::parse("m2")?, Role::Assistant, vec![call])?,
+//!     Message::new(
+//!         MessageId::parse("m3")?,
+//!         Role::Tool,
+//!         vec![Part::tool_result(CallId::parse("c1")?, r#"{"temp_c":3}"#, false)?],
+//!     )?,
+//! ]
+//! .into();
+//! let request = ModelRequest::new_with(
+//!     OperationIdIssuer::new().issue(),
+//!     ModelName::parse("scripted-1")?,
+//!     history,
+//!     Arc::from([]),
+//!     &limits,
+//! )?;
+//! let json = serde_json::to_string(&request)?;
+//! assert!(json.contains(r#""arguments":{"city":"Oslo"}"#));
+//! assert_eq!(ModelRequest::from_json_with(&json, &limits)?, request);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod canonical;
+mod decode;
+mod error;
+pub mod ids;
+mod limits;
+mod message;
+mod names;
+mod request;
+mod tool;
+
+pub use canonical::{CanonicalJson, JsonError};
+pub use decode::DecodeError;
+pub use error::{MessageError, MessageErrorKind, NameProblem};
+pub use ids::{CallId, ID_MAX_BYTES, IdError, MessageId, OperationId, OperationIdIssuer, RunId};
+pub use limits::{Bound, LimitExceeded, Limits};
+pub use message::{Message, Part, Role, TextPart, ToolCallPart, ToolResultPart};
+pub use names::{ModelName, TOOL_NAME_MAX_BYTES, ToolName};
+pub use request::ModelRequest;
+pub use tool::ToolDefinition;

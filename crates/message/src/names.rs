@@ -1,0 +1,116 @@
+//! Validated names: tool names and model names.
+
+use crate::error::{MessageError, MessageErrorKind, NameProblem};
+use crate::limits::Limits;
+use std::fmt;
+use std::sync::Arc;
+
+/// The longest tool name, in bytes (the bound every major provider shares).
+pub const TOOL_NAME_MAX_BYTES: usize = 64;
+
+/// A canonical tool name: 1 to 64 bytes of ASCII letters, digits, `_`, `-`.
+///
+/// Names are case-sensitive and compared exactly; "canonical" means no
+/// normalisation happens anywhere, so the name a model calls is the name the
+/// log records.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ToolName(Arc<str>);
+
+impl ToolName {
+    /// Validates and copies `text`.
+    pub fn parse(text: &str) -> Result<Self, MessageError> {
+        let problem = if text.is_empty() {
+            Some(NameProblem::Empty)
+        } else if text.len() > TOOL_NAME_MAX_BYTES {
+            Some(NameProblem::TooLong {
+                len: text.len(),
+                max: TOOL_NAME_MAX_BYTES,
+            })
+        } else {
+            text.bytes()
+                .position(|b| !(b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
+                .map(|offset| NameProblem::Character { offset })
+        };
+        match problem {
+            Some(problem) => Err(MessageError::new("$", MessageErrorKind::ToolName { problem })),
+            None => Ok(ToolName(Arc::from(text))),
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A model name as the provider knows it (`gpt-5`, `claude-sonnet-4-5`,
+/// `llama3.1:8b`, `accounts/x/models/y`): non-empty, at most
+/// [`Limits::model_name_bytes`], no whitespace or control characters.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModelName(Arc<str>);
+
+impl ModelName {
+    /// Validates and copies `text` under the default limits.
+    pub fn parse(text: &str) -> Result<Self, MessageError> {
+        Self::parse_with(text, Limits::default_ref())
+    }
+
+    /// Validates and copies `text` under `limits`.
+    pub fn parse_with(text: &str, limits: &Limits) -> Result<Self, MessageError> {
+        let max = limits.model_name_bytes;
+        let problem = if text.is_empty() {
+            Some(NameProblem::Empty)
+        } else if text.len() > max {
+            Some(NameProblem::TooLong {
+                len: text.len(),
+                max,
+            })
+        } else {
+            text.char_indices()
+                .find(|(_, c)| c.is_whitespace() || c.is_control())
+                .map(|(offset, _)| NameProblem::Character { offset })
+        };
+        match problem {
+            Some(problem) => Err(MessageError::new("$", MessageErrorKind::ModelName { problem })),
+            None => Ok(ModelName(Arc::from(text))),
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+macro_rules! name_impls {
+    ($name:ident) => {
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), &*self.0)
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                Self::parse(&text).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+name_impls!(ToolName);
+name_impls!(ModelName);
