@@ -25,6 +25,15 @@ pub enum JsonError {
     Limit(LimitExceeded),
 }
 
+impl JsonError {
+    /// rule
+    pub fn rule(&self) -> &'static str {
+        match self {
+            JsonError::Syntax { .. } => "json.syntax",
+            JsonError::Limit(l) => l.bound.rule(),
+        }
+    }
+}
 impl CanonicalJson {
     /// parse
     pub fn parse(text: &str) -> Result<Self, JsonError> {

@@ -24,9 +24,22 @@ pub enum DecodeError {
     Invalid(#[from] MessageError),
 }
 
-/// Replaces every double-quoted span with `"…"`, so that a serde message
-/// (`invalid type: string "sk-…"`) never echoes an input value.
+/// Replaces every double-quoted span with `"…"`, and the backticked value
+/// after `unknown variant`, so that a serde message (`invalid type: string
+/// "sk-…"`, ``unknown variant `sk-…` ``) never echoes an input value. Member
+/// names (``unknown field `x` ``) and the expected alternatives are kept.
 pub(crate) fn elide_quoted(message: &str) -> String {
+    let message = elide_quoted_strings(message);
+    match message.split_once("unknown variant `") {
+        Some((head, rest)) => match rest.split_once('`') {
+            Some((_, tail)) => format!("{head}unknown variant `…`{tail}"),
+            None => format!("{head}unknown variant `…`"),
+        },
+        None => message,
+    }
+}
+
+fn elide_quoted_strings(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut in_quote = false;
     let mut escaped = false;
@@ -79,5 +92,9 @@ mod tests {
             r#"invalid type: string "…", expected `id`"#
         );
         assert_eq!(elide_quoted(r#"open "secret"#), r#"open "…""#);
+        assert_eq!(
+            elide_quoted("unknown variant `sk-x`, expected `a`"),
+            "unknown variant `…`, expected `a`"
+        );
     }
 }

@@ -121,6 +121,30 @@ impl fmt::Display for NameProblem {
     }
 }
 
+impl MessageErrorKind {
+    /// A stable, machine-readable name for the rule or bound, e.g.
+    /// `"ids.charset"`, `"limits.part_bytes"`, `"message.role_parts"`.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            MessageErrorKind::Id(IdError::Empty { .. } | IdError::TooLong { .. }) => "ids.length",
+            MessageErrorKind::Id(IdError::Character { .. }) => "ids.charset",
+            MessageErrorKind::Json(e) => e.rule(),
+            MessageErrorKind::Limit(l) => l.bound.rule(),
+            MessageErrorKind::ToolName { .. } => "tool_name",
+            MessageErrorKind::ModelName { .. } => "model_name",
+            MessageErrorKind::EmptyText => "part.text_nonempty",
+            MessageErrorKind::NoParts => "message.nonempty",
+            MessageErrorKind::PartNotAllowed { .. } => "message.role_parts",
+            MessageErrorKind::ArgumentsNotObject => "tool_call.arguments_object",
+            MessageErrorKind::ParametersNotObjectSchema => "tool.parameters_object",
+            MessageErrorKind::DuplicateCallId { .. } => "call_id.unique",
+            MessageErrorKind::OrphanToolResult { .. } => "tool_result.answers_call",
+            MessageErrorKind::DuplicateToolName { .. } => "tools.unique_names",
+            MessageErrorKind::EmptyHistory => "request.history_nonempty",
+        }
+    }
+}
+
 impl MessageError {
     pub(crate) fn new(path: impl Into<String>, kind: impl Into<MessageErrorKind>) -> Self {
         MessageError {
@@ -144,6 +168,18 @@ impl MessageError {
         let rest = self.path.strip_prefix('$').unwrap_or(&self.path);
         self.path = format!("{prefix}{rest}");
         self
+    }
+}
+
+impl From<IdError> for MessageError {
+    fn from(e: IdError) -> Self {
+        MessageError::new("$", e)
+    }
+}
+
+impl From<JsonError> for MessageError {
+    fn from(e: JsonError) -> Self {
+        MessageError::new("$", e)
     }
 }
 

@@ -46,24 +46,30 @@ pub enum Bound {
 impl Bound {
     /// The `Limits` field this bound is read from, e.g. `"part_bytes"`.
     pub fn name(self) -> &'static str {
+        let rule = self.rule();
+        rule.strip_prefix("limits.").unwrap_or(rule)
+    }
+
+    /// The stable rule name, `limits.<field>`, as errors report it.
+    pub fn rule(self) -> &'static str {
         match self {
-            Bound::PartsPerMessage => "parts_per_message",
-            Bound::PartBytes => "part_bytes",
-            Bound::MessageBytes => "message_bytes",
-            Bound::HistoryMessages => "history_messages",
-            Bound::HistoryBytes => "history_bytes",
-            Bound::ToolsPerRequest => "tools_per_request",
-            Bound::ToolDescriptionBytes => "tool_description_bytes",
-            Bound::ModelNameBytes => "model_name_bytes",
-            Bound::JsonBytes => "json_bytes",
-            Bound::JsonDepth => "json_depth",
-            Bound::DeltaBytes => "delta_bytes",
-            Bound::ToolCallsPerStream => "tool_calls_per_stream",
-            Bound::MetadataNamespaces => "metadata_namespaces",
-            Bound::MetadataKeys => "metadata_keys",
-            Bound::MetadataDepth => "metadata_depth",
-            Bound::MetadataBytes => "metadata_bytes",
-            Bound::ProblemMessageBytes => "problem_message_bytes",
+            Bound::PartsPerMessage => "limits.parts_per_message",
+            Bound::PartBytes => "limits.part_bytes",
+            Bound::MessageBytes => "limits.message_bytes",
+            Bound::HistoryMessages => "limits.history_messages",
+            Bound::HistoryBytes => "limits.history_bytes",
+            Bound::ToolsPerRequest => "limits.tools_per_request",
+            Bound::ToolDescriptionBytes => "limits.tool_description_bytes",
+            Bound::ModelNameBytes => "limits.model_name_bytes",
+            Bound::JsonBytes => "limits.json_bytes",
+            Bound::JsonDepth => "limits.json_depth",
+            Bound::DeltaBytes => "limits.delta_bytes",
+            Bound::ToolCallsPerStream => "limits.tool_calls_per_stream",
+            Bound::MetadataNamespaces => "limits.metadata_namespaces",
+            Bound::MetadataKeys => "limits.metadata_keys",
+            Bound::MetadataDepth => "limits.metadata_depth",
+            Bound::MetadataBytes => "limits.metadata_bytes",
+            Bound::ProblemMessageBytes => "limits.problem_message_bytes",
         }
     }
 
@@ -107,7 +113,7 @@ impl Bound {
 
 impl fmt::Display for Bound {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "limits.{}", self.name())
+        f.write_str(self.rule())
     }
 }
 
