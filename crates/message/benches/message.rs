@@ -43,7 +43,8 @@ fn bench(c: &mut Criterion) {
                 )
                 .unwrap(),
             ];
-            let m = Message::new(MessageId::parse("msg_1").unwrap(), Role::Assistant, parts).unwrap();
+            let m =
+                Message::new(MessageId::parse("msg_1").unwrap(), Role::Assistant, parts).unwrap();
             let value = serde_json::to_value(&m).unwrap();
             black_box(canonical::to_canonical_string(&value).unwrap())
         })
@@ -54,7 +55,13 @@ fn bench(c: &mut Criterion) {
                 id: "msg_1",
                 role: "assistant",
                 parts: vec![
-                    PlainPart { r#type: "text", text: Some(black_box(TEXT)), call_id: None, name: None, arguments: None },
+                    PlainPart {
+                        r#type: "text",
+                        text: Some(black_box(TEXT)),
+                        call_id: None,
+                        name: None,
+                        arguments: None,
+                    },
                     PlainPart {
                         r#type: "tool_call",
                         text: None,

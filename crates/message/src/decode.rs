@@ -1,4 +1,5 @@
-//! Decoding values from JSON text with every rule enforced.
+//! Decoding values from JSON text with every rule enforced, and the
+//! helper that keeps serde's messages from echoing input values.
 
 use crate::error::MessageError;
 use serde::de::DeserializeOwned;
@@ -28,7 +29,7 @@ pub enum DecodeError {
 /// after `unknown variant`, so that a serde message (`invalid type: string
 /// "sk-…"`, ``unknown variant `sk-…` ``) never echoes an input value. Member
 /// names (``unknown field `x` ``) and the expected alternatives are kept.
-pub(crate) fn elide_quoted(message: &str) -> String {
+pub fn elide_values(message: &str) -> String {
     let message = elide_quoted_strings(message);
     match message.split_once("unknown variant `") {
         Some((head, rest)) => match rest.split_once('`') {
@@ -76,14 +77,14 @@ pub(crate) fn from_json<T: DeserializeOwned>(json: &str) -> Result<T, DecodeErro
         DecodeError::Json {
             line: e.line(),
             column: e.column(),
-            message: elide_quoted(text),
+            message: elide_values(text),
         }
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::elide_quoted;
+    use super::elide_values as elide_quoted;
 
     #[test]
     fn quoted_spans_are_elided() {

@@ -32,14 +32,18 @@ pub enum MessageErrorKind {
     #[error(transparent)]
     Limit(#[from] LimitExceeded),
     /// A tool name broke the rule `^[A-Za-z0-9_-]{1,64}$`.
-    #[error("tool name {problem} (rule tool_name: 1..=64 bytes of ASCII letters, digits, '_', '-')")]
+    #[error(
+        "tool name {problem} (rule tool_name: 1..=64 bytes of ASCII letters, digits, '_', '-')"
+    )]
     ToolName {
         /// What is wrong, without echoing the name.
         problem: NameProblem,
     },
     /// A model name broke the rule: non-empty, no whitespace or control
     /// characters.
-    #[error("model name {problem} (rule model_name: non-empty, no whitespace or control characters)")]
+    #[error(
+        "model name {problem} (rule model_name: non-empty, no whitespace or control characters)"
+    )]
     ModelName {
         /// What is wrong, without echoing the name.
         problem: NameProblem,
@@ -74,7 +78,9 @@ pub enum MessageErrorKind {
         call_id: crate::CallId,
     },
     /// A tool result whose call id matches no earlier tool call.
-    #[error("tool result answers call id {call_id}, which no earlier tool call has (rule tool_result.answers_call)")]
+    #[error(
+        "tool result answers call id {call_id}, which no earlier tool call has (rule tool_result.answers_call)"
+    )]
     OrphanToolResult {
         /// The unmatched call id.
         call_id: crate::CallId,

@@ -146,6 +146,12 @@ id_type!(
     "operation id"
 );
 id_type!(
+    /// Identifies one interaction with the host or its user (for example an
+    /// approval request), issued by the engine.
+    InteractionId,
+    "interaction id"
+);
+id_type!(
     /// Identifies one tool call, as minted by the model (or the script) and
     /// echoed by its tool result.
     CallId,

@@ -59,7 +59,7 @@
 #![deny(missing_docs)]
 
 pub mod canonical;
-mod decode;
+pub mod decode;
 mod error;
 pub mod ids;
 mod limits;
@@ -71,7 +71,9 @@ mod tool;
 pub use canonical::{CanonicalJson, JsonError};
 pub use decode::DecodeError;
 pub use error::{MessageError, MessageErrorKind, NameProblem};
-pub use ids::{CallId, ID_MAX_BYTES, IdError, MessageId, OperationId, OperationIdIssuer, RunId};
+pub use ids::{
+    CallId, ID_MAX_BYTES, IdError, InteractionId, MessageId, OperationId, OperationIdIssuer, RunId,
+};
 pub use limits::{Bound, LimitExceeded, Limits};
 pub use message::{Message, Part, Role, TextPart, ToolCallPart, ToolResultPart};
 pub use names::{ModelName, TOOL_NAME_MAX_BYTES, ToolName};

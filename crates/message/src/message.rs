@@ -188,7 +188,11 @@ impl Part {
     }
 
     /// A tool result part under the default limits.
-    pub fn tool_result(call_id: CallId, content: &str, is_error: bool) -> Result<Part, MessageError> {
+    pub fn tool_result(
+        call_id: CallId,
+        content: &str,
+        is_error: bool,
+    ) -> Result<Part, MessageError> {
         Self::tool_result_with(call_id, content, is_error, Limits::default_ref())
     }
 
@@ -519,7 +523,10 @@ impl MessageWire {
             .parts
             .into_iter()
             .enumerate()
-            .map(|(i, p)| p.build(limits).map_err(|e| e.within(&format!("$.parts[{i}]"))))
+            .map(|(i, p)| {
+                p.build(limits)
+                    .map_err(|e| e.within(&format!("$.parts[{i}]")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Message::new_with(self.id, self.role, parts, limits)
     }

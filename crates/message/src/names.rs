@@ -32,7 +32,10 @@ impl ToolName {
                 .map(|offset| NameProblem::Character { offset })
         };
         match problem {
-            Some(problem) => Err(MessageError::new("$", MessageErrorKind::ToolName { problem })),
+            Some(problem) => Err(MessageError::new(
+                "$",
+                MessageErrorKind::ToolName { problem },
+            )),
             None => Ok(ToolName(Arc::from(text))),
         }
     }
@@ -71,7 +74,10 @@ impl ModelName {
                 .map(|(offset, _)| NameProblem::Character { offset })
         };
         match problem {
-            Some(problem) => Err(MessageError::new("$", MessageErrorKind::ModelName { problem })),
+            Some(problem) => Err(MessageError::new(
+                "$",
+                MessageErrorKind::ModelName { problem },
+            )),
             None => Ok(ModelName(Arc::from(text))),
         }
     }

@@ -67,7 +67,10 @@ impl ModelRequest {
             .check(limits, model.as_str().len())
             .map_err(|e| MessageError::new("$.model", e))?;
         if history.is_empty() {
-            return Err(MessageError::new("$.history", MessageErrorKind::EmptyHistory));
+            return Err(MessageError::new(
+                "$.history",
+                MessageErrorKind::EmptyHistory,
+            ));
         }
         Bound::HistoryMessages
             .check(limits, history.len())
@@ -82,7 +85,9 @@ impl ModelRequest {
             for (j, part) in message.parts().iter().enumerate() {
                 let (call_id, set, orphan) = match part {
                     Part::ToolCall(c) => (c.call_id(), &mut calls, false),
-                    Part::ToolResult(r) => (r.call_id(), &mut answered, !calls.contains(r.call_id())),
+                    Part::ToolResult(r) => {
+                        (r.call_id(), &mut answered, !calls.contains(r.call_id()))
+                    }
                     Part::Text(_) => continue,
                 };
                 let path = format!("{at}.parts[{j}].call_id");
@@ -226,17 +231,28 @@ impl RequestWire {
             .history
             .into_iter()
             .enumerate()
-            .map(|(i, m)| m.build(limits).map_err(|e| e.within(&format!("$.history[{i}]"))))
+            .map(|(i, m)| {
+                m.build(limits)
+                    .map_err(|e| e.within(&format!("$.history[{i}]")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let tools = self
             .tools
             .into_iter()
             .enumerate()
-            .map(|(i, t)| t.build(limits).map_err(|e| e.within(&format!("$.tools[{i}]"))))
+            .map(|(i, t)| {
+                t.build(limits)
+                    .map_err(|e| e.within(&format!("$.tools[{i}]")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        let model = ModelName::parse_with(&self.model, limits)
-            .map_err(|e| e.within("$.model"))?;
-        ModelRequest::new_with(self.operation_id, model, history.into(), tools.into(), limits)
+        let model = ModelName::parse_with(&self.model, limits).map_err(|e| e.within("$.model"))?;
+        ModelRequest::new_with(
+            self.operation_id,
+            model,
+            history.into(),
+            tools.into(),
+            limits,
+        )
     }
 }
 

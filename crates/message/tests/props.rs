@@ -21,8 +21,9 @@ fn text_part() -> impl Strategy<Value = Part> {
 }
 
 fn message() -> impl Strategy<Value = Message> {
-    let user = (id(), prop::collection::vec(text_part(), 1..4))
-        .prop_map(|(i, parts)| Message::new(MessageId::parse(&i).unwrap(), Role::User, parts).unwrap());
+    let user = (id(), prop::collection::vec(text_part(), 1..4)).prop_map(|(i, parts)| {
+        Message::new(MessageId::parse(&i).unwrap(), Role::User, parts).unwrap()
+    });
     let assistant = (
         id(),
         prop::collection::vec(text_part(), 0..3),

@@ -94,7 +94,13 @@ fn id_errors_do_not_echo_input() {
     let err = CallId::parse("sk-live secret value").unwrap_err();
     assert!(!err.to_string().contains("secret"), "{err}");
     assert!(!format!("{err:?}").contains("secret"));
-    assert_eq!(err, IdError::Character { kind: "call id", offset: 7 });
+    assert_eq!(
+        err,
+        IdError::Character {
+            kind: "call id",
+            offset: 7
+        }
+    );
 }
 
 #[test]
@@ -134,7 +140,11 @@ fn parts() {
     let rows: Vec<(&str, Result<Part, MessageError>, Expect)> = vec![
         ("text", Part::text_with("hello", &l), OK),
         ("text at bound", Part::text_with(&"x".repeat(16), &l), OK),
-        ("empty text", Part::text_with("", &l), Err(("part.text_nonempty", "$.text"))),
+        (
+            "empty text",
+            Part::text_with("", &l),
+            Err(("part.text_nonempty", "$.text")),
+        ),
         (
             "text over bound",
             Part::text_with(&"x".repeat(17), &l),
@@ -142,7 +152,12 @@ fn parts() {
         ),
         (
             "args object",
-            Part::tool_call_with(cid("c1"), ToolName::parse("t").unwrap(), json(r#"{"a":1}"#), &l),
+            Part::tool_call_with(
+                cid("c1"),
+                ToolName::parse("t").unwrap(),
+                json(r#"{"a":1}"#),
+                &l,
+            ),
             OK,
         ),
         (
@@ -152,7 +167,12 @@ fn parts() {
         ),
         (
             "args string",
-            Part::tool_call_with(cid("c1"), ToolName::parse("t").unwrap(), json(r#""{}""#), &l),
+            Part::tool_call_with(
+                cid("c1"),
+                ToolName::parse("t").unwrap(),
+                json(r#""{}""#),
+                &l,
+            ),
             Err(("tool_call.arguments_object", "$.arguments")),
         ),
         (
@@ -165,7 +185,11 @@ fn parts() {
             ),
             Err(("limits.part_bytes", "$.arguments")),
         ),
-        ("empty result", Part::tool_result_with(cid("c1"), "", false, &l), OK),
+        (
+            "empty result",
+            Part::tool_result_with(cid("c1"), "", false, &l),
+            OK,
+        ),
         (
             "result over bound",
             Part::tool_result_with(cid("c1"), &"r".repeat(17), true, &l),
@@ -184,9 +208,21 @@ fn messages() {
     let rows: Vec<(&str, Result<Message, MessageError>, Expect)> = vec![
         ("user text", m(Role::User, vec![text("hi")]), OK),
         ("system text", m(Role::System, vec![text("be brief")]), OK),
-        ("assistant text+call", m(Role::Assistant, vec![text("ok"), call("c1", "t")]), OK),
-        ("tool results", m(Role::Tool, vec![result("c1"), result("c2")]), OK),
-        ("no parts", m(Role::User, vec![]), Err(("message.nonempty", "$.parts"))),
+        (
+            "assistant text+call",
+            m(Role::Assistant, vec![text("ok"), call("c1", "t")]),
+            OK,
+        ),
+        (
+            "tool results",
+            m(Role::Tool, vec![result("c1"), result("c2")]),
+            OK,
+        ),
+        (
+            "no parts",
+            m(Role::User, vec![]),
+            Err(("message.nonempty", "$.parts")),
+        ),
         (
             "too many parts",
             m(Role::User, vec![text("a"), text("b"), text("c"), text("d")]),
@@ -224,7 +260,10 @@ fn messages() {
         ),
         (
             "message bytes",
-            m(Role::User, vec![text(&"a".repeat(16)), text(&"b".repeat(9))]),
+            m(
+                Role::User,
+                vec![text(&"a".repeat(16)), text(&"b".repeat(9))],
+            ),
             Err(("limits.message_bytes", "$.parts")),
         ),
         (
@@ -258,7 +297,11 @@ fn tools() {
             t("", r#"{"type":"string"}"#),
             Err(("tool.parameters_object", "$.parameters")),
         ),
-        ("array schema", t("", "[]"), Err(("tool.parameters_object", "$.parameters"))),
+        (
+            "array schema",
+            t("", "[]"),
+            Err(("tool.parameters_object", "$.parameters")),
+        ),
         (
             "schema over bound",
             t("", &format!(r#"{{"description":"{}"}}"#, "d".repeat(60))),
@@ -301,7 +344,11 @@ fn requests() {
             ),
             OK,
         ),
-        ("empty history", req(vec![], vec![]), Err(("request.history_nonempty", "$.history"))),
+        (
+            "empty history",
+            req(vec![], vec![]),
+            Err(("request.history_nonempty", "$.history")),
+        ),
         (
             "too many messages",
             req(vec![user(), user(), user(), user(), user()], vec![]),
@@ -321,7 +368,10 @@ fn requests() {
         ),
         (
             "message over bound inside history",
-            req(vec![msg("a", Role::User, vec![text(&"a".repeat(20))])], vec![]),
+            req(
+                vec![msg("a", Role::User, vec![text(&"a".repeat(20))])],
+                vec![],
+            ),
             Err(("limits.part_bytes", "$.history[0].parts[0].text")),
         ),
         (
@@ -336,7 +386,10 @@ fn requests() {
         ),
         (
             "orphan tool result",
-            req(vec![user(), msg("r", Role::Tool, vec![result("c9")])], vec![]),
+            req(
+                vec![user(), msg("r", Role::Tool, vec![result("c9")])],
+                vec![],
+            ),
             Err(("tool_result.answers_call", "$.history[1].parts[0].call_id")),
         ),
         (
@@ -395,10 +448,26 @@ fn requests() {
 #[test]
 fn serde_enforces_every_rule() {
     let rows: &[(&str, &str, Option<&str>)] = &[
-        ("valid", r#"{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}"#, None),
-        ("bad id", r#"{"id":"m 1","role":"user","parts":[{"type":"text","text":"hi"}]}"#, Some("ids.charset")),
-        ("empty text", r#"{"id":"m1","role":"user","parts":[{"type":"text","text":""}]}"#, Some("part.text_nonempty")),
-        ("no parts", r#"{"id":"m1","role":"user","parts":[]}"#, Some("message.nonempty")),
+        (
+            "valid",
+            r#"{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}"#,
+            None,
+        ),
+        (
+            "bad id",
+            r#"{"id":"m 1","role":"user","parts":[{"type":"text","text":"hi"}]}"#,
+            Some("ids.charset"),
+        ),
+        (
+            "empty text",
+            r#"{"id":"m1","role":"user","parts":[{"type":"text","text":""}]}"#,
+            Some("part.text_nonempty"),
+        ),
+        (
+            "no parts",
+            r#"{"id":"m1","role":"user","parts":[]}"#,
+            Some("message.nonempty"),
+        ),
         (
             "role parts",
             r#"{"id":"m1","role":"user","parts":[{"type":"tool_result","call_id":"c","content":"x"}]}"#,
@@ -414,9 +483,21 @@ fn serde_enforces_every_rule() {
             r#"{"id":"m1","role":"assistant","parts":[{"type":"tool_call","call_id":"c","name":"a.b","arguments":{}}]}"#,
             Some("tool_name"),
         ),
-        ("unknown member", r#"{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}],"x":1}"#, Some("shape")),
-        ("unknown part type", r#"{"id":"m1","role":"user","parts":[{"type":"image"}]}"#, Some("shape")),
-        ("unknown role", r#"{"id":"m1","role":"developer","parts":[{"type":"text","text":"hi"}]}"#, Some("shape")),
+        (
+            "unknown member",
+            r#"{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}],"x":1}"#,
+            Some("shape"),
+        ),
+        (
+            "unknown part type",
+            r#"{"id":"m1","role":"user","parts":[{"type":"image"}]}"#,
+            Some("shape"),
+        ),
+        (
+            "unknown role",
+            r#"{"id":"m1","role":"developer","parts":[{"type":"text","text":"hi"}]}"#,
+            Some("shape"),
+        ),
     ];
     for (row, input, want) in rows {
         let got = Message::from_json_with(input, &Limits::default());
@@ -448,7 +529,9 @@ fn decode_errors_do_not_echo_values() {
     let inputs = [
         format!(r#"{{"id":"m1","role":"{secret}","parts":[]}}"#),
         format!(r#"{{"id":{{"x":"{secret}"}},"role":"user","parts":[]}}"#),
-        format!(r#"{{"id":"m1","role":"user","parts":[{{"type":"text","text":"{secret}"}}],"extra":"{secret}"}}"#),
+        format!(
+            r#"{{"id":"m1","role":"user","parts":[{{"type":"text","text":"{secret}"}}],"extra":"{secret}"}}"#
+        ),
         format!(r#"{{"id":"{secret} x","role":"user","parts":[]}}"#),
     ];
     for input in &inputs {
@@ -497,7 +580,11 @@ fn request_round_trips_through_json() {
         ModelName::parse("scripted-1").unwrap(),
         vec![
             msg("u", Role::User, vec![text("Weather in Oslo?")]),
-            msg("a", Role::Assistant, vec![text("Checking."), call("c1", "get_weather")]),
+            msg(
+                "a",
+                Role::Assistant,
+                vec![text("Checking."), call("c1", "get_weather")],
+            ),
             msg("t", Role::Tool, vec![result("c1")]),
         ]
         .into(),
@@ -511,7 +598,9 @@ fn request_round_trips_through_json() {
     // An invalid request in JSON is rejected with the full path.
     let bad = json.replace(r#""call_id":"c1","content""#, r#""call_id":"c2","content""#);
     let err = ModelRequest::from_json_with(&bad, &Limits::default()).unwrap_err();
-    let DecodeError::Invalid(e) = err else { panic!("{err:?}") };
+    let DecodeError::Invalid(e) = err else {
+        panic!("{err:?}")
+    };
     assert_eq!(e.kind().rule(), "tool_result.answers_call");
     assert_eq!(e.path(), "$.history[2].parts[0].call_id");
 }

@@ -1,0 +1,228 @@
+//! The event envelope and its canonical line encoding.
+
+use crate::kind::{EventKind, KindError};
+use crate::payload::{Payload, PayloadError};
+use keel_message::{IdError, RunId};
+use std::fmt;
+
+/// The schema version recorded by journals and snapshots.
+pub const SCHEMA_VERSION: &str = "keel.events/1";
+
+/// One committed event: run id, sequence, timestamp, kind, and its
+/// canonical line.
+///
+/// The line is the event: one RFC 8785 canonical JSON object,
+/// `{"kind":…,"payload":{…},"run_id":…,"seq":N,"ts":T}`, exactly the bytes
+/// a journal stores and a client receives. The typed payload is decoded
+/// from it on demand ([`Event::payload`]), so a retained event costs its
+/// line plus a small fixed header in memory.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Event {
+    run_id: RunId,
+    seq: u64,
+    ts: u64,
+    kind: EventKind,
+    line: Box<str>,
+}
+
+/// Why a line is not a valid event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventDecodeError {
+    /// Not JSON, or JSON that breaks a canonical JSON rule.
+    #[error("event line is not valid JSON: {0}")]
+    Json(#[from] keel_message::JsonError),
+    /// The envelope is missing a member, has an extra one, or one of the
+    /// wrong type.
+    #[error("event envelope: {detail} (rule event.envelope)")]
+    Envelope {
+        /// Which member and what was wrong.
+        detail: &'static str,
+    },
+    /// The kind name is malformed or an unknown lifecycle kind.
+    #[error(transparent)]
+    Kind(#[from] KindError),
+    /// The run id breaks the identifier rule.
+    #[error(transparent)]
+    RunId(#[from] IdError),
+    /// `seq` is 0 or not a safe integer.
+    #[error("seq {seq} is out of range (rule event.seq: 1..=2^53-1)")]
+    Seq {
+        /// The value found.
+        seq: u64,
+    },
+    /// The payload does not match its kind's schema.
+    #[error(transparent)]
+    Payload(#[from] PayloadError),
+    /// The line decodes, but is not the canonical encoding of what it
+    /// holds (re-encoding gives other bytes), so it cannot be stored or
+    /// forwarded byte for byte.
+    #[error(
+        "event line is not in canonical form (rule event.canonical); first difference at byte {offset}"
+    )]
+    NotCanonical {
+        /// Byte offset of the first difference.
+        offset: usize,
+    },
+}
+
+const MAX_SAFE: u64 = (1 << 53) - 1;
+
+impl Event {
+    /// Builds the canonical line from its parts. `payload_json` must be the
+    /// canonical text of a JSON object (as [`Payload::to_canonical`] gives).
+    pub(crate) fn assemble(
+        run_id: RunId,
+        seq: u64,
+        ts: u64,
+        kind: EventKind,
+        payload_json: &str,
+    ) -> Event {
+        use std::fmt::Write;
+        let name = kind.name();
+        let mut line =
+            String::with_capacity(payload_json.len() + name.len() + run_id.as_str().len() + 64);
+        // Members in RFC 8785 order: kind < payload < run_id < seq < ts.
+        // Kind names and run ids are restricted to characters that need no
+        // escaping, so they are written as they are.
+        line.push_str("{\"kind\":\"");
+        line.push_str(&name);
+        line.push_str("\",\"payload\":");
+        line.push_str(payload_json);
+        line.push_str(",\"run_id\":\"");
+        line.push_str(run_id.as_str());
+        let _ = write!(line, "\",\"seq\":{seq},\"ts\":{ts}}}");
+        Event {
+            run_id,
+            seq,
+            ts,
+            kind,
+            line: line.into_boxed_str(),
+        }
+    }
+
+    /// Decodes one line, checking the envelope, the kind, the payload
+    /// schema, and that the line is canonical (so `decode(line).line() ==
+    /// line`, byte for byte).
+    pub fn decode(line: &str) -> Result<Event, EventDecodeError> {
+        let value = keel_message::CanonicalJson::parse(line)?.to_value();
+        let serde_json::Value::Object(mut map) = value else {
+            return Err(EventDecodeError::Envelope {
+                detail: "not an object",
+            });
+        };
+        let kind = match map.remove("kind") {
+            Some(serde_json::Value::String(k)) => EventKind::parse(&k)?,
+            _ => {
+                return Err(EventDecodeError::Envelope {
+                    detail: "kind must be a string",
+                });
+            }
+        };
+        let run_id = match map.remove("run_id") {
+            Some(serde_json::Value::String(r)) => RunId::parse(&r)?,
+            _ => {
+                return Err(EventDecodeError::Envelope {
+                    detail: "run_id must be a string",
+                });
+            }
+        };
+        let seq = take_u64(&mut map, "seq", "seq must be an integer")?;
+        if seq == 0 || seq > MAX_SAFE {
+            return Err(EventDecodeError::Seq { seq });
+        }
+        let ts = take_u64(&mut map, "ts", "ts must be a non-negative integer")?;
+        let payload_value = map.remove("payload").ok_or(EventDecodeError::Envelope {
+            detail: "payload is missing",
+        })?;
+        if !map.is_empty() {
+            return Err(EventDecodeError::Envelope {
+                detail: "unknown envelope member",
+            });
+        }
+        let payload = Payload::from_json(&kind, payload_value)?;
+        let payload_json = payload.to_canonical()?;
+        let event = Event::assemble(run_id, seq, ts, kind, &payload_json);
+        if &*event.line != line {
+            let offset = event
+                .line
+                .bytes()
+                .zip(line.bytes())
+                .position(|(a, b)| a != b)
+                .unwrap_or(event.line.len().min(line.len()));
+            return Err(EventDecodeError::NotCanonical { offset });
+        }
+        Ok(event)
+    }
+
+    /// The run this event belongs to.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+    /// The sequence: 1 for the first event of a run, +1 per commit.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+    /// Microseconds since the Unix epoch, from the engine's clock;
+    /// non-decreasing within a run.
+    pub fn ts(&self) -> u64 {
+        self.ts
+    }
+    /// The kind.
+    pub fn kind(&self) -> &EventKind {
+        &self.kind
+    }
+    /// The canonical line (no trailing newline).
+    pub fn line(&self) -> &str {
+        &self.line
+    }
+    /// The canonical payload text, a slice of the line.
+    pub fn payload_json(&self) -> &str {
+        let head = "{\"kind\":\"".len() + self.kind.name().len() + "\",\"payload\":".len();
+        let tail = format!(
+            ",\"run_id\":\"{}\",\"seq\":{},\"ts\":{}}}",
+            self.run_id, self.seq, self.ts
+        )
+        .len();
+        self.line
+            .get(head..self.line.len().saturating_sub(tail))
+            .unwrap_or("")
+    }
+    /// Decodes the typed payload.
+    pub fn payload(&self) -> Result<Payload, EventDecodeError> {
+        let value = keel_message::CanonicalJson::parse(self.payload_json())?.to_value();
+        Ok(Payload::from_json(&self.kind, value)?)
+    }
+    /// Bytes this event counts against a byte bound: its line plus
+    /// [`ENTRY_OVERHEAD_BYTES`], so the bound tracks real memory.
+    pub fn retained_bytes(&self) -> usize {
+        self.line.len() + ENTRY_OVERHEAD_BYTES
+    }
+}
+
+/// The fixed in-memory cost of one retained event beyond its line: the
+/// `Arc` header, the `Event` struct, the deque slot and allocator slack.
+/// Byte bounds count it so that a 64 MiB bound means about 64 MiB of memory.
+pub const ENTRY_OVERHEAD_BYTES: usize = 96;
+
+fn take_u64(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    detail: &'static str,
+) -> Result<u64, EventDecodeError> {
+    map.remove(key)
+        .and_then(|v| v.as_u64())
+        .ok_or(EventDecodeError::Envelope { detail })
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.line)
+    }
+}

@@ -1,0 +1,550 @@
+//! `RunLog`: the authoritative, bounded, per-run event log.
+
+use crate::clock::Clock;
+use crate::event::{ENTRY_OVERHEAD_BYTES, Event};
+use crate::kind::{Phase, Scope};
+use crate::lifecycle::{LifecycleError, LifecycleTracker, ScopeKey, Transition};
+use crate::payload::{Payload, PayloadError};
+use crate::subscription::{SubscribeError, Subscription, SubscriptionBounds};
+use crate::sync::{Arc, Mutex, lock};
+use keel_message::RunId;
+use std::collections::VecDeque;
+use std::task::Waker;
+
+/// The smallest allowed `max_terminal_bytes`: the worst-case line of a
+/// `failed`/`cancelled` terminal built without `extra` members (2 KiB of
+/// error text, escaped at most 2x, plus ids and the envelope).
+pub const MIN_TERMINAL_BYTES: usize = 6 << 10;
+
+/// Retention and size bounds for one run's log.
+///
+/// **The terminal reserve.** Retention evicts oldest-first, so a commit
+/// never waits for space. What must never happen is that a run cannot be
+/// closed: every open scope must be able to take its terminal. The rule:
+///
+/// - a `failed` or `cancelled` terminal must encode to at most
+///   `max_terminal_bytes`, and one built without `extra` members always
+///   does: its payload is ids, a turn number, a short observer name and an
+///   [`ErrorText`](crate::ErrorText) of at most 2 KiB, which is why
+///   `max_terminal_bytes` may not be set below [`MIN_TERMINAL_BYTES`];
+/// - every other event encodes to at most `max_event_bytes`, or the commit
+///   is refused with [`CommitError::EventTooLarge`] and no sequence is used;
+/// - at most `max_open_scopes` scopes are open at once (the run counts);
+/// - [`LogConfig::validate`] requires
+///   `max_bytes >= max_event_bytes + max_open_scopes * max_terminal_bytes`
+///   and `max_events >= 1 + max_open_scopes`, counting each event's
+///   retained bytes (line plus [`ENTRY_OVERHEAD_BYTES`]).
+///
+/// Together: whatever was committed last, the terminals that close every
+/// scope still open fit in the window beside it, so a subscriber that was
+/// current before a cancellation always finds the whole closing tail
+/// retained, and neither bound is ever exceeded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Most events retained. Default 100,000.
+    pub max_events: usize,
+    /// Most retained bytes (lines plus per-entry overhead). Default 64 MiB.
+    pub max_bytes: usize,
+    /// Largest event line, except reserved terminals. Default 2 MiB.
+    pub max_event_bytes: usize,
+    /// Largest `failed`/`cancelled` terminal line. Default 8 KiB.
+    pub max_terminal_bytes: usize,
+    /// Most scopes open at once, the run included. Default 64.
+    pub max_open_scopes: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            max_events: 100_000,
+            max_bytes: 64 << 20,
+            max_event_bytes: 2 << 20,
+            max_terminal_bytes: 8 << 10,
+            max_open_scopes: 64,
+        }
+    }
+}
+
+/// A `LogConfig` that breaks the reserve rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `max_bytes` cannot hold the largest event plus every reserved
+    /// terminal.
+    #[error(
+        "log.max_bytes {max_bytes} < max_event_bytes {max_event_bytes} + max_open_scopes {max_open_scopes} * (max_terminal_bytes {max_terminal_bytes} + {ENTRY_OVERHEAD_BYTES}) (rule log.terminal_reserve)"
+    )]
+    BytesBelowReserve {
+        /// Configured.
+        max_bytes: usize,
+        /// Configured.
+        max_event_bytes: usize,
+        /// Configured.
+        max_open_scopes: usize,
+        /// Configured.
+        max_terminal_bytes: usize,
+    },
+    /// `max_events` cannot hold one event plus every reserved terminal.
+    #[error(
+        "log.max_events {max_events} < 1 + max_open_scopes {max_open_scopes} (rule log.terminal_reserve)"
+    )]
+    EventsBelowReserve {
+        /// Configured.
+        max_events: usize,
+        /// Configured.
+        max_open_scopes: usize,
+    },
+    /// `max_terminal_bytes` below [`MIN_TERMINAL_BYTES`].
+    #[error(
+        "log.max_terminal_bytes {max_terminal_bytes} < {MIN_TERMINAL_BYTES}, the largest minimal terminal (rule log.terminal_reserve)"
+    )]
+    TerminalBelowMinimum {
+        /// Configured.
+        max_terminal_bytes: usize,
+    },
+    /// A bound of zero.
+    #[error("log.{field} is 0 (rule log.nonzero)")]
+    Zero {
+        /// The field.
+        field: &'static str,
+    },
+}
+
+impl LogConfig {
+    /// Checks the reserve rule.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, v) in [
+            ("max_events", self.max_events),
+            ("max_bytes", self.max_bytes),
+            ("max_event_bytes", self.max_event_bytes),
+            ("max_terminal_bytes", self.max_terminal_bytes),
+            ("max_open_scopes", self.max_open_scopes),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Zero { field });
+            }
+        }
+        if self.max_terminal_bytes < MIN_TERMINAL_BYTES {
+            return Err(ConfigError::TerminalBelowMinimum {
+                max_terminal_bytes: self.max_terminal_bytes,
+            });
+        }
+        let reserve = self
+            .max_open_scopes
+            .saturating_mul(self.max_terminal_bytes.saturating_add(ENTRY_OVERHEAD_BYTES));
+        if self.max_bytes
+            < self
+                .max_event_bytes
+                .saturating_add(ENTRY_OVERHEAD_BYTES)
+                .saturating_add(reserve)
+        {
+            return Err(ConfigError::BytesBelowReserve {
+                max_bytes: self.max_bytes,
+                max_event_bytes: self.max_event_bytes,
+                max_open_scopes: self.max_open_scopes,
+                max_terminal_bytes: self.max_terminal_bytes,
+            });
+        }
+        if self.max_events < self.max_open_scopes.saturating_add(1) {
+            return Err(ConfigError::EventsBelowReserve {
+                max_events: self.max_events,
+                max_open_scopes: self.max_open_scopes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Why a commit was refused. A refused commit changes nothing: no sequence
+/// is used, no subscriber sees anything.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitError {
+    /// The payload breaks a payload rule.
+    #[error(transparent)]
+    Payload(#[from] PayloadError),
+    /// The event breaks a lifecycle rule.
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+    /// The encoded event is over its bound.
+    #[error("event is {bytes} bytes, the bound is {max} (rule log.{bound})")]
+    EventTooLarge {
+        /// Encoded line length.
+        bytes: usize,
+        /// The bound.
+        max: usize,
+        /// `max_event_bytes` or `max_terminal_bytes`.
+        bound: &'static str,
+    },
+    /// An imported event whose sequence is not the next one.
+    #[error("seq {found} where {expected} is next (rule log.contiguous)")]
+    OutOfSequence {
+        /// The next sequence.
+        expected: u64,
+        /// The sequence given.
+        found: u64,
+    },
+    /// The log was closed or shut down.
+    #[error("the log is {0} (rule log.open)")]
+    Closed(EndReason),
+}
+
+/// Why a log stopped taking commits before its run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EndReason {
+    /// [`RunLog::close`] was called.
+    Closed,
+    /// [`RunLog::shutdown`] was called (the engine is shutting down).
+    Shutdown,
+}
+
+impl std::fmt::Display for EndReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EndReason::Closed => "closed",
+            EndReason::Shutdown => "shut down",
+        })
+    }
+}
+
+/// Counters and positions of a log, for monitoring and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogStats {
+    /// Oldest retained sequence (equals `last_seq + 1` when nothing is
+    /// retained).
+    pub earliest_seq: u64,
+    /// Last committed sequence (0 before the first commit).
+    pub last_seq: u64,
+    /// Events retained.
+    pub retained_events: usize,
+    /// Bytes retained (lines plus per-entry overhead).
+    pub retained_bytes: usize,
+    /// Events evicted so far.
+    pub evicted: u64,
+    /// Live subscriptions.
+    pub subscribers: usize,
+}
+
+pub(crate) struct Entry {
+    pub(crate) event: std::sync::Arc<Event>,
+    /// Retained bytes of every event committed up to and including this
+    /// one: the byte distance between two sequences is a subtraction.
+    pub(crate) cum_bytes: u64,
+}
+
+pub(crate) struct State {
+    pub(crate) entries: VecDeque<Entry>,
+    /// Sequence of `entries[0]`, or `next_seq` when empty.
+    pub(crate) first_seq: u64,
+    pub(crate) next_seq: u64,
+    /// `cum_bytes` of the last committed event.
+    pub(crate) cum_bytes: u64,
+    pub(crate) retained_bytes: usize,
+    pub(crate) evicted: u64,
+    pub(crate) last_ts: u64,
+    pub(crate) tracker: LifecycleTracker,
+    pub(crate) ended: Option<EndReason>,
+    pub(crate) waiters: Vec<(u64, Waker)>,
+    pub(crate) next_subscriber: u64,
+    pub(crate) subscribers: usize,
+}
+
+impl State {
+    /// `cum_bytes` at `seq` (0 for seq 0), if still known.
+    pub(crate) fn cum_at(&self, seq: u64) -> Option<u64> {
+        if seq == 0 {
+            return Some(0);
+        }
+        if seq + 1 == self.first_seq {
+            // The event just before the window: derive from the first entry.
+            return self
+                .entries
+                .front()
+                .map(|e| e.cum_bytes - e.event.retained_bytes() as u64);
+        }
+        let idx = seq.checked_sub(self.first_seq)?;
+        self.entries
+            .get(usize::try_from(idx).ok()?)
+            .map(|e| e.cum_bytes)
+    }
+
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.next_seq - 1
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) run_id: RunId,
+    pub(crate) config: LogConfig,
+    pub(crate) clock: std::sync::Arc<dyn Clock>,
+    pub(crate) state: Mutex<State>,
+}
+
+/// The authoritative event log of one run.
+///
+/// A commit assigns the next sequence and a non-decreasing timestamp under
+/// one lock, checks the lifecycle, appends, evicts oldest-first past the
+/// bounds, and wakes waiting subscribers. It never waits for a subscriber.
+/// Cloning a `RunLog` gives another handle to the same log.
+///
+/// ```
+/// use keel_eventlog::*;
+/// use std::sync::Arc;
+/// let run = keel_message::RunId::parse("run_1")?;
+/// let log = RunLog::new(run, LogConfig::default(), Arc::new(SystemClock))?;
+/// let mut sub = log.subscribe(0, SubscriptionBounds::default())?;
+/// let e = log.commit(&Payload::RunStarted(RunStarted::default()))?;
+/// assert_eq!(e.seq(), 1);
+/// assert!(e.line().starts_with(r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":1,"ts":"#));
+/// assert_eq!(sub.try_recv()?.seq(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct RunLog {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RunLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunLog")
+            .field("run_id", &self.shared.run_id)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl RunLog {
+    /// An empty log for `run_id`.
+    pub fn new(
+        run_id: RunId,
+        config: LogConfig,
+        clock: std::sync::Arc<dyn Clock>,
+    ) -> Result<RunLog, ConfigError> {
+        config.validate()?;
+        let tracker = LifecycleTracker::new(config.max_open_scopes);
+        Ok(Self::from_parts(run_id, config, clock, tracker, 1, 0))
+    }
+
+    pub(crate) fn from_parts(
+        run_id: RunId,
+        config: LogConfig,
+        clock: std::sync::Arc<dyn Clock>,
+        tracker: LifecycleTracker,
+        next_seq: u64,
+        last_ts: u64,
+    ) -> RunLog {
+        RunLog {
+            shared: Arc::new(Shared {
+                run_id,
+                config,
+                clock,
+                state: Mutex::new(State {
+                    entries: VecDeque::new(),
+                    first_seq: next_seq,
+                    next_seq,
+                    cum_bytes: 0,
+                    retained_bytes: 0,
+                    evicted: 0,
+                    last_ts,
+                    tracker,
+                    ended: None,
+                    waiters: Vec::new(),
+                    next_subscriber: 0,
+                    subscribers: 0,
+                }),
+            }),
+        }
+    }
+
+    /// The run this log belongs to.
+    pub fn run_id(&self) -> &RunId {
+        &self.shared.run_id
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LogConfig {
+        &self.shared.config
+    }
+
+    /// Commits one event. The payload is encoded before the lock is taken;
+    /// sequence, timestamp, lifecycle check, append and eviction happen
+    /// under it.
+    pub fn commit(&self, payload: &Payload) -> Result<std::sync::Arc<Event>, CommitError> {
+        let payload_json = payload.to_canonical()?;
+        let transition = payload.transition();
+        self.commit_encoded(payload.kind(), transition, &payload_json)
+    }
+
+    pub(crate) fn commit_encoded(
+        &self,
+        kind: crate::kind::EventKind,
+        transition: Transition,
+        payload_json: &str,
+    ) -> Result<std::sync::Arc<Event>, CommitError> {
+        let now = self.shared.clock.now_micros();
+        let mut state = lock(&self.shared.state);
+        if let Some(reason) = state.ended {
+            return Err(CommitError::Closed(reason));
+        }
+        state.tracker.check(&transition)?;
+        let seq = state.next_seq;
+        let ts = now.max(state.last_ts);
+        let event = Event::assemble(self.shared.run_id.clone(), seq, ts, kind, payload_json);
+        self.check_size(&event, &transition)?;
+        state.tracker.apply(&transition)?;
+        let event = std::sync::Arc::new(event);
+        self.append_locked(&mut state, std::sync::Arc::clone(&event));
+        Ok(event)
+    }
+
+    /// Appends an event that already has its sequence and timestamp
+    /// (restore and import): the same checks as a commit, no renumbering.
+    pub(crate) fn commit_verbatim(
+        &self,
+        event: &std::sync::Arc<Event>,
+        transition: Transition,
+    ) -> Result<std::sync::Arc<Event>, CommitError> {
+        let mut state = lock(&self.shared.state);
+        if let Some(reason) = state.ended {
+            return Err(CommitError::Closed(reason));
+        }
+        state.tracker.check(&transition)?;
+        if event.seq() != state.next_seq {
+            return Err(CommitError::OutOfSequence {
+                expected: state.next_seq,
+                found: event.seq(),
+            });
+        }
+        self.check_size(event, &transition)?;
+        state.tracker.apply(&transition)?;
+        self.append_locked(&mut state, std::sync::Arc::clone(event));
+        Ok(std::sync::Arc::clone(event))
+    }
+
+    fn check_size(&self, event: &Event, transition: &Transition) -> Result<(), CommitError> {
+        let reserved = matches!(
+            transition,
+            Transition::Lifecycle(_, Phase::Ended(t)) if *t != crate::kind::Terminal::Completed
+        );
+        let (max, bound) = if reserved {
+            (self.shared.config.max_terminal_bytes, "max_terminal_bytes")
+        } else {
+            (self.shared.config.max_event_bytes, "max_event_bytes")
+        };
+        if event.line().len() > max {
+            return Err(CommitError::EventTooLarge {
+                bytes: event.line().len(),
+                max,
+                bound,
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends, evicts oldest-first past either bound, wakes waiters.
+    fn append_locked(&self, state: &mut State, event: std::sync::Arc<Event>) {
+        let size = event.retained_bytes();
+        state.cum_bytes += size as u64;
+        state.next_seq = event.seq() + 1;
+        state.last_ts = state.last_ts.max(event.ts());
+        state.entries.push_back(Entry {
+            event,
+            cum_bytes: state.cum_bytes,
+        });
+        state.retained_bytes += size;
+        let config = &self.shared.config;
+        while state.entries.len() > config.max_events || state.retained_bytes > config.max_bytes {
+            match state.entries.pop_front() {
+                Some(old) => {
+                    state.retained_bytes -= old.event.retained_bytes();
+                    state.first_seq = old.event.seq() + 1;
+                    state.evicted += 1;
+                }
+                None => break,
+            }
+        }
+        for (_, waker) in state.waiters.drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// Subscribes to every event after sequence `after` (0 for all).
+    ///
+    /// Under the log lock, this captures the retained events after the
+    /// cursor and joins the live tail: the subscriber sees every later
+    /// event exactly once, in order. A cursor older than the retained
+    /// window is [`SubscribeError::CursorExpired`]; one past the last
+    /// commit is [`SubscribeError::CursorAhead`].
+    pub fn subscribe(
+        &self,
+        after: u64,
+        bounds: SubscriptionBounds,
+    ) -> Result<Subscription, SubscribeError> {
+        Subscription::new(self.clone(), after, bounds)
+    }
+
+    /// Stops taking commits. Subscribers receive what was committed, then a
+    /// typed end (unless they already saw the run's terminal).
+    pub fn close(&self) {
+        self.end(EndReason::Closed);
+    }
+
+    /// Like [`close`](Self::close), for engine shutdown.
+    pub fn shutdown(&self) {
+        self.end(EndReason::Shutdown);
+    }
+
+    fn end(&self, reason: EndReason) {
+        let mut state = lock(&self.shared.state);
+        if state.ended.is_none() {
+            state.ended = Some(reason);
+        }
+        for (_, waker) in state.waiters.drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// Counters and positions.
+    pub fn stats(&self) -> LogStats {
+        let state = lock(&self.shared.state);
+        LogStats {
+            earliest_seq: state.first_seq,
+            last_seq: state.last_seq(),
+            retained_events: state.entries.len(),
+            retained_bytes: state.retained_bytes,
+            evicted: state.evicted,
+            subscribers: state.subscribers,
+        }
+    }
+
+    /// The open scopes, innermost first: what cancellation must close, in
+    /// that order.
+    pub fn open_scopes(&self) -> Vec<ScopeKey> {
+        lock(&self.shared.state).tracker.open_innermost_first()
+    }
+
+    /// Whether the run's terminal has been committed.
+    pub fn run_ended(&self) -> bool {
+        lock(&self.shared.state).tracker.run_ended()
+    }
+
+    /// The retained events after `after`, oldest first (a copy of handles).
+    pub fn retained_after(&self, after: u64) -> Vec<std::sync::Arc<Event>> {
+        let state = lock(&self.shared.state);
+        let skip = after.saturating_add(1).saturating_sub(state.first_seq);
+        state
+            .entries
+            .iter()
+            .skip(usize::try_from(skip).unwrap_or(usize::MAX))
+            .map(|e| std::sync::Arc::clone(&e.event))
+            .collect()
+    }
+
+    /// Whether a scope kind is the run's (helper for subscribers).
+    pub(crate) fn is_run_terminal(event: &Event) -> bool {
+        matches!(
+            event.kind().lifecycle_parts(),
+            Some((Scope::Run, Phase::Ended(_)))
+        )
+    }
+}

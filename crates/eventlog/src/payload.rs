@@ -1,0 +1,701 @@
+//! One typed payload per event kind.
+//!
+//! Every payload struct keeps members it does not know in `extra`, so an
+//! event written by a newer minor version decodes, and re-encodes to the
+//! same bytes. Known members are typed; text that may carry provider or
+//! tool output on failure paths is an [`ErrorText`]: screened for secrets
+//! and bounded.
+
+use crate::kind::{EventKind, Phase, Scope, Terminal};
+use crate::lifecycle::{ScopeKey, Transition};
+use keel_message::{CallId, CanonicalJson, InteractionId, ModelName, OperationId, ToolName};
+use keel_stream::{FinishReason, ProblemKind, ProviderProblem, RetryPosition, Usage};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Members a payload does not know, kept for a byte-identical round trip.
+pub type Extra = BTreeMap<String, serde_json::Value>;
+
+/// The longest [`ErrorText`], in bytes. Terminal payloads stay small so the
+/// log's terminal reserve can hold them (see `LogConfig`).
+pub const ERROR_TEXT_MAX_BYTES: usize = 2048;
+
+/// Failure text for an event: secrets replaced by `[redacted]`, cut at a
+/// char boundary to [`ERROR_TEXT_MAX_BYTES`]. Building one never fails, so
+/// a failure is never lost because its description was unfit.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ErrorText(String);
+
+impl ErrorText {
+    /// Screens and bounds `text`. Control characters other than newline
+    /// and tab become spaces, so the escaped JSON form is at most twice
+    /// the bound.
+    pub fn new(text: &str) -> ErrorText {
+        let cleaned: String = text
+            .chars()
+            .map(|c| {
+                if c.is_control() && c != '\n' && c != '\t' {
+                    ' '
+                } else {
+                    c
+                }
+            })
+            .collect();
+        ErrorText(keel_stream::secrets::screen_and_bound(&cleaned, ERROR_TEXT_MAX_BYTES).0)
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ErrorText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for ErrorText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for ErrorText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorText {
+    /// Decoding applies the same screening; a stored text that changes
+    /// under it then fails the canonical round-trip check, so a log holding
+    /// an unscreened secret is refused rather than silently altered.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok(ErrorText::new(&text))
+    }
+}
+
+/// `run.started`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RunStarted {
+    /// The model the run starts with, when the host names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelName>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `run.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RunCompleted {
+    /// Usage totals across every model call of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// What caused a turn or run to fail, for correlation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Cause {
+    /// The tool call whose failure ended the turn and run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<CallId>,
+    /// Its canonical tool name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolName>,
+    /// The model call whose failure ended the turn and run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<OperationId>,
+    /// The required observer whose error ended the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observer: Option<String>,
+    /// The sequence that observer refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `run.failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunFailed {
+    /// What went wrong.
+    pub error: ErrorText,
+    /// Correlation with the failing scope, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `run.cancelled`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RunCancelled {
+    /// Why, when the canceller said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ErrorText>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `turn.started`, `turn.completed`, `turn.cancelled`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnRef {
+    /// The turn number, from 1.
+    pub turn: u64,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `turn.failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnFailed {
+    /// The turn number.
+    pub turn: u64,
+    /// What went wrong.
+    pub error: ErrorText,
+    /// Correlation with the failing scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `model.started`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelStarted {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The host-issued id of this attempt.
+    pub operation_id: OperationId,
+    /// The model called.
+    pub model: ModelName,
+    /// Which attempt of this turn's model call, from 1.
+    pub attempt: u32,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `model.cancelled`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRef {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The attempt.
+    pub operation_id: OperationId,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `model.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCompleted {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The attempt.
+    pub operation_id: OperationId,
+    /// Why the model stopped.
+    pub finish: FinishReason,
+    /// Token usage, when the provider reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Allowlisted, screened provider metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<CanonicalJson>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A provider problem as recorded in `model.failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProblemRecord {
+    /// What went wrong.
+    pub kind: ProblemKind,
+    /// The screened, bounded message.
+    pub message: ErrorText,
+    /// Whether the provider said a retry may succeed.
+    pub retryable: bool,
+    /// The provider's retry-after, in milliseconds, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl From<&ProviderProblem> for ProblemRecord {
+    fn from(p: &ProviderProblem) -> Self {
+        ProblemRecord {
+            kind: p.kind(),
+            message: ErrorText::new(p.message()),
+            retryable: p.retryable(),
+            retry_after_ms: p.retry_after().map(|d| {
+                u64::try_from(d.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .min(MAX_SAFE)
+            }),
+            extra: Extra::new(),
+        }
+    }
+}
+
+const MAX_SAFE: u64 = (1 << 53) - 1;
+
+/// `model.failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelFailed {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The attempt.
+    pub operation_id: OperationId,
+    /// The typed problem.
+    pub problem: ProblemRecord,
+    /// `pristine` or `partial`, computed by the host.
+    pub position: RetryPosition,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `tool.started`, `tool.cancelled`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolRef {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The call.
+    pub call_id: CallId,
+    /// The canonical tool name.
+    pub tool: ToolName,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `tool.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCompleted {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The call.
+    pub call_id: CallId,
+    /// The canonical tool name.
+    pub tool: ToolName,
+    /// The result content fed back to the model.
+    pub output: String,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A typed tool failure's outcome: did the side effect happen?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOutcome {
+    /// The tool definitely did not take effect.
+    Definitive,
+    /// The tool may have taken effect (a timeout, a lost connection).
+    Uncertain,
+}
+
+/// Whether a failed tool call may be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolRetry {
+    /// Retrying may succeed.
+    Retryable,
+    /// Retrying will not help.
+    NotRetryable,
+}
+
+/// `tool.failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolFailed {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The call.
+    pub call_id: CallId,
+    /// The canonical tool name.
+    pub tool: ToolName,
+    /// What went wrong.
+    pub error: ErrorText,
+    /// Present when the tool returned a typed failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<ToolOutcome>,
+    /// Present when the tool returned a typed failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<ToolRetry>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `interaction.started`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InteractionStarted {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The interaction.
+    pub interaction_id: InteractionId,
+    /// What is asked, e.g. `approval`.
+    pub request: String,
+    /// The tool call it is about, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<CallId>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `interaction.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InteractionCompleted {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The interaction.
+    pub interaction_id: InteractionId,
+    /// The answer, e.g. `approved` or `denied`.
+    pub decision: String,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `interaction.cancelled`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InteractionRef {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The interaction.
+    pub interaction_id: InteractionId,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `interaction.failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InteractionFailed {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The interaction.
+    pub interaction_id: InteractionId,
+    /// What went wrong.
+    pub error: ErrorText,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `model.text_delta`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextDelta {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The model call it belongs to.
+    pub operation_id: OperationId,
+    /// The text, never empty.
+    pub text: String,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `model.tool_call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The model call it belongs to.
+    pub operation_id: OperationId,
+    /// The call id.
+    pub call_id: CallId,
+    /// The canonical tool name.
+    pub name: ToolName,
+    /// The arguments, a JSON object.
+    pub arguments: CanonicalJson,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A typed payload; its variant decides the event kind.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub enum Payload {
+    RunStarted(RunStarted),
+    RunCompleted(RunCompleted),
+    RunFailed(RunFailed),
+    RunCancelled(RunCancelled),
+    TurnStarted(TurnRef),
+    TurnCompleted(TurnRef),
+    TurnFailed(TurnFailed),
+    TurnCancelled(TurnRef),
+    ModelStarted(ModelStarted),
+    ModelCompleted(ModelCompleted),
+    ModelFailed(ModelFailed),
+    ModelCancelled(ModelRef),
+    ToolStarted(ToolRef),
+    ToolCompleted(ToolCompleted),
+    ToolFailed(ToolFailed),
+    ToolCancelled(ToolRef),
+    InteractionStarted(InteractionStarted),
+    InteractionCompleted(InteractionCompleted),
+    InteractionFailed(InteractionFailed),
+    InteractionCancelled(InteractionRef),
+    TextDelta(TextDelta),
+    ToolCall(ToolCall),
+    /// A kind this version does not know; the payload is kept as is.
+    Extension {
+        /// The kind name.
+        kind: EventKind,
+        /// The payload, a JSON object.
+        payload: CanonicalJson,
+    },
+}
+
+/// Why a payload cannot be encoded or decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadError {
+    /// The payload is not a JSON object.
+    #[error("{kind} payload is not a JSON object (rule payload.object)")]
+    NotObject {
+        /// The event kind.
+        kind: String,
+    },
+    /// A member is missing or has the wrong type; the message names the
+    /// member but not its value.
+    #[error("{kind} payload does not match its schema: {detail} (rule payload.schema)")]
+    Schema {
+        /// The event kind.
+        kind: String,
+        /// Which member and what was expected.
+        detail: String,
+    },
+    /// A text delta with no text.
+    #[error("model.text_delta has empty text (rule payload.text_nonempty)")]
+    EmptyText,
+    /// A turn number of 0 (turns count from 1).
+    #[error("{kind} has turn 0 (rule payload.turn_from_1)")]
+    TurnZero {
+        /// The event kind.
+        kind: String,
+    },
+    /// An observer name in a `cause` over 128 bytes.
+    #[error("cause.observer is {len} bytes, over 128 (rule payload.observer_name)")]
+    ObserverName {
+        /// Its length.
+        len: usize,
+    },
+    /// An extension payload given a known kind.
+    #[error("extension kind {kind} is a known kind (rule payload.extension_unknown)")]
+    ExtensionKnown {
+        /// The event kind.
+        kind: String,
+    },
+    /// A JSON rule broke while canonicalizing.
+    #[error(transparent)]
+    Json(#[from] keel_message::JsonError),
+}
+
+macro_rules! payload_table {
+    ($( $variant:ident => $kind:expr ),* $(,)?) => {
+        impl Payload {
+            /// The event kind this payload is for.
+            pub fn kind(&self) -> EventKind {
+                match self {
+                    $( Payload::$variant(_) => $kind, )*
+                    Payload::Extension { kind, .. } => kind.clone(),
+                }
+            }
+
+            fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+                match self {
+                    $( Payload::$variant(p) => serde_json::to_value(p), )*
+                    Payload::Extension { payload, .. } => Ok(payload.to_value()),
+                }
+            }
+
+            /// Decodes the payload of an event of `kind`.
+            pub fn from_json(kind: &EventKind, value: serde_json::Value) -> Result<Payload, PayloadError> {
+                let name = kind.name();
+                let schema = |e: serde_json::Error| PayloadError::Schema {
+                    kind: name.to_string(),
+                    detail: schema_detail(&e),
+                };
+                if !value.is_object() {
+                    return Err(PayloadError::NotObject { kind: name.to_string() });
+                }
+                $(
+                    if *kind == $kind {
+                        let payload = Payload::$variant(serde_json::from_value(value).map_err(schema)?);
+                        payload.check()?;
+                        return Ok(payload);
+                    }
+                )*
+                match kind {
+                    EventKind::Extension(_) => Ok(Payload::Extension {
+                        kind: kind.clone(),
+                        payload: CanonicalJson::from_value(&value)?,
+                    }),
+                    _ => Err(PayloadError::Schema { kind: name.to_string(), detail: "no payload type".into() }),
+                }
+            }
+        }
+    };
+}
+
+use Phase::{Ended, Started};
+use Terminal::{Cancelled, Completed, Failed};
+
+payload_table! {
+    RunStarted => EventKind::Lifecycle(Scope::Run, Started),
+    RunCompleted => EventKind::Lifecycle(Scope::Run, Ended(Completed)),
+    RunFailed => EventKind::Lifecycle(Scope::Run, Ended(Failed)),
+    RunCancelled => EventKind::Lifecycle(Scope::Run, Ended(Cancelled)),
+    TurnStarted => EventKind::Lifecycle(Scope::Turn, Started),
+    TurnCompleted => EventKind::Lifecycle(Scope::Turn, Ended(Completed)),
+    TurnFailed => EventKind::Lifecycle(Scope::Turn, Ended(Failed)),
+    TurnCancelled => EventKind::Lifecycle(Scope::Turn, Ended(Cancelled)),
+    ModelStarted => EventKind::Lifecycle(Scope::Model, Started),
+    ModelCompleted => EventKind::Lifecycle(Scope::Model, Ended(Completed)),
+    ModelFailed => EventKind::Lifecycle(Scope::Model, Ended(Failed)),
+    ModelCancelled => EventKind::Lifecycle(Scope::Model, Ended(Cancelled)),
+    ToolStarted => EventKind::Lifecycle(Scope::Tool, Started),
+    ToolCompleted => EventKind::Lifecycle(Scope::Tool, Ended(Completed)),
+    ToolFailed => EventKind::Lifecycle(Scope::Tool, Ended(Failed)),
+    ToolCancelled => EventKind::Lifecycle(Scope::Tool, Ended(Cancelled)),
+    InteractionStarted => EventKind::Lifecycle(Scope::Interaction, Started),
+    InteractionCompleted => EventKind::Lifecycle(Scope::Interaction, Ended(Completed)),
+    InteractionFailed => EventKind::Lifecycle(Scope::Interaction, Ended(Failed)),
+    InteractionCancelled => EventKind::Lifecycle(Scope::Interaction, Ended(Cancelled)),
+    TextDelta => EventKind::TextDelta,
+    ToolCall => EventKind::ToolCall,
+}
+
+/// Names the failing member without quoting values.
+fn schema_detail(e: &serde_json::Error) -> String {
+    keel_message::decode::elide_values(&e.to_string())
+}
+
+impl Payload {
+    /// What this payload does to the lifecycle.
+    pub fn transition(&self) -> Transition {
+        use Payload as P;
+        let model = |turn: u64, operation_id: &OperationId| ScopeKey::Model {
+            turn,
+            operation_id: operation_id.clone(),
+        };
+        let tool = |turn: u64, call_id: &CallId| ScopeKey::Tool {
+            turn,
+            call_id: call_id.clone(),
+        };
+        let interaction = |turn: u64, id: &InteractionId| ScopeKey::Interaction {
+            turn,
+            interaction_id: id.clone(),
+        };
+        let key = match self {
+            P::RunStarted(_) | P::RunCompleted(_) | P::RunFailed(_) | P::RunCancelled(_) => {
+                ScopeKey::Run
+            }
+            P::TurnStarted(p) | P::TurnCompleted(p) | P::TurnCancelled(p) => ScopeKey::Turn(p.turn),
+            P::TurnFailed(p) => ScopeKey::Turn(p.turn),
+            P::ModelStarted(p) => model(p.turn, &p.operation_id),
+            P::ModelCompleted(p) => model(p.turn, &p.operation_id),
+            P::ModelFailed(p) => model(p.turn, &p.operation_id),
+            P::ModelCancelled(p) => model(p.turn, &p.operation_id),
+            P::ToolStarted(p) | P::ToolCancelled(p) => tool(p.turn, &p.call_id),
+            P::ToolCompleted(p) => tool(p.turn, &p.call_id),
+            P::ToolFailed(p) => tool(p.turn, &p.call_id),
+            P::InteractionStarted(p) => interaction(p.turn, &p.interaction_id),
+            P::InteractionCompleted(p) => interaction(p.turn, &p.interaction_id),
+            P::InteractionFailed(p) => interaction(p.turn, &p.interaction_id),
+            P::InteractionCancelled(p) => interaction(p.turn, &p.interaction_id),
+            P::TextDelta(p) => return Transition::Within(model(p.turn, &p.operation_id)),
+            P::ToolCall(p) => return Transition::Within(model(p.turn, &p.operation_id)),
+            P::Extension { .. } => return Transition::None,
+        };
+        match self.kind().lifecycle_parts() {
+            Some((_, phase)) => Transition::Lifecycle(key, phase),
+            None => Transition::None,
+        }
+    }
+
+    /// Checks the rules serde cannot express.
+    pub fn check(&self) -> Result<(), PayloadError> {
+        if let Payload::TextDelta(p) = self {
+            if p.text.is_empty() {
+                return Err(PayloadError::EmptyText);
+            }
+        }
+        if let Payload::Extension { kind, payload } = self {
+            if !matches!(kind, EventKind::Extension(_)) {
+                return Err(PayloadError::ExtensionKnown {
+                    kind: kind.to_string(),
+                });
+            }
+            if !payload.is_object() {
+                return Err(PayloadError::NotObject {
+                    kind: kind.to_string(),
+                });
+            }
+        }
+        let cause = match self {
+            Payload::RunFailed(p) => p.cause.as_ref(),
+            Payload::TurnFailed(p) => p.cause.as_ref(),
+            _ => None,
+        };
+        if let Some(len) = cause.and_then(|c| c.observer.as_ref()).map(String::len) {
+            if len > 128 {
+                return Err(PayloadError::ObserverName { len });
+            }
+        }
+        let turn = match self.transition() {
+            Transition::Lifecycle(key, _) | Transition::Within(key) => match key {
+                ScopeKey::Run => None,
+                ScopeKey::Turn(t)
+                | ScopeKey::Model { turn: t, .. }
+                | ScopeKey::Tool { turn: t, .. }
+                | ScopeKey::Interaction { turn: t, .. } => Some(t),
+            },
+            Transition::None => None,
+        };
+        if turn == Some(0) {
+            return Err(PayloadError::TurnZero {
+                kind: self.kind().to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The canonical JSON text of this payload.
+    pub fn to_canonical(&self) -> Result<String, PayloadError> {
+        self.check()?;
+        let kind = self.kind();
+        let value = self.to_json().map_err(|e| PayloadError::Schema {
+            kind: kind.to_string(),
+            detail: schema_detail(&e),
+        })?;
+        if !value.is_object() {
+            return Err(PayloadError::NotObject {
+                kind: kind.to_string(),
+            });
+        }
+        Ok(keel_message::canonical::to_canonical_string(&value)?)
+    }
+}

@@ -1,0 +1,339 @@
+//! Subscriptions: a cursor into one run's log, with its own bounds.
+
+use crate::event::Event;
+use crate::log::{EndReason, RunLog, State};
+use crate::sync::lock;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// How far behind the live tail one subscription may fall before it is
+/// terminated. Events captured at subscribe time (the replay) do not
+/// count; events committed after it that the consumer has not taken do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SubscriptionBounds {
+    /// Most undelivered live events. Default 4,096.
+    pub max_events: usize,
+    /// Most undelivered live bytes (retained bytes). Default 8 MiB.
+    pub max_bytes: usize,
+}
+
+impl Default for SubscriptionBounds {
+    fn default() -> Self {
+        SubscriptionBounds {
+            max_events: 4096,
+            max_bytes: 8 << 20,
+        }
+    }
+}
+
+/// Why `subscribe` refused a cursor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubscribeError {
+    /// The events right after the cursor were evicted. Subscribing after
+    /// `recovery_cursor` works, and misses the events between `requested`
+    /// and it.
+    #[error(
+        "cursor {requested} expired: retained {earliest}..={latest}; resume after {recovery_cursor} (rule subscription.cursor_retained)"
+    )]
+    CursorExpired {
+        /// The cursor asked for.
+        requested: u64,
+        /// Oldest retained sequence.
+        earliest: u64,
+        /// Last committed sequence.
+        latest: u64,
+        /// The oldest cursor that can be served (`earliest - 1`).
+        recovery_cursor: u64,
+    },
+    /// The cursor is past the last committed sequence.
+    #[error(
+        "cursor {requested} is ahead of the log (latest {latest}) (rule subscription.cursor_committed)"
+    )]
+    CursorAhead {
+        /// The cursor asked for.
+        requested: u64,
+        /// Last committed sequence.
+        latest: u64,
+    },
+}
+
+/// Why a subscription ended before the run's terminal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubscriptionError {
+    /// The consumer fell further behind than its bounds allow. It was cut
+    /// off; the run did not wait. Resubscribe after `recovery_cursor`.
+    #[error(
+        "slow consumer: {lag_events} events / {lag_bytes} bytes behind, bounds {max_events} / {max_bytes}; last delivered {last_delivered}, resume after {recovery_cursor} (rule subscription.bounds)"
+    )]
+    SlowConsumer {
+        /// The last sequence handed to the consumer.
+        last_delivered: u64,
+        /// Where to resubscribe (equal to `last_delivered`).
+        recovery_cursor: u64,
+        /// Undelivered events when it was cut off.
+        lag_events: u64,
+        /// Undelivered bytes when it was cut off.
+        lag_bytes: u64,
+        /// The configured event bound.
+        max_events: usize,
+        /// The configured byte bound.
+        max_bytes: usize,
+    },
+    /// The log was closed or shut down before the run ended; every event
+    /// committed before that was delivered.
+    #[error("log {reason} after seq {last_seq}")]
+    Ended {
+        /// Closed or shut down.
+        reason: EndReason,
+        /// The last committed (and delivered) sequence.
+        last_seq: u64,
+    },
+}
+
+/// What `try_recv` found instead of an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TryRecvError {
+    /// Nothing new yet.
+    #[error("no event yet")]
+    Empty,
+    /// The run's terminal was delivered: the stream is over.
+    #[error("the run ended; the stream is over")]
+    Finished,
+    /// The subscription ended early (and this is reported once; after it,
+    /// `Finished`).
+    #[error(transparent)]
+    Ended(#[from] SubscriptionError),
+}
+
+const BATCH: usize = 256;
+
+/// One subscriber's view of a run log: every event after its cursor,
+/// once, in order, ending after the run's terminal event.
+///
+/// It implements [`futures_core::Stream`] (items are
+/// `Result<Arc<Event>, SubscriptionError>`; after an `Err` or the run's
+/// terminal the stream ends) and offers non-async [`try_recv`].
+///
+/// [`try_recv`]: Subscription::try_recv
+pub struct Subscription {
+    log: RunLog,
+    id: u64,
+    bounds: SubscriptionBounds,
+    /// Events handed over by the log but not yet to the consumer: the
+    /// replay captured at subscribe time, then live batches.
+    buffer: VecDeque<Arc<Event>>,
+    /// Last sequence moved into `buffer` (the log-side cursor).
+    taken: u64,
+    /// Last sequence handed to the consumer.
+    delivered: u64,
+    /// An end to report once the buffer is drained.
+    pending: Option<SubscriptionError>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("run_id", self.log.run_id())
+            .field("delivered", &self.delivered)
+            .field("bounds", &self.bounds)
+            .finish()
+    }
+}
+
+impl Subscription {
+    pub(crate) fn new(
+        log: RunLog,
+        after: u64,
+        bounds: SubscriptionBounds,
+    ) -> Result<Subscription, SubscribeError> {
+        let (id, buffer, latest) = {
+            let mut state = lock(&log.shared.state);
+            let latest = state.last_seq();
+            if after > latest {
+                return Err(SubscribeError::CursorAhead {
+                    requested: after,
+                    latest,
+                });
+            }
+            if after + 1 < state.first_seq {
+                return Err(SubscribeError::CursorExpired {
+                    requested: after,
+                    earliest: state.first_seq,
+                    latest,
+                    recovery_cursor: state.first_seq - 1,
+                });
+            }
+            let skip = usize::try_from(after + 1 - state.first_seq).unwrap_or(usize::MAX);
+            let buffer: VecDeque<Arc<Event>> = state
+                .entries
+                .iter()
+                .skip(skip)
+                .map(|e| Arc::clone(&e.event))
+                .collect();
+            let id = state.next_subscriber;
+            state.next_subscriber += 1;
+            state.subscribers += 1;
+            (id, buffer, latest)
+        };
+        Ok(Subscription {
+            log,
+            id,
+            bounds,
+            buffer,
+            taken: latest,
+            delivered: after,
+            pending: None,
+            finished: false,
+        })
+    }
+
+    /// The last sequence handed to the consumer: the cursor to resume from.
+    pub fn cursor(&self) -> u64 {
+        self.delivered
+    }
+
+    /// The bounds.
+    pub fn bounds(&self) -> SubscriptionBounds {
+        self.bounds
+    }
+
+    /// Moves newly committed events into the buffer, or records why the
+    /// subscription must end. Returns whether anything changed.
+    fn refill(&mut self, state: &State) -> bool {
+        let latest = state.last_seq();
+        if self.taken < latest {
+            // Live lag counts from the last event taken: the replay
+            // captured at subscribe time is not part of it.
+            let base = self.taken;
+            let lag_events = latest - base;
+            let lag_bytes = match state.cum_at(base) {
+                Some(cum) => state.cum_bytes - cum,
+                // The next event was already evicted: necessarily over.
+                None => u64::MAX,
+            };
+            if lag_events > self.bounds.max_events as u64
+                || lag_bytes > self.bounds.max_bytes as u64
+            {
+                self.pending = Some(SubscriptionError::SlowConsumer {
+                    last_delivered: self.delivered,
+                    recovery_cursor: self.delivered,
+                    lag_events,
+                    lag_bytes,
+                    max_events: self.bounds.max_events,
+                    max_bytes: self.bounds.max_bytes,
+                });
+                // Take nothing more from the log.
+                self.taken = u64::MAX;
+                return true;
+            }
+            let start = usize::try_from(self.taken + 1 - state.first_seq).unwrap_or(usize::MAX);
+            for entry in state.entries.iter().skip(start).take(BATCH) {
+                self.buffer.push_back(Arc::clone(&entry.event));
+                self.taken = entry.event.seq();
+            }
+            return true;
+        }
+        if let Some(reason) = state.ended {
+            if self.pending.is_none() && self.taken != u64::MAX {
+                self.pending = Some(SubscriptionError::Ended {
+                    reason,
+                    last_seq: latest,
+                });
+                self.taken = u64::MAX;
+                return true;
+            }
+        }
+        false
+    }
+
+    fn next_ready(&mut self) -> Option<Result<Arc<Event>, TryRecvError>> {
+        if self.finished {
+            return Some(Err(TryRecvError::Finished));
+        }
+        if let Some(event) = self.buffer.pop_front() {
+            self.delivered = event.seq();
+            if RunLog::is_run_terminal(&event) {
+                self.finished = true;
+                self.buffer.clear();
+                self.pending = None;
+            }
+            return Some(Ok(event));
+        }
+        if let Some(end) = self.pending.take() {
+            self.finished = true;
+            return Some(Err(TryRecvError::Ended(end)));
+        }
+        None
+    }
+
+    /// The next event without waiting.
+    pub fn try_recv(&mut self) -> Result<Arc<Event>, TryRecvError> {
+        if let Some(ready) = self.next_ready() {
+            return ready;
+        }
+        {
+            let log = self.log.clone();
+            let state = lock(&log.shared.state);
+            self.refill(&state);
+        }
+        self.next_ready().unwrap_or(Err(TryRecvError::Empty))
+    }
+
+    /// The next event, waiting for it. `None` after the run's terminal (or
+    /// after an early end was reported).
+    pub async fn recv(&mut self) -> Option<Result<Arc<Event>, SubscriptionError>> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    fn poll_recv(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Arc<Event>, SubscriptionError>>> {
+        let convert = |r: Result<Arc<Event>, TryRecvError>| match r {
+            Ok(e) => Some(Ok(e)),
+            Err(TryRecvError::Ended(e)) => Some(Err(e)),
+            Err(_) => None,
+        };
+        if let Some(ready) = self.next_ready() {
+            return Poll::Ready(convert(ready));
+        }
+        let log = self.log.clone();
+        let mut state = lock(&log.shared.state);
+        self.refill(&state);
+        match self.next_ready() {
+            Some(ready) => Poll::Ready(convert(ready)),
+            None => {
+                // Registered under the same lock the commit takes: a
+                // commit after our check necessarily sees this waker.
+                let id = self.id;
+                match state.waiters.iter_mut().find(|(w, _)| *w == id) {
+                    Some((_, waker)) => waker.clone_from(cx.waker()),
+                    None => state.waiters.push((id, cx.waker().clone())),
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl futures_core::Stream for Subscription {
+    type Item = Result<Arc<Event>, SubscriptionError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_recv(cx)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut state = lock(&self.log.shared.state);
+        state.subscribers = state.subscribers.saturating_sub(1);
+        let id = self.id;
+        state.waiters.retain(|(w, _)| *w != id);
+    }
+}
