@@ -277,22 +277,20 @@ impl LifecycleTracker {
                 if reused {
                     return Err(LifecycleError::DuplicateStart { key: key.clone() });
                 }
-                if let ScopeKey::Turn(_) = key {
-                    if let Some(open) = self.open.iter().find(|k| matches!(k, ScopeKey::Turn(_))) {
+                if let ScopeKey::Turn(_) = key
+                    && let Some(open) = self.open.iter().find(|k| matches!(k, ScopeKey::Turn(_))) {
                         return Err(LifecycleError::TurnStillOpen {
                             key: key.clone(),
                             open: open.clone(),
                         });
                     }
-                }
-                if let Some(parent) = key.parent() {
-                    if !self.open.contains(&parent) {
+                if let Some(parent) = key.parent()
+                    && !self.open.contains(&parent) {
                         return Err(LifecycleError::ParentNotOpen {
                             key: key.clone(),
                             parent,
                         });
                     }
-                }
                 if self.open.len() + 1 > self.max_open {
                     return Err(LifecycleError::TooManyOpen {
                         open: self.open.len() + 1,

@@ -238,8 +238,8 @@ impl Subscription {
             }
             return true;
         }
-        if let Some(reason) = state.ended {
-            if self.pending.is_none() && self.taken != u64::MAX {
+        if let Some(reason) = state.ended
+            && self.pending.is_none() && self.taken != u64::MAX {
                 self.pending = Some(SubscriptionError::Ended {
                     reason,
                     last_seq: latest,
@@ -247,7 +247,6 @@ impl Subscription {
                 self.taken = u64::MAX;
                 return true;
             }
-        }
         false
     }
 

@@ -22,7 +22,7 @@
 //! providers, and has no async code. `keel-stream` builds the model stream
 //! union on top of it; `keel-eventlog` and everything above use its values
 //! and its canonical JSON. Its dependencies are serde, serde_json,
-//! thiserror and smallvec.
+//! thiserror and ryu-js (ECMAScript number formatting).
 //!
 //! ```
 //! use keel_message::*;

@@ -1,5 +1,5 @@
 //! Property tests: any valid value survives JSON and canonical round trips.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use keel_message::*;
 use proptest::prelude::*;

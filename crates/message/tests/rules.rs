@@ -1,6 +1,6 @@
 //! One table per area, each row through that area's `check` helper: every
 //! rule of keel-message has a row that fails when the rule is removed.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use keel_message::*;
 use std::sync::Arc;
@@ -86,6 +86,7 @@ fn ids() {
         id_check(input, MessageId::parse(input), *want);
         id_check(input, OperationId::parse(input), *want);
         id_check(input, CallId::parse(input), *want);
+        id_check(input, InteractionId::parse(input), *want);
     }
 }
 

@@ -1,0 +1,163 @@
+//! Helpers shared by the eventlog tests (included with `mod common;`).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use keel_eventlog::*;
+use keel_message::{CallId, CanonicalJson, InteractionId, ModelName, OperationId, RunId, ToolName};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A clock the test moves by hand (it may even go backwards).
+#[derive(Debug, Default)]
+pub struct TestClock(pub AtomicU64);
+
+impl Clock for TestClock {
+    fn now_micros(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl TestClock {
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::SeqCst)
+    }
+}
+
+pub fn run_id() -> RunId {
+    RunId::parse("run_1").unwrap()
+}
+
+pub fn log_with(config: LogConfig) -> (RunLog, Arc<TestClock>) {
+    let clock = Arc::new(TestClock(AtomicU64::new(1_767_225_600_000_000)));
+    (RunLog::new(run_id(), config, clock.clone()).unwrap(), clock)
+}
+
+pub fn log() -> RunLog {
+    log_with(LogConfig::default()).0
+}
+
+pub fn op(s: &str) -> OperationId {
+    OperationId::parse(s).unwrap()
+}
+pub fn call(s: &str) -> CallId {
+    CallId::parse(s).unwrap()
+}
+pub fn tool_name(s: &str) -> ToolName {
+    ToolName::parse(s).unwrap()
+}
+pub fn iid(s: &str) -> InteractionId {
+    InteractionId::parse(s).unwrap()
+}
+
+pub fn run_started() -> Payload {
+    Payload::RunStarted(RunStarted::default())
+}
+pub fn run_completed() -> Payload {
+    Payload::RunCompleted(RunCompleted::default())
+}
+pub fn run_cancelled() -> Payload {
+    Payload::RunCancelled(RunCancelled::default())
+}
+pub fn turn_started(turn: u64) -> Payload {
+    Payload::TurnStarted(TurnRef {
+        turn,
+        extra: Extra::new(),
+    })
+}
+pub fn turn_completed(turn: u64) -> Payload {
+    Payload::TurnCompleted(TurnRef {
+        turn,
+        extra: Extra::new(),
+    })
+}
+pub fn turn_cancelled(turn: u64) -> Payload {
+    Payload::TurnCancelled(TurnRef {
+        turn,
+        extra: Extra::new(),
+    })
+}
+pub fn model_started(turn: u64, o: &str) -> Payload {
+    Payload::ModelStarted(ModelStarted {
+        turn,
+        operation_id: op(o),
+        model: ModelName::parse("scripted-1").unwrap(),
+        attempt: 1,
+        extra: Extra::new(),
+    })
+}
+pub fn model_completed(turn: u64, o: &str) -> Payload {
+    Payload::ModelCompleted(ModelCompleted {
+        turn,
+        operation_id: op(o),
+        finish: keel_stream::FinishReason::Stop,
+        usage: None,
+        metadata: None,
+        extra: Extra::new(),
+    })
+}
+pub fn model_cancelled(turn: u64, o: &str) -> Payload {
+    Payload::ModelCancelled(ModelRef {
+        turn,
+        operation_id: op(o),
+        extra: Extra::new(),
+    })
+}
+pub fn delta(turn: u64, o: &str, text: &str) -> Payload {
+    Payload::TextDelta(TextDelta {
+        turn,
+        operation_id: op(o),
+        text: text.into(),
+        extra: Extra::new(),
+    })
+}
+pub fn tool_started(turn: u64, c: &str) -> Payload {
+    Payload::ToolStarted(ToolRef {
+        turn,
+        call_id: call(c),
+        tool: tool_name("get_weather"),
+        extra: Extra::new(),
+    })
+}
+pub fn tool_cancelled(turn: u64, c: &str) -> Payload {
+    Payload::ToolCancelled(ToolRef {
+        turn,
+        call_id: call(c),
+        tool: tool_name("get_weather"),
+        extra: Extra::new(),
+    })
+}
+pub fn tool_completed(turn: u64, c: &str) -> Payload {
+    Payload::ToolCompleted(ToolCompleted {
+        turn,
+        call_id: call(c),
+        tool: tool_name("get_weather"),
+        output: "3 C".into(),
+        extra: Extra::new(),
+    })
+}
+pub fn note() -> Payload {
+    Payload::Extension {
+        kind: EventKind::parse("test.note").unwrap(),
+        payload: CanonicalJson::parse(r#"{"n":1}"#).unwrap(),
+    }
+}
+
+/// Commits every payload, panicking on refusal.
+pub fn commit_all(log: &RunLog, payloads: &[Payload]) {
+    for p in payloads {
+        log.commit(p)
+            .unwrap_or_else(|e| panic!("commit {:?}: {e}", p.kind()));
+    }
+}
+
+/// Drains a subscription without waiting; returns the sequences seen and
+/// how it ended (None if it is merely empty).
+pub fn drain(sub: &mut Subscription) -> (Vec<u64>, Option<TryRecvError>) {
+    let mut seqs = Vec::new();
+    loop {
+        match sub.try_recv() {
+            Ok(e) => seqs.push(e.seq()),
+            Err(TryRecvError::Empty) => return (seqs, None),
+            Err(other) => return (seqs, Some(other)),
+        }
+    }
+}

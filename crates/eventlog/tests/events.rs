@@ -1,0 +1,220 @@
+//! The wire format: canonical lines, decoding rules, byte-identical round
+//! trips, unknown members and kinds.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+use common::*;
+use keel_eventlog::*;
+
+/// Decodes `line`; expects it to round-trip byte for byte, or to be refused
+/// with an error whose text contains `rule`.
+fn check(row: &str, line: &str, rule: Option<&str>) {
+    match (Event::decode(line), rule) {
+        (Ok(e), None) => {
+            assert_eq!(e.line(), line, "row {row}: not byte-identical");
+            // And the payload re-encodes to the same slice.
+            let payload = e.payload().unwrap();
+            assert_eq!(
+                payload.to_canonical().unwrap(),
+                e.payload_json(),
+                "row {row}"
+            );
+        }
+        (Ok(e), Some(rule)) => panic!("row {row}: accepted {e}, wanted {rule}"),
+        (Err(e), None) => panic!("row {row}: refused: {e}"),
+        (Err(e), Some(rule)) => {
+            let shown = e.to_string();
+            assert!(shown.contains(rule), "row {row}: {shown} lacks {rule}");
+            assert!(
+                !shown.contains("SECRETVALUE"),
+                "row {row}: echoed input: {shown}"
+            );
+        }
+    }
+}
+
+const ENV: &str = r#","run_id":"run_1","seq":3,"ts":1767225600123456}"#;
+
+fn line(kind: &str, payload: &str) -> String {
+    format!(r#"{{"kind":"{kind}","payload":{payload}{ENV}"#)
+}
+
+#[test]
+fn decoding_rules() {
+    let rows: Vec<(&str, String, Option<&str>)> = vec![
+        ("run.started", line("run.started", "{}"), None),
+        ("text delta", line("model.text_delta", r#"{"operation_id":"op_1","text":"Hi ✓","turn":1}"#), None),
+        (
+            "tool call",
+            line("model.tool_call", r#"{"arguments":{"city":"Oslo"},"call_id":"c1","name":"get_weather","operation_id":"op_1","turn":1}"#),
+            None,
+        ),
+        (
+            "tool.failed with typed outcome",
+            line("tool.failed", r#"{"call_id":"c1","error":"timed out","outcome":"uncertain","retry":"retryable","tool":"get_weather","turn":1}"#),
+            None,
+        ),
+        (
+            "model.failed",
+            line("model.failed", r#"{"operation_id":"op_2","position":"partial","problem":{"kind":"overloaded","message":"busy","retryable":true},"turn":1}"#),
+            None,
+        ),
+        (
+            "run.failed with cause",
+            line("run.failed", r#"{"cause":{"call_id":"c1","tool":"get_weather"},"error":"tool failed"}"#),
+            None,
+        ),
+        ("unknown optional member kept", line("turn.started", r#"{"future":{"b":[1,2],"a":null},"turn":1}"#.replace(r#"{"b":[1,2],"a":null}"#, r#"{"a":null,"b":[1,2]}"#).as_str()), None),
+        ("unknown nested member kept", line("model.failed", r#"{"operation_id":"op_2","position":"pristine","problem":{"kind":"timeout","message":"slow","new_field":7,"retryable":true},"turn":1}"#), None),
+        ("extension kind kept", line("model.reasoning_delta", r#"{"text":"hmm","turn":1}"#), None),
+        ("unknown lifecycle kind", line("agent.started", "{}"), Some("rule kind.lifecycle_known")),
+        ("unknown lifecycle phase of a known scope", line("tool.paused", "{}"), None),
+        ("malformed kind", line("Run.Started", "{}"), Some("rule kind.syntax")),
+        ("kind without dot", line("started", "{}"), Some("rule kind.syntax")),
+        ("not canonical: spaces", line("run.started", "{ }"), Some("rule event.canonical")),
+        (
+            "not canonical: key order",
+            r#"{"payload":{},"kind":"run.started","run_id":"run_1","seq":3,"ts":1}"#.to_string(),
+            Some("rule event.canonical"),
+        ),
+        ("not canonical: number form", line("turn.started", r#"{"turn":1.0}"#), Some("rule event.canonical")),
+        ("null optional member", line("run.completed", r#"{"usage":null}"#), Some("rule event.canonical")),
+        ("missing payload", r#"{"kind":"run.started","run_id":"run_1","seq":3,"ts":1}"#.into(), Some("payload is missing")),
+        ("extra envelope member", r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":3,"ts":1,"x":1}"#.into(), Some("unknown envelope member")),
+        ("seq zero", r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":0,"ts":1}"#.into(), Some("rule event.seq")),
+        ("negative ts", r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":1,"ts":-1}"#.into(), Some("ts must be")),
+        ("bad run id", r#"{"kind":"run.started","payload":{},"run_id":"run 1","seq":1,"ts":1}"#.into(), Some("ids.charset")),
+        ("payload not an object", line("run.started", "[]"), Some("rule payload.object")),
+        ("missing member", line("turn.started", "{}"), Some("rule payload.schema")),
+        ("wrong type does not echo", line("turn.started", r#"{"turn":"SECRETVALUE"}"#), Some("rule payload.schema")),
+        ("bad enum does not echo", line("tool.failed", r#"{"call_id":"c1","error":"x","outcome":"SECRETVALUE","tool":"t","turn":1}"#), Some("rule payload.schema")),
+        ("empty delta", line("model.text_delta", r#"{"operation_id":"op_1","text":"","turn":1}"#), Some("rule payload.text_nonempty")),
+        ("turn zero", line("turn.started", r#"{"turn":0}"#), Some("rule payload.turn_from_1")),
+        ("duplicate member", line("turn.started", r#"{"turn":1,"turn":2}"#), Some("duplicate")),
+        (
+            "unscreened secret in error text",
+            line("tool.failed", r#"{"call_id":"c1","error":"key sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAA","tool":"t","turn":1}"#),
+            Some("rule event.canonical"),
+        ),
+        ("not JSON", "{kind".into(), Some("not valid JSON")),
+    ];
+    for (row, input, rule) in &rows {
+        check(row, input, *rule);
+    }
+}
+
+#[test]
+fn every_committed_kind_round_trips() {
+    let log = log();
+    let payloads = vec![
+        run_started(),
+        turn_started(1),
+        model_started(1, "op_1"),
+        delta(1, "op_1", "Checking \u{2028} \"quotes\" \u{1F600}"),
+        Payload::ToolCall(ToolCall {
+            turn: 1,
+            operation_id: op("op_1"),
+            call_id: call("c1"),
+            name: tool_name("get_weather"),
+            arguments: keel_message::CanonicalJson::parse(r#"{"city":"Oslo","n":1e30}"#).unwrap(),
+            extra: Extra::new(),
+        }),
+        model_completed(1, "op_1"),
+        tool_started(1, "c1"),
+        Payload::ToolFailed(ToolFailed {
+            turn: 1,
+            call_id: call("c1"),
+            tool: tool_name("get_weather"),
+            error: ErrorText::new("timed out"),
+            outcome: Some(ToolOutcome::Uncertain),
+            retry: Some(ToolRetry::Retryable),
+            extra: Extra::new(),
+        }),
+        Payload::InteractionStarted(InteractionStarted {
+            turn: 1,
+            interaction_id: iid("i1"),
+            request: "approval".into(),
+            call_id: Some(call("c2")),
+            extra: Extra::new(),
+        }),
+        Payload::InteractionCompleted(InteractionCompleted {
+            turn: 1,
+            interaction_id: iid("i1"),
+            decision: "denied".into(),
+            extra: Extra::new(),
+        }),
+        turn_completed(1),
+        note(),
+        Payload::RunFailed(RunFailed {
+            error: ErrorText::new("tool failed"),
+            cause: Some(Cause {
+                call_id: Some(call("c1")),
+                tool: Some(tool_name("get_weather")),
+                ..Cause::default()
+            }),
+            extra: Extra::new(),
+        }),
+    ];
+    for p in &payloads {
+        let e = log.commit(p).unwrap();
+        let decoded = Event::decode(e.line()).unwrap();
+        assert_eq!(decoded, *e);
+        assert_eq!(&decoded.payload().unwrap(), p);
+        // The envelope is in canonical order with integers only.
+        assert!(
+            e.line()
+                .starts_with(&format!(r#"{{"kind":"{}","payload":{{"#, p.kind()))
+        );
+        assert!(e.line().ends_with(&format!(
+            r#","run_id":"run_1","seq":{},"ts":{}}}"#,
+            e.seq(),
+            e.ts()
+        )));
+        // And equals the generic RFC 8785 encoder's output for the same value.
+        let value: serde_json::Value = serde_json::from_str(e.line()).unwrap();
+        assert_eq!(
+            keel_message::canonical::to_canonical_string(&value).unwrap(),
+            e.line()
+        );
+    }
+}
+
+#[test]
+fn error_text_is_screened_and_bounded() {
+    let key = format!("sk-ant-api03-{}", "Ab1".repeat(20));
+    let t = ErrorText::new(&format!("auth failed for {key}\u{0}\u{7}"));
+    assert!(!t.as_str().contains(&key), "{t}");
+    assert!(t.as_str().contains("[redacted]"));
+    assert!(!t.as_str().contains('\u{7}'));
+    let long = ErrorText::new(&"é".repeat(5000));
+    assert!(long.as_str().len() <= ERROR_TEXT_MAX_BYTES);
+}
+
+#[test]
+fn payload_size_is_bounded() {
+    let (log, _) = log_with(LogConfig {
+        max_event_bytes: 1024,
+        ..LogConfig::default()
+    });
+    commit_all(
+        &log,
+        &[run_started(), turn_started(1), model_started(1, "op_1")],
+    );
+    let before = log.stats();
+    let err = log
+        .commit(&delta(1, "op_1", &"x".repeat(2000)))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CommitError::EventTooLarge {
+                max: 1024,
+                bound: "max_event_bytes",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(log.stats(), before, "a refused commit uses no sequence");
+    assert_eq!(log.commit(&delta(1, "op_1", "ok")).unwrap().seq(), 4);
+}
