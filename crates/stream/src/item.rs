@@ -1,0 +1,412 @@
+//! The validated stream item union and its parts.
+
+use crate::metadata::ProviderMetadata;
+use crate::problem::{JSON_SAFE_MAX, ProblemKind, ProviderProblem};
+use crate::validator::StreamViolation;
+use keel_message::{Bound, CallId, CanonicalJson, Limits, ToolCallPart, ToolName};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+
+/// Non-empty visible text, at most `limits.delta_bytes`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TextDelta(Arc<str>);
+
+impl TextDelta {
+    /// A delta under the default limits.
+    pub fn new(text: &str) -> Result<TextDelta, StreamViolation> {
+        Self::new_with(text, Limits::default_ref())
+    }
+
+    /// A delta: non-empty (rule `EmptyDelta`), at most `limits.delta_bytes`.
+    pub fn new_with<T>(text: T, limits: &Limits) -> Result<TextDelta, StreamViolation>
+    where
+        T: AsRef<str> + Into<Arc<str>>,
+    {
+        let len = text.as_ref().len();
+        if len == 0 {
+            return Err(StreamViolation::EmptyDelta);
+        }
+        Bound::DeltaBytes.check(limits, len)?;
+        Ok(TextDelta(text.into()))
+    }
+
+    /// The text.
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+
+    /// The text as a shared handle.
+    pub fn shared(&self) -> Arc<str> {
+        Arc::clone(&self.0)
+    }
+}
+
+impl fmt::Display for TextDelta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for TextDelta {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for TextDelta {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        TextDelta::new_with(text, Limits::default_ref()).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Why the model stopped generating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A natural end (OpenAI `stop`; Anthropic `end_turn`, `stop_sequence`).
+    Stop,
+    /// The model wants the host to run its tool calls (Anthropic `tool_use`).
+    ToolCalls,
+    /// The output-token bound was hit (Anthropic `max_tokens`).
+    Length,
+    /// The provider's filter stopped the output (Anthropic `refusal`).
+    ContentFilter,
+}
+
+impl FinishReason {
+    /// The wire name, e.g. `"tool_calls"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::Length => "length",
+            FinishReason::ContentFilter => "content_filter",
+        }
+    }
+}
+
+impl fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Token counts that JSON carries exactly: each count and their sum is at
+/// most 2^53 − 1, so [`total`](Self::total) never overflows either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Usage {
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+/// A usage count over 2^53 − 1 (names the field, `input_tokens`,
+/// `output_tokens` or `total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("usage {field} exceeds 2^53-1 (rule usage.json_safe)")]
+pub struct UsageOverflow {
+    /// Which count overflowed.
+    pub field: &'static str,
+}
+
+impl Usage {
+    /// Validates the counts.
+    pub fn new(input_tokens: u64, output_tokens: u64) -> Result<Usage, UsageOverflow> {
+        if input_tokens > JSON_SAFE_MAX {
+            return Err(UsageOverflow {
+                field: "input_tokens",
+            });
+        }
+        if output_tokens > JSON_SAFE_MAX {
+            return Err(UsageOverflow {
+                field: "output_tokens",
+            });
+        }
+        if input_tokens + output_tokens > JSON_SAFE_MAX {
+            return Err(UsageOverflow { field: "total" });
+        }
+        Ok(Usage {
+            input_tokens,
+            output_tokens,
+        })
+    }
+
+    /// Tokens read.
+    pub fn input_tokens(&self) -> u64 {
+        self.input_tokens
+    }
+    /// Tokens generated.
+    pub fn output_tokens(&self) -> u64 {
+        self.output_tokens
+    }
+    /// Input plus output.
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageWire {
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+impl<'de> Deserialize<'de> for Usage {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = UsageWire::deserialize(d)?;
+        Usage::new(w.input_tokens, w.output_tokens).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The normal end of a stream: finish reason, optional usage and the
+/// (allowlisted) provider metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Completion {
+    finish: FinishReason,
+    usage: Option<Usage>,
+    metadata: ProviderMetadata,
+}
+
+impl Completion {
+    /// A completion from validated parts. Whether the finish reason fits
+    /// the stream before it is the validator's question, not this one's.
+    pub fn new(
+        finish: FinishReason,
+        usage: Option<Usage>,
+        metadata: ProviderMetadata,
+    ) -> Completion {
+        Completion {
+            finish,
+            usage,
+            metadata,
+        }
+    }
+    /// Why generation stopped.
+    pub fn finish(&self) -> FinishReason {
+        self.finish
+    }
+    /// Token usage, when reported.
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+    /// The provider metadata (empty when none was reported or allowed).
+    pub fn metadata(&self) -> &ProviderMetadata {
+        &self.metadata
+    }
+}
+
+#[derive(Serialize)]
+struct CompletionOut<'a> {
+    finish: FinishReason,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Usage>,
+    #[serde(skip_serializing_if = "ProviderMetadata::is_empty")]
+    metadata: &'a ProviderMetadata,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompletionWire {
+    finish: FinishReason,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    metadata: ProviderMetadata,
+}
+
+/// Wire shape: `{"finish", "usage"?, "metadata"?}`; `usage` is left out
+/// when unknown and `metadata` when empty.
+impl Serialize for Completion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        CompletionOut {
+            finish: self.finish,
+            usage: self.usage,
+            metadata: &self.metadata,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Completion {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = CompletionWire::deserialize(d)?;
+        Ok(Completion::new(w.finish, w.usage, w.metadata))
+    }
+}
+
+/// Where in the stream a failure happened, as the host saw it: the basis
+/// of every retry decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryPosition {
+    /// No valid text delta or tool call had been accepted: a retry cannot
+    /// duplicate output.
+    Pristine,
+    /// At least one valid text delta or tool call had been accepted.
+    Partial,
+}
+
+impl RetryPosition {
+    /// The wire name, `"pristine"` or `"partial"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryPosition::Pristine => "pristine",
+            RetryPosition::Partial => "partial",
+        }
+    }
+}
+
+impl fmt::Display for RetryPosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The abnormal end of a stream: a typed problem and the host-computed
+/// retry position. Wire shape: `{"problem": {…}, "position": …}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFailure {
+    problem: ProviderProblem,
+    position: RetryPosition,
+}
+
+impl ModelFailure {
+    /// A failure at a position the host computed (the validator's
+    /// [`position`](crate::StreamValidator::position)).
+    pub fn new(problem: ProviderProblem, position: RetryPosition) -> ModelFailure {
+        ModelFailure { problem, position }
+    }
+
+    /// A failure to start a stream: always [`RetryPosition::Pristine`].
+    pub fn at_start(problem: ProviderProblem) -> ModelFailure {
+        Self::new(problem, RetryPosition::Pristine)
+    }
+
+    /// What went wrong.
+    pub fn problem(&self) -> &ProviderProblem {
+        &self.problem
+    }
+    /// Where it went wrong.
+    pub fn position(&self) -> RetryPosition {
+        self.position
+    }
+    /// Shorthand for `self.problem().kind()`.
+    pub fn kind(&self) -> ProblemKind {
+        self.problem.kind()
+    }
+}
+
+impl fmt::Display for ModelFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.problem, self.position)
+    }
+}
+
+/// One validated item of a model stream: a strict tagged union.
+///
+/// A well-formed stream is any number of text deltas and tool calls, then
+/// exactly one terminal: a [`Completion`] or a [`ModelFailure`]. Only the
+/// [`StreamValidator`](crate::StreamValidator) decides that a raw item
+/// belongs in a stream; the constructors of the parts check only the parts.
+///
+/// Wire shape (tag `type`): `{"type":"text_delta","text"}`,
+/// `{"type":"tool_call","call_id","name","arguments"}`,
+/// `{"type":"completion","finish","usage"?,"metadata"?}`,
+/// `{"type":"failure","problem","position"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StreamItem {
+    /// Visible text.
+    TextDelta(TextDelta),
+    /// A finalized tool call.
+    ToolCall(ToolCallPart),
+    /// The normal end.
+    Completion(Completion),
+    /// The abnormal end.
+    Failure(ModelFailure),
+}
+
+impl StreamItem {
+    /// Whether this item ends a stream.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, StreamItem::Completion(_) | StreamItem::Failure(_))
+    }
+
+    /// The wire tag: `text_delta`, `tool_call`, `completion` or `failure`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            StreamItem::TextDelta(_) => "text_delta",
+            StreamItem::ToolCall(_) => "tool_call",
+            StreamItem::Completion(_) => "completion",
+            StreamItem::Failure(_) => "failure",
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ItemOut<'a> {
+    TextDelta {
+        text: &'a TextDelta,
+    },
+    ToolCall {
+        call_id: &'a CallId,
+        name: &'a ToolName,
+        arguments: &'a CanonicalJson,
+    },
+    Completion(&'a Completion),
+    Failure(&'a ModelFailure),
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum ItemWire {
+    TextDelta {
+        text: TextDelta,
+    },
+    ToolCall {
+        call_id: CallId,
+        name: ToolName,
+        arguments: CanonicalJson,
+    },
+    Completion(Completion),
+    Failure(ModelFailure),
+}
+
+impl Serialize for StreamItem {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            StreamItem::TextDelta(text) => ItemOut::TextDelta { text },
+            StreamItem::ToolCall(c) => ItemOut::ToolCall {
+                call_id: c.call_id(),
+                name: c.name(),
+                arguments: c.arguments(),
+            },
+            StreamItem::Completion(c) => ItemOut::Completion(c),
+            StreamItem::Failure(f) => ItemOut::Failure(f),
+        }
+        .serialize(s)
+    }
+}
+
+/// Decoding validates each part under the default limits (it cannot check
+/// the item's place in a stream: that is the validator's job).
+impl<'de> Deserialize<'de> for StreamItem {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match ItemWire::deserialize(d)? {
+            ItemWire::TextDelta { text } => StreamItem::TextDelta(text),
+            ItemWire::ToolCall {
+                call_id,
+                name,
+                arguments,
+            } => StreamItem::ToolCall(
+                ToolCallPart::new_with(call_id, name, arguments, Limits::default_ref())
+                    .map_err(serde::de::Error::custom)?,
+            ),
+            ItemWire::Completion(c) => StreamItem::Completion(c),
+            ItemWire::Failure(f) => StreamItem::Failure(f),
+        })
+    }
+}

@@ -1,0 +1,214 @@
+//! Typed, bounded, screened provider problems.
+
+use crate::raw::RawProblem;
+use crate::secrets;
+use keel_message::Limits;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What went wrong with a model call, provider-neutrally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// Too many requests (HTTP 429).
+    RateLimited,
+    /// The provider is overloaded (HTTP 529, 503 "overloaded").
+    Overloaded,
+    /// The provider could not be reached, or the stream ended without its
+    /// terminator.
+    Unavailable,
+    /// The call took too long.
+    Timeout,
+    /// The credentials were missing, wrong or not allowed (HTTP 401, 403).
+    Auth,
+    /// The provider refused the request as malformed (HTTP 400, 404, 422).
+    InvalidRequest,
+    /// The provider refused the request or its output on policy grounds.
+    ContentFilter,
+    /// The request did not fit the model's context window.
+    ContextLength,
+    /// The provider (or its adapter) broke the stream protocol; also every
+    /// host-side validation failure.
+    Protocol,
+    /// The host cancelled the call.
+    Cancelled,
+    /// Anything else.
+    Other,
+}
+
+impl ProblemKind {
+    /// The wire name, e.g. `"rate_limited"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProblemKind::RateLimited => "rate_limited",
+            ProblemKind::Overloaded => "overloaded",
+            ProblemKind::Unavailable => "unavailable",
+            ProblemKind::Timeout => "timeout",
+            ProblemKind::Auth => "auth",
+            ProblemKind::InvalidRequest => "invalid_request",
+            ProblemKind::ContentFilter => "content_filter",
+            ProblemKind::ContextLength => "context_length",
+            ProblemKind::Protocol => "protocol",
+            ProblemKind::Cancelled => "cancelled",
+            ProblemKind::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A validated provider problem: kind, a bounded and screened message, a
+/// `retryable` flag and an optional retry-after delay.
+///
+/// **A problem message is never rejected.** Losing a failure report is
+/// worse than keeping an imperfect one, so instead of failing, building a
+/// problem:
+///
+/// 1. replaces every span that [`secrets::screen_value`] flags with
+///    `[redacted]` (then [`redacted`](Self::redacted) is `true`), and
+/// 2. truncates the result at a char boundary to
+///    `limits.problem_message_bytes` (then [`truncated`](Self::truncated)
+///    is `true`), screening again what is left.
+///
+/// ```
+/// use keel_stream::{ProblemKind, ProviderProblem};
+/// let key = format!("{}{}", "sk-", "x1Y2".repeat(10));
+/// let p = ProviderProblem::new(ProblemKind::Auth, &format!("Incorrect API key provided: {key}"), false);
+/// assert_eq!(p.message(), "Incorrect API key provided: [redacted]");
+/// assert!(p.redacted() && !p.truncated());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProviderProblem {
+    kind: ProblemKind,
+    message: Arc<str>,
+    retryable: bool,
+    retry_after: Option<Duration>,
+    redacted: bool,
+    truncated: bool,
+}
+
+impl ProviderProblem {
+    /// A problem under the default limits (see [`new_with`](Self::new_with)).
+    pub fn new(kind: ProblemKind, message: &str, retryable: bool) -> ProviderProblem {
+        Self::new_with(kind, message, retryable, Limits::default_ref())
+    }
+
+    /// A problem whose message is redacted and bounded by
+    /// `limits.problem_message_bytes`. Never fails.
+    pub fn new_with(
+        kind: ProblemKind,
+        message: &str,
+        retryable: bool,
+        limits: &Limits,
+    ) -> ProviderProblem {
+        let (message, redacted, truncated) =
+            secrets::screen_and_bound(message, limits.problem_message_bytes);
+        ProviderProblem {
+            kind,
+            message: message.into(),
+            retryable,
+            retry_after: None,
+            redacted,
+            truncated,
+        }
+    }
+
+    /// Validates what an adapter reported.
+    pub fn from_raw(raw: RawProblem, limits: &Limits) -> ProviderProblem {
+        Self::new_with(raw.kind, &raw.message, raw.retryable, limits)
+            .with_retry_after(raw.retry_after)
+    }
+
+    /// The same problem with this retry-after delay (`None` clears it).
+    pub fn with_retry_after(mut self, retry_after: impl Into<Option<Duration>>) -> ProviderProblem {
+        self.retry_after = retry_after.into();
+        self
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> ProblemKind {
+        self.kind
+    }
+    /// The screened, bounded message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+    /// Whether the provider says trying again may succeed.
+    pub fn retryable(&self) -> bool {
+        self.retryable
+    }
+    /// How long the provider asked to wait before retrying, if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+    /// Whether part of the message was replaced by `[redacted]`.
+    pub fn redacted(&self) -> bool {
+        self.redacted
+    }
+    /// Whether the message was cut to `limits.problem_message_bytes`.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+}
+
+impl fmt::Display for ProviderProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+/// The largest integer JSON carries exactly (2^53 − 1).
+pub(crate) const JSON_SAFE_MAX: u64 = (1 << 53) - 1;
+
+#[derive(Serialize)]
+struct ProblemOut<'a> {
+    kind: ProblemKind,
+    message: &'a str,
+    retryable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProblemWire {
+    kind: ProblemKind,
+    message: String,
+    retryable: bool,
+    #[serde(default)]
+    retry_after_ms: Option<u64>,
+}
+
+/// Wire shape: `{"kind", "message", "retryable"}` plus `"retry_after_ms"`
+/// (an integer, at most 2^53 − 1) when a delay is known.
+impl Serialize for ProviderProblem {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ProblemOut {
+            kind: self.kind,
+            message: &self.message,
+            retryable: self.retryable,
+            retry_after_ms: self.retry_after.map(|d| {
+                u64::try_from(d.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .min(JSON_SAFE_MAX)
+            }),
+        }
+        .serialize(s)
+    }
+}
+
+/// Decoding runs [`ProviderProblem::new_with`] under the default limits, so
+/// it redacts and bounds like building does.
+impl<'de> Deserialize<'de> for ProviderProblem {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = ProblemWire::deserialize(d)?;
+        Ok(ProviderProblem::new(w.kind, &w.message, w.retryable)
+            .with_retry_after(w.retry_after_ms.map(Duration::from_millis)))
+    }
+}

@@ -1,0 +1,303 @@
+//! The host-side stream validator.
+
+use crate::item::{
+    Completion, FinishReason, ModelFailure, RetryPosition, StreamItem, TextDelta, Usage,
+    UsageOverflow,
+};
+use crate::metadata::{MetadataAllowlist, MetadataError, ProviderMetadata};
+use crate::problem::{ProblemKind, ProviderProblem};
+use crate::raw::{RawCompletion, RawItem, RawToolCall};
+use keel_message::{
+    Bound, CallId, CanonicalJson, IdError, LimitExceeded, Limits, MessageError, MessageErrorKind,
+    ToolCallPart, ToolName,
+};
+use std::collections::HashSet;
+
+/// Whether a `stop` finish may follow tool calls.
+///
+/// OpenAI and Anthropic streams that carry tool calls finish with
+/// `tool_calls` (`tool_use`), so a `stop` after tool calls usually means an
+/// adapter lost track; some OpenAI-compatible servers do send it, though.
+/// Their adapters should map it to `tool_calls`, or the host can choose
+/// [`Allow`](Self::Allow). `length` and `content_filter` after tool calls
+/// are always accepted: they interrupt, they don't contradict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum StopAfterToolCalls {
+    /// Accept a `stop` finish after tool calls.
+    Allow,
+    /// Reject it as [`StreamViolation::StopAfterToolCalls`] (the default).
+    #[default]
+    Forbid,
+}
+
+/// Validator policy. Build it from [`Default`] and set fields:
+///
+/// ```
+/// use keel_stream::{StopAfterToolCalls, ValidatorConfig};
+/// let mut config = ValidatorConfig::default();
+/// config.stop_after_tool_calls = StopAfterToolCalls::Allow;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ValidatorConfig {
+    /// Whether a `stop` finish may follow tool calls. Default
+    /// [`StopAfterToolCalls::Forbid`].
+    pub stop_after_tool_calls: StopAfterToolCalls,
+}
+
+/// A stream rule a raw item broke. One variant per rule; `Display` names
+/// the rule and never echoes content (text, arguments, metadata values or
+/// an unparsable id or name; a *valid* duplicate call id is named).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamViolation {
+    /// A text delta with no text.
+    #[error("empty text delta (rule stream.delta_nonempty)")]
+    EmptyDelta,
+    /// An item over its bound: `delta_bytes`, `tool_calls_per_stream`,
+    /// `json_bytes` or `part_bytes` (tool-call arguments).
+    #[error("item over its bound: {0}")]
+    OverBound(#[from] LimitExceeded),
+    /// A tool call id that is not a valid id.
+    #[error("tool call has an invalid call id: {0}")]
+    InvalidCallId(IdError),
+    /// A tool call whose name breaks the tool-name rule.
+    #[error("tool call has an invalid name: {}", .0.kind())]
+    InvalidToolName(MessageError),
+    /// A second tool call with the same call id.
+    #[error("call id {call_id} is used twice in the stream (rule stream.call_id_unique)")]
+    DuplicateCallId {
+        /// The repeated id.
+        call_id: CallId,
+    },
+    /// Tool-call arguments that are not valid (I-)JSON. Only the JSON rule
+    /// is kept (e.g. `json.syntax`, `json.duplicate_key`): the parser's
+    /// path would quote member names from the arguments, which are content.
+    #[error("tool call arguments are not valid JSON ({rule}) (rule stream.arguments_json)")]
+    ArgumentsNotJson {
+        /// The canonical JSON rule that was broken ([`keel_message::JsonError::rule`]).
+        rule: &'static str,
+    },
+    /// Tool-call arguments that are JSON but not an object.
+    #[error("tool call arguments are not a JSON object (rule stream.arguments_object)")]
+    ArgumentsNotObject,
+    /// A tool call rejected by another `keel-message` rule.
+    #[error("tool call is invalid: {}", .0.kind())]
+    InvalidToolCall(MessageError),
+    /// Any item after a completion, a failure or a violation.
+    #[error("item after the stream's terminal (rule stream.after_terminal)")]
+    AfterTerminal,
+    /// A `tool_calls` finish with no tool call before it.
+    #[error("finish reason tool_calls without any tool call (rule stream.finish_tool_calls)")]
+    FinishWithoutToolCalls,
+    /// A `stop` finish after tool calls, when the policy forbids it.
+    #[error(
+        "finish reason stop after tool calls (rule stream.stop_after_tool_calls; policy forbid)"
+    )]
+    StopAfterToolCalls,
+    /// Usage counts that JSON cannot carry exactly.
+    #[error(transparent)]
+    UsageOverflow(#[from] UsageOverflow),
+    /// Completion metadata that broke a metadata rule.
+    #[error("completion metadata rejected: {0}")]
+    Metadata(#[from] MetadataError),
+    /// The stream ended with no completion or failure.
+    #[error("stream ended without a terminal item (rule stream.terminal)")]
+    NoTerminal,
+}
+
+impl StreamViolation {
+    /// The protocol failure this violation becomes, under the default
+    /// limits: problem kind `protocol`, not retryable, the message is this
+    /// violation's `Display`.
+    pub fn into_failure(self, position: RetryPosition) -> ModelFailure {
+        self.into_failure_with(position, Limits::default_ref())
+    }
+
+    /// As [`into_failure`](Self::into_failure), bounding the message by
+    /// `limits.problem_message_bytes`.
+    pub fn into_failure_with(self, position: RetryPosition, limits: &Limits) -> ModelFailure {
+        ModelFailure::new(
+            ProviderProblem::new_with(ProblemKind::Protocol, &self.to_string(), false, limits),
+            position,
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Open,
+    Terminated,
+}
+
+/// Validates one model stream, item by item, and computes its retry
+/// position.
+///
+/// - [`accept`](Self::accept) turns each [`RawItem`] into a [`StreamItem`]
+///   or a [`StreamViolation`]. The first terminal (completion or failure) or
+///   violation ends the stream: every later item is
+///   [`StreamViolation::AfterTerminal`].
+/// - [`end_of_stream`](Self::end_of_stream) reports a stream that ended
+///   with no terminal ([`StreamViolation::NoTerminal`]).
+/// - [`position`](Self::position) is [`RetryPosition::Partial`] once a
+///   valid text delta or tool call has been accepted. A provider failure
+///   item gets this position whatever the adapter believes; adapters have
+///   no way to state one.
+///
+/// Completion metadata is reduced to the allowlisted namespaces *before*
+/// it is validated ([`ProviderMetadata::from_value_allowed`]): what is
+/// dropped is not inspected and cannot fail the stream.
+///
+/// ```
+/// use keel_stream::*;
+/// use keel_message::Limits;
+/// let mut v = StreamValidator::new(ValidatorConfig::default(), Limits::default(), MetadataAllowlist::empty());
+/// assert!(v.accept(RawItem::text("Hi")).is_ok());
+/// assert_eq!(v.accept(RawItem::text("")), Err(StreamViolation::EmptyDelta));
+/// assert_eq!(v.accept(RawItem::text("late")), Err(StreamViolation::AfterTerminal));
+/// assert_eq!(v.position(), RetryPosition::Partial);
+/// ```
+#[derive(Debug, Clone)]
+pub struct StreamValidator {
+    config: ValidatorConfig,
+    limits: Limits,
+    allowlist: MetadataAllowlist,
+    call_ids: HashSet<CallId>,
+    valid_items: u64,
+    state: State,
+}
+
+impl StreamValidator {
+    /// A validator for one stream.
+    pub fn new(config: ValidatorConfig, limits: Limits, allowlist: MetadataAllowlist) -> Self {
+        StreamValidator {
+            config,
+            limits,
+            allowlist,
+            call_ids: HashSet::new(),
+            valid_items: 0,
+            state: State::Open,
+        }
+    }
+
+    /// The limits this validator enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// [`RetryPosition::Partial`] once a valid text delta or tool call has
+    /// been accepted, else [`RetryPosition::Pristine`].
+    pub fn position(&self) -> RetryPosition {
+        if self.valid_items > 0 {
+            RetryPosition::Partial
+        } else {
+            RetryPosition::Pristine
+        }
+    }
+
+    /// Whether the stream has ended: a terminal was accepted, or a
+    /// violation was reported.
+    pub fn is_terminated(&self) -> bool {
+        self.state == State::Terminated
+    }
+
+    /// Validates the next raw item. On `Err`, the stream is over: turn the
+    /// violation into its failure with
+    /// [`into_failure_with`](StreamViolation::into_failure_with) and
+    /// [`position`](Self::position).
+    pub fn accept(&mut self, raw: RawItem) -> Result<StreamItem, StreamViolation> {
+        if self.state == State::Terminated {
+            return Err(StreamViolation::AfterTerminal);
+        }
+        let result = self.check(raw);
+        match &result {
+            Ok(StreamItem::TextDelta(_) | StreamItem::ToolCall(_)) => self.valid_items += 1,
+            Ok(StreamItem::Completion(_) | StreamItem::Failure(_)) | Err(_) => {
+                self.state = State::Terminated;
+            }
+        }
+        result
+    }
+
+    /// Reports the end of the raw stream: `Err(NoTerminal)` if it ended
+    /// with no terminal item (and no violation was reported before). The
+    /// stream is over afterwards.
+    pub fn end_of_stream(&mut self) -> Result<(), StreamViolation> {
+        match self.state {
+            State::Terminated => Ok(()),
+            State::Open => {
+                self.state = State::Terminated;
+                Err(StreamViolation::NoTerminal)
+            }
+        }
+    }
+
+    fn check(&mut self, raw: RawItem) -> Result<StreamItem, StreamViolation> {
+        match raw {
+            RawItem::TextDelta(text) => Ok(StreamItem::TextDelta(TextDelta::new_with(
+                text,
+                &self.limits,
+            )?)),
+            RawItem::ToolCall(call) => self.tool_call(call).map(StreamItem::ToolCall),
+            RawItem::Completion(c) => self.completion(c).map(StreamItem::Completion),
+            RawItem::Failure(problem) => Ok(StreamItem::Failure(ModelFailure::new(
+                ProviderProblem::from_raw(problem, &self.limits),
+                self.position(),
+            ))),
+        }
+    }
+
+    fn tool_call(&mut self, raw: RawToolCall) -> Result<ToolCallPart, StreamViolation> {
+        let call_id = CallId::parse(&raw.call_id).map_err(StreamViolation::InvalidCallId)?;
+        let name = ToolName::parse(&raw.name).map_err(StreamViolation::InvalidToolName)?;
+        if self.call_ids.contains(&call_id) {
+            return Err(StreamViolation::DuplicateCallId { call_id });
+        }
+        Bound::ToolCallsPerStream.check(&self.limits, self.call_ids.len() + 1)?;
+        let arguments =
+            CanonicalJson::parse_with(&raw.arguments, &self.limits).map_err(|e| {
+                match e.limit() {
+                    Some(limit) => StreamViolation::OverBound(*limit),
+                    None => StreamViolation::ArgumentsNotJson { rule: e.rule() },
+                }
+            })?;
+        if !arguments.is_object() {
+            return Err(StreamViolation::ArgumentsNotObject);
+        }
+        let part = ToolCallPart::new_with(call_id.clone(), name, arguments, &self.limits).map_err(
+            |e| match e.kind() {
+                MessageErrorKind::Limit(limit) => StreamViolation::OverBound(*limit),
+                MessageErrorKind::ArgumentsNotObject => StreamViolation::ArgumentsNotObject,
+                _ => StreamViolation::InvalidToolCall(e),
+            },
+        )?;
+        self.call_ids.insert(call_id);
+        Ok(part)
+    }
+
+    fn completion(&mut self, raw: RawCompletion) -> Result<Completion, StreamViolation> {
+        let had_calls = !self.call_ids.is_empty();
+        match raw.finish {
+            FinishReason::ToolCalls if !had_calls => {
+                return Err(StreamViolation::FinishWithoutToolCalls);
+            }
+            FinishReason::Stop
+                if had_calls && self.config.stop_after_tool_calls == StopAfterToolCalls::Forbid =>
+            {
+                return Err(StreamViolation::StopAfterToolCalls);
+            }
+            _ => {}
+        }
+        let usage = raw
+            .usage
+            .map(|u| Usage::new(u.input_tokens, u.output_tokens))
+            .transpose()?;
+        let metadata = match &raw.metadata {
+            None => ProviderMetadata::empty(),
+            Some(value) => {
+                ProviderMetadata::from_value_allowed(value, &self.allowlist, &self.limits)?
+            }
+        };
+        Ok(Completion::new(raw.finish, usage, metadata))
+    }
+}
