@@ -1,0 +1,88 @@
+//! The two observer contracts.
+
+use keel_eventlog::Event;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// The future a required observer returns.
+pub type ObserveFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ObserverError>> + Send + 'a>>;
+
+/// An observer whose acknowledgement the run waits for.
+///
+/// Called once per committed event, in sequence order per run, in the
+/// pipeline's construction order. `Ok(())` means the event is durably
+/// accepted *under this observer's documented contract* (for the SQLite
+/// journal: in the database file, fsynced with `synchronous=FULL`). It may
+/// apply backpressure by taking its time, but only within the deadline the
+/// pipeline gives it; past that the pipeline reports
+/// [`ObserverError::DeadlineExceeded`] and drops the future, so an
+/// implementation must be cancel-safe (dropping the future must not leave
+/// it half-applied in a way a retry of the same event cannot repair).
+///
+/// Delivery is at least once: after an error the engine may offer the same
+/// event again, so accepting an event already accepted with the same bytes
+/// must succeed.
+pub trait RequiredObserver: Send + Sync + 'static {
+    /// A short stable name for errors and stats (at most 128 bytes).
+    fn name(&self) -> &str;
+
+    /// Durably accept `event`.
+    fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a>;
+}
+
+/// An observer that sees events only after every required observer
+/// acknowledged them, through a bounded queue, on its own thread. It can
+/// never block or fail a run: a full queue drops the event and counts it.
+pub trait BestEffortObserver: Send + 'static {
+    /// A short stable name for stats.
+    fn name(&self) -> &str;
+
+    /// Handle one event. Runs on the observer's own thread; a panic is
+    /// caught and counted, and the observer keeps receiving events.
+    fn observe(&mut self, event: &Arc<Event>);
+
+    /// Called once when the pipeline shuts down, after the last event.
+    fn flush(&mut self) {}
+}
+
+/// Why a required observer did not acknowledge an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ObserverError {
+    /// The observer reported a failure.
+    #[error("{0}")]
+    Failed(String),
+    /// The observer already holds different bytes for this run and
+    /// sequence.
+    #[error("conflict: run {run_id} seq {seq} is already stored with different bytes")]
+    Conflict {
+        /// The run.
+        run_id: String,
+        /// The sequence.
+        seq: u64,
+    },
+    /// The observer is missing earlier events of this run, so accepting
+    /// this one would leave a gap.
+    #[error("gap: run {run_id} has seq {last_stored} stored, offered {seq}")]
+    Gap {
+        /// The run.
+        run_id: String,
+        /// Last stored sequence.
+        last_stored: u64,
+        /// The sequence offered.
+        seq: u64,
+    },
+    /// The observer did not answer within the deadline.
+    #[error("no acknowledgement within {deadline_ms} ms")]
+    DeadlineExceeded {
+        /// The deadline in milliseconds.
+        deadline_ms: u64,
+    },
+    /// The observer panicked.
+    #[error("observer panicked")]
+    Panicked,
+    /// The observer was shut down.
+    #[error("observer is closed")]
+    Closed,
+}

@@ -1,0 +1,389 @@
+//! The dispatch pipeline: required observers in order, then best-effort
+//! observers through bounded queues.
+
+use crate::observer::{BestEffortObserver, ObserverError, RequiredObserver};
+use crate::queue::{Receiver, Sender, TrySendError, bounded};
+use futures_util::FutureExt;
+use keel_eventlog::Event;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[cfg(loom)]
+use loom::sync::Mutex;
+#[cfg(not(loom))]
+use std::sync::Mutex;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T>
+where
+    T: ?Sized,
+{
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How the pipeline treats its observers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineConfig {
+    /// How long one required observer may take to acknowledge one event
+    /// before the dispatch fails with `DeadlineExceeded`. Default 10 s.
+    pub required_deadline: Duration,
+    /// Queue capacity of each best-effort observer. Default 1,024.
+    pub best_effort_capacity: usize,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            required_deadline: Duration::from_secs(10),
+            best_effort_capacity: 1024,
+        }
+    }
+}
+
+/// A required observer refused an event. The event stays committed in the
+/// log under its sequence; later required observers and every best-effort
+/// observer did **not** see it (they only see acknowledged events).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("required observer {observer} refused run {run_id} seq {seq}: {source}")]
+pub struct DispatchError {
+    /// The observer's name.
+    pub observer: String,
+    /// Its position in construction order.
+    pub index: usize,
+    /// The run.
+    pub run_id: String,
+    /// The committed sequence it refused.
+    pub seq: u64,
+    /// Why.
+    #[source]
+    pub source: ObserverError,
+}
+
+/// Counters of one best-effort observer.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BestEffortStats {
+    /// The observer's name.
+    pub name: String,
+    /// Events put on its queue.
+    pub enqueued: u64,
+    /// Events it finished handling.
+    pub delivered: u64,
+    /// Events dropped because its queue was full.
+    pub dropped_full: u64,
+    /// Events dropped because it was already closed.
+    pub dropped_closed: u64,
+    /// Events during which it panicked (each counted, not delivered).
+    pub panicked: u64,
+}
+
+/// Counters of the whole pipeline.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PipelineStats {
+    /// Events every required observer acknowledged.
+    pub acknowledged: u64,
+    /// Events some required observer refused.
+    pub refused: u64,
+    /// One entry per best-effort observer, in construction order.
+    pub best_effort: Vec<BestEffortStats>,
+}
+
+/// What shutdown achieved within its deadline.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShutdownReport {
+    /// Best-effort observers that drained their queue and flushed.
+    pub flushed: Vec<String>,
+    /// Best-effort observers still busy at the deadline (left to finish on
+    /// their own thread; nothing waits for them).
+    pub timed_out: Vec<String>,
+}
+
+#[derive(Default)]
+struct Counters {
+    enqueued: AtomicU64,
+    delivered: AtomicU64,
+    dropped_full: AtomicU64,
+    dropped_closed: AtomicU64,
+    panicked: AtomicU64,
+}
+
+struct BestEffortSlot {
+    name: String,
+    /// `None` once closed. Sending and closing both take this lock, so a
+    /// send either lands before the close (and is drained) or sees `None`
+    /// (and is counted as dropped): there is no send/close race.
+    sender: Mutex<Option<Sender<Arc<Event>>>>,
+    counters: Arc<Counters>,
+    worker: Mutex<Option<Worker>>,
+}
+
+struct Worker {
+    #[cfg(not(loom))]
+    done: crossbeam_channel::Receiver<()>,
+    #[cfg(loom)]
+    thread: loom::thread::JoinHandle<()>,
+}
+
+/// Required observers, then best-effort observers, behind one run log (or
+/// many: the pipeline is shared by every run of an engine).
+///
+/// The engine commits an event to the run's log first, then calls
+/// [`dispatch`](Pipeline::dispatch). Required observers are awaited one by
+/// one in construction order; the first error stops the dispatch and is
+/// returned. Only an event every required observer acknowledged is offered
+/// to best-effort observers, which never block.
+pub struct Pipeline {
+    required: Vec<Arc<dyn RequiredObserver>>,
+    best_effort: Vec<BestEffortSlot>,
+    config: PipelineConfig,
+    acknowledged: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field(
+                "required",
+                &self
+                    .required
+                    .iter()
+                    .map(|o| o.name().to_owned())
+                    .collect::<Vec<_>>(),
+            )
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Builds a [`Pipeline`]; observers are called in the order they are added.
+#[derive(Default)]
+pub struct PipelineBuilder {
+    required: Vec<Arc<dyn RequiredObserver>>,
+    best_effort: Vec<Box<dyn BestEffortObserver>>,
+    config: PipelineConfig,
+}
+
+impl std::fmt::Debug for PipelineBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelineBuilder")
+            .field("required", &self.required.len())
+            .field("best_effort", &self.best_effort.len())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl PipelineBuilder {
+    /// An empty builder with the default configuration.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the configuration.
+    pub fn config(mut self, config: PipelineConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Adds a required observer after those already added.
+    pub fn required(mut self, observer: Arc<dyn RequiredObserver>) -> Self {
+        self.required.push(observer);
+        self
+    }
+
+    /// Adds a best-effort observer after those already added.
+    pub fn best_effort(mut self, observer: Box<dyn BestEffortObserver>) -> Self {
+        self.best_effort.push(observer);
+        self
+    }
+
+    /// Starts one thread per best-effort observer and returns the pipeline.
+    pub fn build(self) -> Pipeline {
+        let capacity = self.config.best_effort_capacity.max(1);
+        let best_effort = self
+            .best_effort
+            .into_iter()
+            .map(|observer| spawn_worker(observer, capacity))
+            .collect();
+        Pipeline {
+            required: self.required,
+            best_effort,
+            config: self.config,
+            acknowledged: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+}
+
+fn spawn_worker(mut observer: Box<dyn BestEffortObserver>, capacity: usize) -> BestEffortSlot {
+    let (tx, rx): (Sender<Arc<Event>>, Receiver<Arc<Event>>) = bounded(capacity);
+    let counters = Arc::new(Counters::default());
+    let name = observer.name().to_owned();
+    let worker_counters = Arc::clone(&counters);
+    let mut run = move || {
+        while let Ok(event) = rx.recv() {
+            match std::panic::catch_unwind(AssertUnwindSafe(|| observer.observe(&event))) {
+                Ok(()) => worker_counters.delivered.fetch_add(1, Ordering::Relaxed),
+                Err(_) => worker_counters.panicked.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| observer.flush()));
+    };
+    #[cfg(not(loom))]
+    let worker = {
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let spawned = std::thread::Builder::new()
+            .name(format!("keel-observer-{name}"))
+            .spawn(move || {
+                run();
+                let _ = done_tx.send(());
+            });
+        // If the thread cannot be spawned, the receiver is gone with it:
+        // every send reports Disconnected and is counted as dropped.
+        spawned.ok().map(|_| Worker { done: done_rx })
+    };
+    #[cfg(loom)]
+    let worker = Some(Worker {
+        thread: loom::thread::spawn(run),
+    });
+    BestEffortSlot {
+        name,
+        sender: Mutex::new(Some(tx)),
+        counters,
+        worker: Mutex::new(worker),
+    }
+}
+
+impl Pipeline {
+    /// A pipeline with no observers.
+    pub fn empty() -> Pipeline {
+        PipelineBuilder::new().build()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// Offers a committed event to every observer, using the configured
+    /// deadline for each required observer.
+    pub async fn dispatch(&self, event: &Arc<Event>) -> Result<(), DispatchError> {
+        self.dispatch_within(event, self.config.required_deadline)
+            .await
+    }
+
+    /// Offers a committed event to every observer. Each required observer
+    /// gets at most `deadline` (the operation's remaining budget, when the
+    /// caller has a tighter one). Dropping the returned future cancels the
+    /// dispatch: best-effort observers then do not see the event.
+    pub async fn dispatch_within(
+        &self,
+        event: &Arc<Event>,
+        deadline: Duration,
+    ) -> Result<(), DispatchError> {
+        for (index, observer) in self.required.iter().enumerate() {
+            let outcome = tokio::time::timeout(
+                deadline,
+                AssertUnwindSafe(observer.observe(event)).catch_unwind(),
+            )
+            .await;
+            let result = match outcome {
+                Err(_) => Err(ObserverError::DeadlineExceeded {
+                    deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+                }),
+                Ok(Err(_panic)) => Err(ObserverError::Panicked),
+                Ok(Ok(r)) => r,
+            };
+            if let Err(source) = result {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(DispatchError {
+                    observer: observer.name().to_owned(),
+                    index,
+                    run_id: event.run_id().to_string(),
+                    seq: event.seq(),
+                    source,
+                });
+            }
+        }
+        self.acknowledged.fetch_add(1, Ordering::Relaxed);
+        self.offer_best_effort(event);
+        Ok(())
+    }
+
+    /// Puts `event` on every best-effort queue without waiting.
+    fn offer_best_effort(&self, event: &Arc<Event>) {
+        for slot in &self.best_effort {
+            let guard = lock(&slot.sender);
+            let counter = match guard.as_ref() {
+                None => &slot.counters.dropped_closed,
+                Some(tx) => match tx.try_send(Arc::clone(event)) {
+                    Ok(()) => &slot.counters.enqueued,
+                    Err(TrySendError::Full(_)) => &slot.counters.dropped_full,
+                    Err(TrySendError::Disconnected(_)) => &slot.counters.dropped_closed,
+                },
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counters for monitoring and tests.
+    pub fn stats(&self) -> PipelineStats {
+        PipelineStats {
+            acknowledged: self.acknowledged.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            best_effort: self
+                .best_effort
+                .iter()
+                .map(|s| BestEffortStats {
+                    name: s.name.clone(),
+                    enqueued: s.counters.enqueued.load(Ordering::Relaxed),
+                    delivered: s.counters.delivered.load(Ordering::Relaxed),
+                    dropped_full: s.counters.dropped_full.load(Ordering::Relaxed),
+                    dropped_closed: s.counters.dropped_closed.load(Ordering::Relaxed),
+                    panicked: s.counters.panicked.load(Ordering::Relaxed),
+                })
+                .collect(),
+        }
+    }
+
+    /// Closes every best-effort queue and waits, until `deadline` at most,
+    /// for each observer to drain what was queued and flush. Later
+    /// dispatches still reach required observers; best-effort offers are
+    /// counted as `dropped_closed`. Calling it again reports nothing new.
+    pub fn shutdown(&self, deadline: Duration) -> ShutdownReport {
+        let until = Instant::now() + deadline;
+        // Close every queue first, so all observers drain in parallel.
+        for slot in &self.best_effort {
+            lock(&slot.sender).take();
+        }
+        let mut report = ShutdownReport::default();
+        for slot in &self.best_effort {
+            let Some(worker) = lock(&slot.worker).take() else {
+                continue;
+            };
+            #[cfg(not(loom))]
+            let finished = worker.done.recv_deadline(until).is_ok();
+            #[cfg(loom)]
+            let finished = {
+                let _ = until;
+                worker.thread.join().is_ok()
+            };
+            if finished {
+                report.flushed.push(slot.name.clone());
+            } else {
+                report.timed_out.push(slot.name.clone());
+            }
+        }
+        report
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        // Close the queues so worker threads end; do not wait for them.
+        for slot in &self.best_effort {
+            lock(&slot.sender).take();
+        }
+    }
+}
