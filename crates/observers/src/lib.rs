@@ -1,8 +1,24 @@
-//! # keel-observers: required and best-effort observers
-//!
-//! It will own the observer contracts and the dispatch pipeline behind the log, plus built-in observers: the SQLite journal (the embedded default store), a `tracing` bridge, and NATS JetStream behind a feature. Observers only observe: the log assigns sequences.
-//!
-//! This crate is still empty: it arrives with issue #5. Until then it only
-//! holds its place in the workspace so that the dependency direction
-//! (see `ARCHITECTURE.md`) is fixed from the start.
+//! # keel-observers (in progress)
 #![deny(missing_docs)]
+
+mod observer;
+mod pipeline;
+mod queue;
+#[cfg(feature = "tracing")]
+mod tracing_bridge;
+
+pub use observer::{BestEffortObserver, ObserveFuture, ObserverError, RequiredObserver};
+pub use pipeline::{
+    BestEffortStats, DispatchError, Pipeline, PipelineBuilder, PipelineConfig, PipelineStats,
+    ShutdownReport,
+};
+#[cfg(feature = "tracing")]
+pub use tracing_bridge::TracingObserver;
+
+#[cfg(feature = "sqlite")]
+pub mod journal;
+#[cfg(feature = "sqlite")]
+pub use journal::{
+    JournalConfig, JournalError, JournalReader, JournalStats, RunStatus, RunSummary,
+    SqliteJournal, Synchronous,
+};

@@ -11,14 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 #[cfg(loom)]
-use loom::sync::Mutex;
+use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T>
-where
-    T: ?Sized,
-{
+/// Locks, recovering from poisoning: the guarded values (an optional
+/// sender, an optional worker handle) are valid in every state.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -221,6 +220,7 @@ fn spawn_worker(mut observer: Box<dyn BestEffortObserver>, capacity: usize) -> B
     let counters = Arc::new(Counters::default());
     let name = observer.name().to_owned();
     let worker_counters = Arc::clone(&counters);
+    #[allow(unused_mut)] // FnMut in std builds, called once under loom
     let mut run = move || {
         while let Ok(event) = rx.recv() {
             match std::panic::catch_unwind(AssertUnwindSafe(|| observer.observe(&event))) {

@@ -28,6 +28,7 @@ mod loom_channel {
     pub(crate) struct Receiver<T>(Arc<Shared<T>>);
 
     #[derive(Debug)]
+    #[allow(dead_code)] // mirrors crossbeam's; receivers outlive senders here
     pub(crate) enum TrySendError<T> {
         Full(T),
         Disconnected(T),
