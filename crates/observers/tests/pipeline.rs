@@ -47,7 +47,10 @@ impl RequiredObserver for Scripted {
     fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
         Box::pin(async move {
             let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            self.order.lock().unwrap().push(format!("{}:{}", self.name, event.seq()));
+            self.order
+                .lock()
+                .unwrap()
+                .push(format!("{}:{}", self.name, event.seq()));
             match self.fault {
                 Some((at, Fault::Fail)) if at == n => {
                     return Err(ObserverError::Failed("disk full".into()));
@@ -103,15 +106,29 @@ fn recorder() -> (Recorder, Arc<Mutex<Vec<u64>>>, Arc<AtomicBool>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let flushed = Arc::new(AtomicBool::new(false));
     (
-        Recorder { seen: seen.clone(), gate: None, panic_on: None, flushed: flushed.clone(), slow_flush: None },
+        Recorder {
+            seen: seen.clone(),
+            gate: None,
+            panic_on: None,
+            flushed: flushed.clone(),
+            slow_flush: None,
+        },
         seen,
         flushed,
     )
 }
 
 fn events(n: u64) -> (RunLog, Vec<Arc<Event>>) {
-    let log = RunLog::new(RunId::parse("run_1").unwrap(), LogConfig::default(), Arc::new(SystemClock)).unwrap();
-    let mut out = vec![log.commit(&Payload::RunStarted(RunStarted::default())).unwrap()];
+    let log = RunLog::new(
+        RunId::parse("run_1").unwrap(),
+        LogConfig::default(),
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    let mut out = vec![
+        log.commit(&Payload::RunStarted(RunStarted::default()))
+            .unwrap(),
+    ];
     for _ in 1..n {
         out.push(
             log.commit(&Payload::Extension {
@@ -125,7 +142,10 @@ fn events(n: u64) -> (RunLog, Vec<Arc<Event>>) {
 }
 
 fn config(deadline_ms: u64, capacity: usize) -> PipelineConfig {
-    PipelineConfig { required_deadline: Duration::from_millis(deadline_ms), best_effort_capacity: capacity }
+    PipelineConfig {
+        required_deadline: Duration::from_millis(deadline_ms),
+        best_effort_capacity: capacity,
+    }
 }
 
 /// One row per fault: the pipeline returns the typed error naming the
@@ -133,10 +153,19 @@ fn config(deadline_ms: u64, capacity: usize) -> PipelineConfig {
 /// best-effort ones did not; the log keeps every event under its seq.
 #[tokio::test]
 async fn faults_are_typed_and_lose_nothing() {
-    let rows: Vec<(&str, Fault, fn(&ObserverError) -> bool)> = vec![
-        ("fails on 3rd", Fault::Fail, |e| matches!(e, ObserverError::Failed(m) if m == "disk full")),
-        ("panics on 3rd", Fault::Panic, |e| matches!(e, ObserverError::Panicked)),
-        ("hangs on 3rd", Fault::Hang, |e| matches!(e, ObserverError::DeadlineExceeded { deadline_ms: 50 })),
+    type Row = (&'static str, Fault, fn(&ObserverError) -> bool);
+    let rows: Vec<Row> = vec![
+        (
+            "fails on 3rd",
+            Fault::Fail,
+            |e| matches!(e, ObserverError::Failed(m) if m == "disk full"),
+        ),
+        ("panics on 3rd", Fault::Panic, |e| {
+            matches!(e, ObserverError::Panicked)
+        }),
+        ("hangs on 3rd", Fault::Hang, |e| {
+            matches!(e, ObserverError::DeadlineExceeded { deadline_ms: 50 })
+        }),
     ];
     for (row, fault, is_expected) in rows {
         let order = Arc::new(Mutex::new(Vec::new()));
@@ -160,16 +189,36 @@ async fn faults_are_typed_and_lose_nothing() {
         }
         assert_eq!(errors.len(), 1, "row {row}: {errors:?}");
         let err = &errors[0];
-        assert_eq!((err.observer.as_str(), err.index, err.seq, err.run_id.as_str()), ("faulty", 1, 3, "run_1"), "row {row}");
+        assert_eq!(
+            (
+                err.observer.as_str(),
+                err.index,
+                err.seq,
+                err.run_id.as_str()
+            ),
+            ("faulty", 1, 3, "run_1"),
+            "row {row}"
+        );
         assert!(is_expected(&err.source), "row {row}: {err}");
-        assert!(err.to_string().contains("faulty") && err.to_string().contains("seq 3"), "row {row}: {err}");
+        assert!(
+            err.to_string().contains("faulty") && err.to_string().contains("seq 3"),
+            "row {row}: {err}"
+        );
         // Construction order, and the refused event stops at the faulty one.
         assert_eq!(first.seen(), vec![1, 2, 3, 4, 5], "row {row}");
-        assert_eq!(last.seen(), vec![1, 2, 4, 5], "row {row}: later required observers skip a refused event");
+        assert_eq!(
+            last.seen(),
+            vec![1, 2, 4, 5],
+            "row {row}: later required observers skip a refused event"
+        );
         let calls = order.lock().unwrap().clone();
         assert_eq!(&calls[..3], &["first:1", "faulty:1", "last:1"], "row {row}");
         pipeline.shutdown(Duration::from_secs(5));
-        assert_eq!(*best_seen.lock().unwrap(), vec![1, 2, 4, 5], "row {row}: best-effort sees only acknowledged events");
+        assert_eq!(
+            *best_seen.lock().unwrap(),
+            vec![1, 2, 4, 5],
+            "row {row}: best-effort sees only acknowledged events"
+        );
         // The log is untouched: nothing un-committed, nothing renumbered.
         let seqs: Vec<u64> = log.retained_after(0).iter().map(|e| e.seq()).collect();
         assert_eq!(seqs, vec![1, 2, 3, 4, 5], "row {row}");
@@ -185,7 +234,10 @@ async fn best_effort_never_blocks_and_counts_drops() {
     let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
     let (mut rec, seen, flushed) = recorder();
     rec.gate = Some(gate.clone());
-    let pipeline = PipelineBuilder::new().config(config(1000, 4)).best_effort(Box::new(rec)).build();
+    let pipeline = PipelineBuilder::new()
+        .config(config(1000, 4))
+        .best_effort(Box::new(rec))
+        .build();
     let (_log, evs) = events(100);
     let started = std::time::Instant::now();
     for e in &evs {
@@ -235,11 +287,18 @@ async fn shutdown_respects_its_deadline() {
     let pipeline = PipelineBuilder::new().best_effort(Box::new(rec)).build();
     let started = std::time::Instant::now();
     let report = pipeline.shutdown(Duration::from_millis(50));
-    assert!(started.elapsed() < Duration::from_millis(400), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(report.timed_out, vec!["recorder".to_string()]);
     assert!(!flushed.load(Ordering::SeqCst));
     // Calling it again reports nothing new.
-    assert_eq!(pipeline.shutdown(Duration::from_millis(10)), ShutdownReport::default());
+    assert_eq!(
+        pipeline.shutdown(Duration::from_millis(10)),
+        ShutdownReport::default()
+    );
 }
 
 /// Many tasks dispatch while another shuts down: every offer is either
@@ -247,9 +306,18 @@ async fn shutdown_respects_its_deadline() {
 #[test]
 fn dispatch_racing_shutdown_loses_nothing() {
     for round in 0..20 {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
         let (rec, seen, _) = recorder();
-        let pipeline = Arc::new(PipelineBuilder::new().config(config(1000, 8)).best_effort(Box::new(rec)).build());
+        let pipeline = Arc::new(
+            PipelineBuilder::new()
+                .config(config(1000, 8))
+                .best_effort(Box::new(rec))
+                .build(),
+        );
         let (_log, evs) = events(200);
         let evs = Arc::new(evs);
         rt.block_on(async {
@@ -274,8 +342,15 @@ fn dispatch_racing_shutdown_loses_nothing() {
             assert_eq!(closer.await.unwrap().timed_out.len(), 0);
         });
         let s = pipeline.stats().best_effort[0].clone();
-        assert_eq!(s.enqueued + s.dropped_full + s.dropped_closed, 200, "round {round}: {s:?}");
-        assert_eq!(s.delivered, s.enqueued, "round {round}: every enqueued event is delivered before close completes");
+        assert_eq!(
+            s.enqueued + s.dropped_full + s.dropped_closed,
+            200,
+            "round {round}: {s:?}"
+        );
+        assert_eq!(
+            s.delivered, s.enqueued,
+            "round {round}: every enqueued event is delivered before close completes"
+        );
         assert_eq!(seen.lock().unwrap().len() as u64, s.delivered);
     }
 }
