@@ -1,8 +1,81 @@
 //! # keel-engine: composition and the run loop
 //!
-//! It will own `EngineBuilder` (providers, tools, observers, metadata allowlist, clock, limits), the run loop, cancellation, retries and shutdown.
+//! An [`Engine`] hosts many runs over one set of providers, tools and
+//! observers, composed with [`EngineBuilder`]. A run ([`Engine::start`])
+//! follows the loop of the design brief: `run.started`, then turns; each
+//! turn makes a model call (retried as the [`RetryPolicy`] says, each
+//! attempt its own model scope with a fresh operation id), commits every
+//! validated stream item, runs the requested tools with bounded
+//! parallelism (approval first where a tool requires it), appends the
+//! results to the history, and goes on until the model stops calling tools
+//! or a limit is hit.
 //!
-//! This crate is still empty: it arrives with issue #6. Until then it only
-//! holds its place in the workspace so that the dependency direction
-//! (see `ARCHITECTURE.md`) is fixed from the start.
+//! Every event is committed to the run's [`RunLog`](keel_eventlog::RunLog)
+//! first, then dispatched to the observers, one event at a time per run.
+//! [`RunHandle::cancel`] drops whatever is in flight (provider stream, tool
+//! futures, a pending observer acknowledgement) and commits cancelled
+//! terminals innermost first; history is kept. [`Engine::shutdown`] cancels
+//! every run, drains the observers and ends subscriptions with a typed end.
+//!
+//! What it is not: it owns no provider wire format (`keel-providers`), no
+//! storage (`keel-observers`), and no CLI or HTTP (`keel-cli`). Tests and
+//! demos drive it with `keel-testkit`'s scripted providers and tools.
+//!
+//! ```
+//! # // Doc examples use a tiny inline provider; keel-testkit has richer ones.
+//! use keel_engine::*;
+//! use keel_message::*;
+//! use keel_stream::{FinishReason, ModelProvider, RawItem, RawStream, StartFuture};
+//! use std::sync::Arc;
+//!
+//! struct Hello;
+//! impl ModelProvider for Hello {
+//!     fn start(&self, _request: ModelRequest) -> StartFuture {
+//!         let items = vec![RawItem::text("Hello!"), RawItem::complete(FinishReason::Stop)];
+//!         let stream: RawStream = Box::pin(futures_util::stream::iter(items));
+//!         Box::pin(async move { Ok(stream) })
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+//! let engine = Engine::builder().provider("hello", Arc::new(Hello)).build()?;
+//! let run = engine.start(RunRequest {
+//!     run_id: RunId::parse("run_1")?,
+//!     provider: "hello".into(),
+//!     model: ModelName::parse("m")?,
+//!     history: vec![Message::text(MessageId::parse("m1")?, Role::User, "Hi")?],
+//! })?;
+//! let log = run.log().clone();
+//! match run.join().await {
+//!     RunOutcome::Completed { final_message, .. } => assert_eq!(final_message.joined_text(), "Hello!"),
+//!     other => panic!("{other:?}"),
+//! }
+//! let kinds: Vec<String> = log.retained_after(0).iter().map(|e| e.kind().to_string()).collect();
+//! assert_eq!(kinds, ["run.started", "turn.started", "model.started", "model.text_delta",
+//!                    "model.completed", "turn.completed", "run.completed"]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(missing_docs)]
+
+mod cancel;
+mod config;
+mod engine;
+mod error;
+mod interaction;
+mod run;
+mod tool;
+
+pub use config::{EngineLimits, PartialRetry, RetryPolicy};
+pub use engine::{
+    Engine, EngineBuilder, EngineShutdown, RunCanceller, RunHandle, RunOutcome, RunRequest,
+};
+pub use error::{BuildError, FailureCause, StartError};
+pub use interaction::{
+    InteractionDecision, InteractionError, InteractionFuture, InteractionHandler, InteractionKind,
+    InteractionRequest,
+};
+pub use tool::{
+    OnToolFailure, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolPolicy, ToolRetry,
+};

@@ -169,8 +169,9 @@ impl MessageError {
         &self.kind
     }
 
-    /// Re-roots the path under `prefix` (e.g. `$.history[3]`).
-    pub(crate) fn within(mut self, prefix: &str) -> Self {
+    /// Re-roots the path under `prefix` (e.g. `$.history[3]`), for callers
+    /// that validate a value inside a larger one.
+    pub fn within(mut self, prefix: &str) -> Self {
         let rest = self.path.strip_prefix('$').unwrap_or(&self.path);
         self.path = format!("{prefix}{rest}");
         self

@@ -95,7 +95,8 @@ impl fmt::Display for FinishReason {
 
 /// Token counts that JSON carries exactly: each count and their sum is at
 /// most 2^53 − 1, so [`total`](Self::total) never overflows either.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// `Usage::default()` is zero tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
 pub struct Usage {
     input_tokens: u64,
     output_tokens: u64,

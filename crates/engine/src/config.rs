@@ -1,0 +1,117 @@
+//! Engine limits and the retry policy.
+
+use std::time::Duration;
+
+/// What to do when a model call fails after yielding output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PartialRetry {
+    /// Never retry a partial failure (the default): part of the answer was
+    /// already recorded, and a silent retry would present a different
+    /// answer as if it were the same one.
+    #[default]
+    Never,
+    /// Restart the call as a new model scope. The discarded partial output
+    /// stays in the log under the failed attempt.
+    Restart,
+}
+
+/// When and how failed model calls are retried.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Most attempts per turn, the first included. Default 3.
+    pub max_attempts: u32,
+    /// Backoff before the first retry. Default 200 ms.
+    pub initial_backoff: Duration,
+    /// Backoff cap. Default 10 s.
+    pub max_backoff: Duration,
+    /// Growth per retry. Default 2.0.
+    pub multiplier: f64,
+    /// Fraction of each backoff that is randomized (0 = none, 1 = full
+    /// jitter). Default 0.5.
+    pub jitter: f64,
+    /// Partial failures. Default [`PartialRetry::Never`].
+    pub partial: PartialRetry,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(10),
+            multiplier: 2.0,
+            jitter: 0.5,
+            partial: PartialRetry::Never,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries at all.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// The wait before attempt `attempt + 1` (attempt counts from 1),
+    /// with jitter drawn from `seed`, and never less than a provider's
+    /// retry-after.
+    pub fn backoff(&self, attempt: u32, seed: u64, retry_after: Option<Duration>) -> Duration {
+        let exp = self
+            .multiplier
+            .max(1.0)
+            .powi(attempt.saturating_sub(1) as i32);
+        let base = self.initial_backoff.as_secs_f64() * exp;
+        let capped = base.min(self.max_backoff.as_secs_f64()).max(0.0);
+        let jitter = self.jitter.clamp(0.0, 1.0);
+        // xorshift64*: deterministic per seed, so runs are reproducible.
+        let mut x =
+            seed ^ 0x9E37_79B9_7F4A_7C15 ^ u64::from(attempt).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let unit = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
+        let wait = capped * (1.0 - jitter * unit);
+        let wait = Duration::from_secs_f64(wait);
+        match retry_after {
+            Some(after) if after > wait => after.min(self.max_backoff.max(after)),
+            _ => wait,
+        }
+    }
+}
+
+/// Bounds on what one run may do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineLimits {
+    /// Most turns per run. Default 16.
+    pub max_turns: u64,
+    /// Most tool calls the model may make in one turn. Default 32.
+    pub max_tool_calls_per_turn: usize,
+    /// Most tool calls running at once within a turn. Default 4.
+    pub max_parallel_tools: usize,
+    /// Time for one model call (start to terminal). Default 120 s.
+    pub model_call_timeout: Duration,
+    /// Time for one tool call, unless its policy says otherwise. Default 60 s.
+    pub tool_call_timeout: Duration,
+    /// How long cancellation waits for observers to take the closing
+    /// terminals. Default 2 s.
+    pub closing_deadline: Duration,
+    /// Retries of failed model calls.
+    pub retry: RetryPolicy,
+}
+
+impl Default for EngineLimits {
+    fn default() -> Self {
+        EngineLimits {
+            max_turns: 16,
+            max_tool_calls_per_turn: 32,
+            max_parallel_tools: 4,
+            model_call_timeout: Duration::from_secs(120),
+            tool_call_timeout: Duration::from_secs(60),
+            closing_deadline: Duration::from_secs(2),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
