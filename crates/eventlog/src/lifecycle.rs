@@ -278,19 +278,21 @@ impl LifecycleTracker {
                     return Err(LifecycleError::DuplicateStart { key: key.clone() });
                 }
                 if let ScopeKey::Turn(_) = key
-                    && let Some(open) = self.open.iter().find(|k| matches!(k, ScopeKey::Turn(_))) {
-                        return Err(LifecycleError::TurnStillOpen {
-                            key: key.clone(),
-                            open: open.clone(),
-                        });
-                    }
+                    && let Some(open) = self.open.iter().find(|k| matches!(k, ScopeKey::Turn(_)))
+                {
+                    return Err(LifecycleError::TurnStillOpen {
+                        key: key.clone(),
+                        open: open.clone(),
+                    });
+                }
                 if let Some(parent) = key.parent()
-                    && !self.open.contains(&parent) {
-                        return Err(LifecycleError::ParentNotOpen {
-                            key: key.clone(),
-                            parent,
-                        });
-                    }
+                    && !self.open.contains(&parent)
+                {
+                    return Err(LifecycleError::ParentNotOpen {
+                        key: key.clone(),
+                        parent,
+                    });
+                }
                 if self.open.len() + 1 > self.max_open {
                     return Err(LifecycleError::TooManyOpen {
                         open: self.open.len() + 1,

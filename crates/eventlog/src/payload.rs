@@ -639,9 +639,10 @@ impl Payload {
     /// Checks the rules serde cannot express.
     pub fn check(&self) -> Result<(), PayloadError> {
         if let Payload::TextDelta(p) = self
-            && p.text.is_empty() {
-                return Err(PayloadError::EmptyText);
-            }
+            && p.text.is_empty()
+        {
+            return Err(PayloadError::EmptyText);
+        }
         if let Payload::Extension { kind, payload } = self {
             if !matches!(kind, EventKind::Extension(_)) {
                 return Err(PayloadError::ExtensionKnown {
@@ -660,9 +661,10 @@ impl Payload {
             _ => None,
         };
         if let Some(len) = cause.and_then(|c| c.observer.as_ref()).map(String::len)
-            && len > 128 {
-                return Err(PayloadError::ObserverName { len });
-            }
+            && len > 128
+        {
+            return Err(PayloadError::ObserverName { len });
+        }
         let turn = match self.transition() {
             Transition::Lifecycle(key, _) | Transition::Within(key) => match key {
                 ScopeKey::Run => None,

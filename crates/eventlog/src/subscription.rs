@@ -239,14 +239,16 @@ impl Subscription {
             return true;
         }
         if let Some(reason) = state.ended
-            && self.pending.is_none() && self.taken != u64::MAX {
-                self.pending = Some(SubscriptionError::Ended {
-                    reason,
-                    last_seq: latest,
-                });
-                self.taken = u64::MAX;
-                return true;
-            }
+            && self.pending.is_none()
+            && self.taken != u64::MAX
+        {
+            self.pending = Some(SubscriptionError::Ended {
+                reason,
+                last_seq: latest,
+            });
+            self.taken = u64::MAX;
+            return true;
+        }
         false
     }
 
