@@ -218,3 +218,15 @@ fn payload_size_is_bounded() {
     assert_eq!(log.stats(), before, "a refused commit uses no sequence");
     assert_eq!(log.commit(&delta(1, "op_1", "ok")).unwrap().seq(), 4);
 }
+
+proptest::proptest! {
+    /// The hand-written text-delta encoding equals the generic RFC 8785
+    /// encoding of the same payload, for any text.
+    #[test]
+    fn text_delta_fast_path_matches_generic(text in "\\PC{1,64}|[\u{0}-\u{1f}\"\\\\\u{2028}\u{fffd}\u{1F600}]{1,16}", turn in 1u64..1_000_000) {
+        let p = delta(turn, "op_7", &text);
+        let Payload::TextDelta(inner) = &p else { unreachable!() };
+        let generic = keel_message::canonical::to_canonical_string(&serde_json::to_value(inner).unwrap()).unwrap();
+        proptest::prop_assert_eq!(p.to_canonical().unwrap(), generic);
+    }
+}

@@ -803,6 +803,12 @@ static ESCAPE: [u8; 128] = {
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Appends `s` as a canonical JSON string literal (RFC 8785 §3.2.2.2).
+/// Appends `s` as an RFC 8785 JSON string literal (quotes included), for
+/// hot paths that assemble canonical objects by hand in sorted key order.
+pub fn write_canonical_str(s: &str, out: &mut String) {
+    write_string(s, out)
+}
+
 fn write_string(s: &str, out: &mut String) {
     out.reserve(s.len() + 2);
     out.push('"');

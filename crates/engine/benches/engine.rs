@@ -1,0 +1,88 @@
+//! Engine overhead per text delta: a whole run of N deltas through the
+//! engine (validate, commit, dispatch), against consuming the same raw
+//! provider stream directly. With no observers, and with the SQLite journal.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use futures_util::StreamExt;
+use keel_engine::*;
+use keel_message::*;
+use keel_stream::{FinishReason, ModelProvider, RawItem, RawStream, StartFuture};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const DELTAS: usize = 1000;
+
+struct Deltas;
+
+impl ModelProvider for Deltas {
+    fn start(&self, _request: ModelRequest) -> StartFuture {
+        let items = (0..DELTAS)
+            .map(|i| RawItem::text(format!("token {i:>4} ")))
+            .chain(std::iter::once(RawItem::complete(FinishReason::Stop)));
+        let stream: RawStream = Box::pin(futures_util::stream::iter(items));
+        Box::pin(async move { Ok(stream) })
+    }
+}
+
+fn request(n: u64) -> RunRequest {
+    RunRequest {
+        run_id: RunId::parse(&format!("run_{n}")).unwrap(),
+        provider: "deltas".into(),
+        model: ModelName::parse("bench").unwrap(),
+        history: vec![Message::text(MessageId::parse("m1").unwrap(), Role::User, "go").unwrap()],
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("engine_per_delta");
+    group.throughput(Throughput::Elements(DELTAS as u64));
+    group.sample_size(30);
+
+    group.bench_function(BenchmarkId::new("raw_provider_stream", DELTAS), |b| {
+        let provider = Deltas;
+        b.iter(|| {
+            rt.block_on(async {
+                let req = ModelRequest::new(
+                    OperationIdIssuer::new().issue(),
+                    ModelName::parse("bench").unwrap(),
+                    request(0).history.into(),
+                    Arc::from([]),
+                )
+                .unwrap();
+                let mut stream = provider.start(req).await.unwrap();
+                let mut n = 0usize;
+                while let Some(item) = stream.next().await {
+                    if let RawItem::TextDelta(t) = item {
+                        n += t.len();
+                    }
+                }
+                n
+            })
+        })
+    });
+
+    let engine = Engine::builder()
+        .provider("deltas", Arc::new(Deltas))
+        .build()
+        .unwrap();
+    let counter = AtomicU64::new(0);
+    group.bench_function(BenchmarkId::new("engine_no_observers", DELTAS), |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let run = engine
+                    .start(request(counter.fetch_add(1, Ordering::Relaxed)))
+                    .unwrap();
+                assert!(matches!(run.join().await, RunOutcome::Completed { .. }));
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
