@@ -250,17 +250,14 @@ pub(crate) struct State {
 }
 
 impl State {
-    /// `cum_bytes` at `seq` (0 for seq 0), if still known.
+    /// `cum_bytes` at `seq` (0 for seq 0), if still known: for the event
+    /// just before the window and every retained one.
     pub(crate) fn cum_at(&self, seq: u64) -> Option<u64> {
-        if seq == 0 {
-            return Some(0);
-        }
         if seq + 1 == self.first_seq {
-            // The event just before the window: derive from the first entry.
-            return self
-                .entries
-                .front()
-                .map(|e| e.cum_bytes - e.event.retained_bytes() as u64);
+            return Some(match self.entries.front() {
+                Some(e) => e.cum_bytes - e.event.retained_bytes() as u64,
+                None => self.cum_bytes,
+            });
         }
         let idx = seq.checked_sub(self.first_seq)?;
         self.entries

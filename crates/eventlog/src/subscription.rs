@@ -83,6 +83,22 @@ pub enum SubscriptionError {
         /// The configured byte bound.
         max_bytes: usize,
     },
+    /// The events after this subscriber's position were evicted from the
+    /// log before it took them (its bounds are larger than the log's
+    /// retention). The events between `last_delivered` and
+    /// `recovery_cursor` are lost to it; resubscribe after
+    /// `recovery_cursor`.
+    #[error(
+        "evicted: events after {last_delivered} are gone (retained from {earliest}); resume after {recovery_cursor} (rule subscription.cursor_retained)"
+    )]
+    Evicted {
+        /// The last sequence handed to the consumer.
+        last_delivered: u64,
+        /// Oldest retained sequence.
+        earliest: u64,
+        /// Where to resubscribe (`earliest - 1`).
+        recovery_cursor: u64,
+    },
     /// The log was closed or shut down before the run ended; every event
     /// committed before that was delivered.
     #[error("log {reason} after seq {last_seq}")]
@@ -206,6 +222,12 @@ impl Subscription {
     /// subscription must end. Returns whether anything changed.
     fn refill(&mut self, state: &State) -> bool {
         let latest = state.last_seq();
+        if self.taken == latest && self.pending.is_none() && state.tracker.run_ended() {
+            // Caught up on a run that has ended: its terminal was at or
+            // before the cursor, and nothing can follow it.
+            self.finished = true;
+            return true;
+        }
         if self.taken < latest {
             // Live lag counts from the last event taken: the replay
             // captured at subscribe time is not part of it.
@@ -228,6 +250,17 @@ impl Subscription {
                     max_bytes: self.bounds.max_bytes,
                 });
                 // Take nothing more from the log.
+                self.taken = u64::MAX;
+                return true;
+            }
+            if self.taken + 1 < state.first_seq {
+                // Within its bounds, but the log's retention is smaller
+                // than them and the next event is already gone.
+                self.pending = Some(SubscriptionError::Evicted {
+                    last_delivered: self.delivered,
+                    earliest: state.first_seq,
+                    recovery_cursor: state.first_seq - 1,
+                });
                 self.taken = u64::MAX;
                 return true;
             }

@@ -597,3 +597,51 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_cursor_at_the_final_event_finishes_at_once() {
+    let log = log();
+    commit_all(&log, &[run_started(), run_completed()]);
+    let mut sub = log.subscribe(2, SubscriptionBounds::default()).unwrap();
+    assert_eq!(sub.try_recv(), Err(TryRecvError::Finished));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut sub = log.subscribe(2, SubscriptionBounds::default()).unwrap();
+    assert_eq!(rt.block_on(sub.recv()), None);
+}
+
+#[test]
+fn events_evicted_before_they_were_taken_end_the_subscription_typed() {
+    let (log, _) = log_with(LogConfig {
+        max_events: 10,
+        max_open_scopes: 2,
+        ..LogConfig::default()
+    });
+    // Bounds larger than the log's retention: eviction, not the bounds, cuts it off.
+    let mut sub = log
+        .subscribe(
+            0,
+            SubscriptionBounds {
+                max_events: 1000,
+                max_bytes: usize::MAX,
+            },
+        )
+        .unwrap();
+    log.commit(&run_started()).unwrap();
+    for _ in 0..20 {
+        log.commit(&note()).unwrap();
+    }
+    let (seqs, end) = drain(&mut sub);
+    assert!(seqs.is_empty());
+    assert_eq!(
+        end,
+        Some(TryRecvError::Ended(SubscriptionError::Evicted {
+            last_delivered: 0,
+            earliest: 12,
+            recovery_cursor: 11
+        }))
+    );
+    let mut again = log.subscribe(11, SubscriptionBounds::default()).unwrap();
+    assert_eq!(drain(&mut again).0, (12..=21).collect::<Vec<_>>());
+}
