@@ -1,7 +1,8 @@
 //! Loom model of the best-effort close protocol: dispatch racing shutdown.
 //!
 //! Run with:
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p keel-observers --test loom --release`
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p keel-observers --test loom --release`
+//! (the model is small enough to explore without a preemption bound).
 #![cfg(loom)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
