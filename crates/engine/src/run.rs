@@ -47,7 +47,7 @@ enum TurnEnd {
     /// Tool results were appended: next turn.
     Continue,
     /// The turn (and run) failed.
-    Failed(FailureCause, ErrorText, Option<Cause>),
+    Failed(Box<FailureCause>, ErrorText, Option<Cause>),
 }
 
 /// How one model attempt ended.
@@ -195,7 +195,7 @@ impl Runner {
                     .await?;
                     let usage = self.usage();
                     self.record(Payload::RunCompleted(RunCompleted {
-                        usage: usage.clone(),
+                        usage,
                         extra: Extra::new(),
                     }))
                     .await?;
@@ -226,7 +226,7 @@ impl Runner {
                         extra: Extra::new(),
                     }))
                     .await?;
-                    return Ok(RunOutcome::Failed { cause });
+                    return Ok(RunOutcome::Failed { cause: *cause });
                 }
             }
         }
@@ -269,7 +269,7 @@ impl Runner {
                 Ok(r) => r,
                 Err(e) => {
                     let detail = e.to_string();
-                    return Ok(TurnEnd::Failed(
+                    return Ok(failed(
                         FailureCause::Limit {
                             limit: e.kind().rule().to_owned(),
                             detail: detail.clone(),
@@ -309,7 +309,7 @@ impl Runner {
                         operation_id: Some(operation_id.clone()),
                         ..Cause::default()
                     };
-                    return Ok(TurnEnd::Failed(
+                    return Ok(failed(
                         FailureCause::Model {
                             operation_id,
                             problem,
@@ -491,7 +491,7 @@ impl Runner {
                 calls.len(),
                 limits.max_tool_calls_per_turn
             );
-            return Ok(TurnEnd::Failed(
+            return Ok(failed(
                 FailureCause::Limit {
                     limit: "limits.max_tool_calls_per_turn".into(),
                     detail: detail.clone(),
@@ -552,7 +552,7 @@ impl Runner {
                 tool: Some(tool.clone()),
                 ..Cause::default()
             };
-            return Ok(TurnEnd::Failed(
+            return Ok(failed(
                 FailureCause::Tool {
                     call_id,
                     tool,
@@ -603,64 +603,64 @@ impl Runner {
                 },
             )
         };
-        if policy.requires_approval {
-            if let Some(handler) = self.engine.interactions.clone() {
-                let interaction_id = {
-                    let mut st = self.state();
-                    st.interactions += 1;
-                    InteractionId::parse(&format!("i_{}", st.interactions))
-                };
-                let Ok(interaction_id) = interaction_id else {
-                    return Err(Interrupt::Commit("interaction id".into()));
-                };
-                self.record(Payload::InteractionStarted(InteractionStarted {
-                    turn,
-                    interaction_id: interaction_id.clone(),
-                    request: "approval".into(),
-                    call_id: Some(call.call_id().clone()),
-                    extra: Extra::new(),
-                }))
-                .await?;
-                let request = InteractionRequest {
-                    run_id: self.request.run_id.clone(),
-                    turn,
-                    interaction_id: interaction_id.clone(),
-                    kind: InteractionKind::Approval {
-                        call_id: call.call_id().clone(),
-                        tool: call.name().clone(),
-                        arguments: call.arguments().clone(),
-                    },
-                };
-                let answer = AssertUnwindSafe(handler.handle(request))
-                    .catch_unwind()
-                    .await;
-                let denial = match answer {
-                    Ok(Ok(decision)) => {
-                        self.record(Payload::InteractionCompleted(InteractionCompleted {
-                            turn,
-                            interaction_id,
-                            decision: decision.as_str().into(),
-                            extra: Extra::new(),
-                        }))
-                        .await?;
-                        (decision == InteractionDecision::Denied).then(|| "denied".to_owned())
-                    }
-                    Ok(Err(e)) => {
-                        self.fail_interaction(turn, interaction_id, &e.0).await?;
-                        Some(format!("approval failed: {}", ErrorText::new(&e.0)))
-                    }
-                    Err(_) => {
-                        self.fail_interaction(turn, interaction_id, "interaction handler panicked")
-                            .await?;
-                        Some("approval failed: interaction handler panicked".to_owned())
-                    }
-                };
-                if let Some(text) = denial {
-                    return Ok(ToolEnd {
-                        part: result(&text, true).map_err(|e| Interrupt::Commit(e.to_string()))?,
-                        ends_run: None,
-                    });
+        if policy.requires_approval
+            && let Some(handler) = self.engine.interactions.clone()
+        {
+            let interaction_id = {
+                let mut st = self.state();
+                st.interactions += 1;
+                InteractionId::parse(&format!("i_{}", st.interactions))
+            };
+            let Ok(interaction_id) = interaction_id else {
+                return Err(Interrupt::Commit("interaction id".into()));
+            };
+            self.record(Payload::InteractionStarted(InteractionStarted {
+                turn,
+                interaction_id: interaction_id.clone(),
+                request: "approval".into(),
+                call_id: Some(call.call_id().clone()),
+                extra: Extra::new(),
+            }))
+            .await?;
+            let request = InteractionRequest {
+                run_id: self.request.run_id.clone(),
+                turn,
+                interaction_id: interaction_id.clone(),
+                kind: InteractionKind::Approval {
+                    call_id: call.call_id().clone(),
+                    tool: call.name().clone(),
+                    arguments: call.arguments().clone(),
+                },
+            };
+            let answer = AssertUnwindSafe(handler.handle(request))
+                .catch_unwind()
+                .await;
+            let denial = match answer {
+                Ok(Ok(decision)) => {
+                    self.record(Payload::InteractionCompleted(InteractionCompleted {
+                        turn,
+                        interaction_id,
+                        decision: decision.as_str().into(),
+                        extra: Extra::new(),
+                    }))
+                    .await?;
+                    (decision == InteractionDecision::Denied).then(|| "denied".to_owned())
                 }
+                Ok(Err(e)) => {
+                    self.fail_interaction(turn, interaction_id, &e.0).await?;
+                    Some(format!("approval failed: {}", ErrorText::new(&e.0)))
+                }
+                Err(_) => {
+                    self.fail_interaction(turn, interaction_id, "interaction handler panicked")
+                        .await?;
+                    Some("approval failed: interaction handler panicked".to_owned())
+                }
+            };
+            if let Some(text) = denial {
+                return Ok(ToolEnd {
+                    part: result(&text, true).map_err(|e| Interrupt::Commit(e.to_string()))?,
+                    ends_run: None,
+                });
             }
         }
         let tool_name = call.name().clone();
@@ -866,9 +866,13 @@ impl Runner {
     }
 }
 
+fn failed(cause: FailureCause, error: ErrorText, event_cause: Option<Cause>) -> TurnEnd {
+    TurnEnd::Failed(Box::new(cause), error, event_cause)
+}
+
 fn limit_failure(e: keel_message::MessageError) -> TurnEnd {
     let detail = e.to_string();
-    TurnEnd::Failed(
+    failed(
         FailureCause::Limit {
             limit: e.kind().rule().to_owned(),
             detail: detail.clone(),

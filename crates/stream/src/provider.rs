@@ -53,8 +53,10 @@ where
 ///
 /// It yields every valid item, and ends with exactly one terminal:
 ///
-/// - the provider's completion or failure (a failure gets the host-computed
-///   position);
+/// - the provider's completion, yielded only once the raw stream has
+///   ended after it (an item after a completion turns the call into the
+///   `AfterTerminal` protocol failure instead), or the provider's failure
+///   (with the host-computed position);
 /// - or, at the first [`StreamViolation`](crate::StreamViolation), a
 ///   [`StreamItem::Failure`] of kind `protocol`, not retryable, at the
 ///   position before the violating item;
@@ -98,6 +100,9 @@ where
 pub struct ValidatedStream<S> {
     inner: Option<S>,
     validator: StreamValidator,
+    /// A completion waiting for the provider stream to end: a completion
+    /// is final only if nothing follows it.
+    held: Option<StreamItem>,
 }
 
 impl<S> ValidatedStream<S>
@@ -109,6 +114,7 @@ where
         ValidatedStream {
             inner: Some(stream),
             validator,
+            held: None,
         }
     }
 
@@ -135,34 +141,57 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamItem>> {
         let this = self.get_mut();
-        let Some(inner) = this.inner.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let next = match Pin::new(inner).poll_next(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(next) => next,
-        };
-        let position = this.validator.position();
-        let result = match next {
-            Some(raw) => this.validator.accept(raw),
-            None => match this.validator.end_of_stream() {
-                Ok(()) => {
-                    this.finish();
-                    return Poll::Ready(None);
-                }
-                Err(violation) => Err(violation),
-            },
-        };
-        let item = match result {
-            Ok(item) => item,
-            Err(violation) => {
-                StreamItem::Failure(violation.into_failure_with(position, this.validator.limits()))
+        loop {
+            let Some(inner) = this.inner.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let next = match Pin::new(inner).poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(next) => next,
+            };
+            let position = this.validator.position();
+            if let Some(completion) = this.held.take() {
+                // The stream must end right after a completion; anything
+                // else is an item after the terminal (the validator says
+                // which rule), and the call fails instead.
+                this.finish();
+                let item = match next {
+                    None => completion,
+                    Some(raw) => match this.validator.accept(raw) {
+                        Err(violation) => StreamItem::Failure(
+                            violation.into_failure_with(position, this.validator.limits()),
+                        ),
+                        // Unreachable: a terminated validator accepts nothing.
+                        Ok(_) => completion,
+                    },
+                };
+                return Poll::Ready(Some(item));
             }
-        };
-        if item.is_terminal() {
-            this.finish();
+            let result = match next {
+                Some(raw) => this.validator.accept(raw),
+                None => match this.validator.end_of_stream() {
+                    Ok(()) => {
+                        this.finish();
+                        return Poll::Ready(None);
+                    }
+                    Err(violation) => Err(violation),
+                },
+            };
+            let item = match result {
+                Ok(item @ StreamItem::Completion(_)) => {
+                    this.held = Some(item);
+                    continue;
+                }
+                Ok(item) => item,
+                Err(violation) => StreamItem::Failure(
+                    violation.into_failure_with(position, this.validator.limits()),
+                ),
+            };
+            if item.is_terminal() {
+                this.finish();
+            }
+            return Poll::Ready(Some(item));
         }
-        Poll::Ready(Some(item))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

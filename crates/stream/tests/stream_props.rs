@@ -351,7 +351,19 @@ proptest! {
             prop_assert_eq!(f.position(), expected_position);
         }
 
-        // ValidatedStream yields exactly that.
+        // ValidatedStream yields exactly that, except that a completion is
+        // final only if the raw stream ends right after it: any item after
+        // it turns the completion into the after-terminal protocol failure.
+        let completion_at = accepted.iter().position(|i| matches!(i, StreamItem::Completion(_)));
+        if let Some(at) = completion_at
+            && items.len() > at + 1
+        {
+            let position = if valid_seen { RetryPosition::Partial } else { RetryPosition::Pristine };
+            accepted[at] = StreamItem::Failure(
+                StreamViolation::AfterTerminal.into_failure_with(position, v.limits()),
+            );
+            first_error = Some(StreamViolation::AfterTerminal);
+        }
         let out = drain(items, make(allow_stop));
         prop_assert_eq!(&out, &accepted);
         if first_error.is_some() || expected_end.is_some() {

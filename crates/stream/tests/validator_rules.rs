@@ -70,6 +70,12 @@ fn run_row(
                 assert!(!f.problem().retryable());
                 assert_eq!(f.problem().message(), e.to_string(), "[{area}/{name}]");
                 expected_stream.push(StreamItem::Failure(f));
+            } else if let Some(last @ StreamItem::Completion(_)) = expected_stream.last_mut() {
+                // ValidatedStream holds a completion until the raw stream
+                // ends; an item after it turns the call into this failure.
+                *last = StreamItem::Failure(
+                    StreamViolation::AfterTerminal.into_failure_with(position_before, v.limits()),
+                );
             }
         }
         (Violation(_), Ok(item)) => panic!("[{area}/{name}] expected a violation, got {item:?}"),

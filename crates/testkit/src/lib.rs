@@ -1,8 +1,134 @@
-//! # keel-testkit: test helpers for Keel hosts
+//! # keel-testkit: test helpers for Keel hosts and adapters
 //!
-//! It will own scripted providers and tools, a manual clock, recording and fault-injecting observers, the lifecycle checker, proptest strategies, and a provider conformance suite, in the spirit of tokio-test and tower-test.
+//! This crate provides small, scripted stand-ins for everything a Keel
+//! engine talks to, and assertions over what it records, in the spirit of
+//! `tokio-test` and `tower-test`: each piece is a mock you script up front
+//! plus a handle you query afterwards.
 //!
-//! This crate is still empty: it arrives with issue #6. Until then it only
-//! holds its place in the workspace so that the dependency direction
-//! (see `ARCHITECTURE.md`) is fixed from the start.
+//! - [`ScriptedProvider`] plays back model calls written as [`ScriptItem`]s,
+//!   the stream items of a scenario file (`text`, `tool_call`, `complete`,
+//!   `fail`, `delay_ms`, `disconnect`), malformed ones included; its
+//!   [`ProviderHandle`] counts starts, keeps requests and counts streams
+//!   dropped mid-way (cancellation).
+//! - [`ScriptedTool`] answers tool invocations from [`ToolStep`]s (`ok`,
+//!   `error`, `delay_ms`, and for fault tests `panic` and `hang`); its
+//!   [`ToolHandle`] keeps invocations and counts cancelled futures.
+//! - [`ManualClock`] is a [`Clock`](keel_eventlog::Clock) the test moves.
+//! - [`RecordingObserver`] and [`RecordingBestEffort`] keep what they are
+//!   given; [`FaultyObserver`] fails, hangs, panics or applies backpressure
+//!   as its [`Fault`] says.
+//! - [`check_lifecycle`] / [`assert_lifecycle`] check a run log
+//!   (contiguous sequences from 1, one run, non-decreasing timestamps,
+//!   canonical round trip, exactly one terminal per scope, nesting, every
+//!   scope closed); [`assert_kinds`] checks an exact sequence of kinds.
+//! - [`strategies`] has proptest strategies for messages, histories,
+//!   requests, raw streams (valid and malformed), scripts, whole scripted
+//!   runs and lifecycle-valid event sequences.
+//! - [`conformance`] is the provider conformance suite that adapters run
+//!   against their wire fixtures.
+//!
+//! What it is not: it is not a test framework or runner (use `cargo test`,
+//! `#[tokio::test]` and proptest as usual), it has no network or file
+//! mocks, and nothing in it is meant for production hosts. Delays and hangs
+//! sleep with `tokio::time`, so they need a Tokio runtime with time
+//! enabled, and paused time (`start_paused = true`) makes them instant and
+//! deterministic. Scripts never spawn tasks: dropping a stream or future
+//! stops it.
+//!
+//! Neighbours: it names all five core crates. `keel-message` (values),
+//! `keel-stream` ([`RawItem`](keel_stream::RawItem), the
+//! [`ModelProvider`](keel_stream::ModelProvider) trait and the validator),
+//! `keel-eventlog` (events, the lifecycle tracker, the clock),
+//! `keel-observers` (the observer contracts) and `keel-engine` (the
+//! [`Tool`](keel_engine::Tool) trait). The engine's own tests and the
+//! `keel-providers` adapters' tests use it. [`ScriptItem`] and
+//! [`ToolStep`] follow the scenario-file shapes of `KEEL.md` exactly, so a
+//! scenario's `provider.calls` and tool `script`s deserialize into them.
+//!
+//! ```
+//! use futures_core::Stream;
+//! use keel_testkit::*;
+//! use keel_eventlog::*;
+//! use keel_message::*;
+//! use keel_stream::{FinishReason, MetadataAllowlist, ModelProvider, StreamItem, StreamValidator, ValidatorConfig, validate};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! // A scripted model call, as a scenario file writes it.
+//! let provider = ScriptedProvider::from_json(r#"[[
+//!     {"text": "3 °C"}, {"delay_ms": 200}, {"text": " in Oslo."},
+//!     {"complete": {"finish": "stop", "usage": {"input_tokens": 12, "output_tokens": 4}}}
+//! ]]"#)?;
+//! let clock = ManualClock::default();
+//! let log = RunLog::new(RunId::parse("run_1")?, LogConfig::default(), Arc::new(clock.clone()))?;
+//! let history: Arc<[Message]> = vec![Message::text(MessageId::parse("m1")?, Role::User, "Weather?")?].into();
+//! let op = OperationIdIssuer::new().issue();
+//! let request = ModelRequest::new(op.clone(), ModelName::parse("scripted-1")?, history, Arc::from([]))?;
+//!
+//! // A miniature host: validate the stream and commit what it yields.
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?;
+//! let events = rt.block_on(async {
+//!     let extra = Extra::new;
+//!     let mut events = vec![
+//!         log.commit(&Payload::RunStarted(RunStarted::default()))?,
+//!         log.commit(&Payload::TurnStarted(TurnRef { turn: 1, extra: extra() }))?,
+//!         log.commit(&Payload::ModelStarted(ModelStarted {
+//!             turn: 1, operation_id: op.clone(), model: request.model().clone(), attempt: 1, extra: extra(),
+//!         }))?,
+//!     ];
+//!     let raw = provider.start(request.clone()).await.expect("scripted call");
+//!     let validator = StreamValidator::new(ValidatorConfig::default(), Limits::default(), MetadataAllowlist::empty());
+//!     let mut stream = validate(raw, validator);
+//!     while let Some(item) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut stream).poll_next(cx)).await {
+//!         clock.advance(Duration::from_millis(1));
+//!         let payload = match item {
+//!             StreamItem::TextDelta(d) => Payload::TextDelta(TextDelta {
+//!                 turn: 1, operation_id: op.clone(), text: d.text().into(), extra: extra(),
+//!             }),
+//!             StreamItem::Completion(c) => Payload::ModelCompleted(ModelCompleted {
+//!                 turn: 1, operation_id: op.clone(), finish: c.finish(), usage: c.usage(), metadata: None, extra: extra(),
+//!             }),
+//!             other => panic!("unexpected {other:?}"),
+//!         };
+//!         events.push(log.commit(&payload)?);
+//!     }
+//!     events.push(log.commit(&Payload::TurnCompleted(TurnRef { turn: 1, extra: extra() }))?);
+//!     events.push(log.commit(&Payload::RunCompleted(RunCompleted::default()))?);
+//!     Ok::<_, CommitError>(events)
+//! })?;
+//!
+//! assert_kinds(&events, &[
+//!     "run.started", "turn.started", "model.started",
+//!     "model.text_delta", "model.text_delta", "model.completed",
+//!     "turn.completed", "run.completed",
+//! ]);
+//! let summary = assert_lifecycle(&events);
+//! assert_eq!(summary.outcome(), Terminal::Completed);
+//! assert_eq!(summary.text_deltas(), 2);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(missing_docs)]
+
+mod check;
+mod clock;
+pub mod conformance;
+mod observer;
+mod provider;
+mod script;
+pub mod strategies;
+mod sync;
+mod tool;
+
+pub use check::{
+    LifecycleSummary, LifecycleViolation, assert_kinds, assert_lifecycle, check_lifecycle,
+    check_lifecycle_lines, kinds,
+};
+pub use clock::ManualClock;
+pub use observer::{Fault, FaultyObserver, RecordingBestEffort, RecordingObserver};
+pub use provider::{ProviderHandle, SCRIPT_EXHAUSTED, ScriptedProvider};
+pub use script::{
+    ScriptArguments, ScriptComplete, ScriptFail, ScriptItem, ScriptToolCall, ScriptUsage,
+};
+pub use tool::{
+    HANG, ScriptToolError, ScriptedTool, TOOL_SCRIPT_EXHAUSTED, ToolAction, ToolHandle, ToolStep,
+};
