@@ -76,6 +76,8 @@ struct State {
     interactions: u64,
     /// Open tool calls, so a cancellation can name their tool.
     open_tools: HashMap<CallId, ToolName>,
+    /// Set once the run's terminal is committed: the outcome the log records.
+    final_outcome: Option<RunOutcome>,
 }
 
 pub(crate) struct Runner {
@@ -108,6 +110,7 @@ impl Runner {
                 usage: (0, 0, false),
                 interactions: 0,
                 open_tools: HashMap::new(),
+                final_outcome: None,
             }),
             request,
             gate: tokio::sync::Mutex::new(()),
@@ -128,8 +131,20 @@ impl Runner {
             () = cancel.cancelled() => None,
             r = self.drive() => Some(r),
         };
+        let outcome = self.settle(driven).await;
+        // The log is the authority: once the run's terminal is committed,
+        // the outcome is what it records, whatever interrupted afterwards.
+        self.state().final_outcome.take().unwrap_or(outcome)
+    }
+
+    async fn settle(&self, driven: Option<Step<RunOutcome>>) -> RunOutcome {
         match driven {
-            Some(Ok(outcome)) => outcome,
+            Some(Ok(outcome)) => {
+                // The run's terminal is in the log; offer observers anything
+                // they have not acknowledged yet (a refused terminal, say).
+                self.close(None).await;
+                outcome
+            }
             None => {
                 self.close(None).await;
                 RunOutcome::Cancelled
@@ -173,6 +188,24 @@ impl Runner {
         Ok(event)
     }
 
+    /// Commits the run's terminal. Its dispatch may fail without changing
+    /// the outcome: the log already says how the run ended, and `close`
+    /// re-offers it to the observers.
+    async fn record_final(&self, payload: Payload, outcome: RunOutcome) -> Step<RunOutcome> {
+        let _turn = self.gate.lock().await;
+        let event = self
+            .log
+            .commit(&payload)
+            .map_err(|e| Interrupt::Commit(e.to_string()))?;
+        // From here on the log says how the run ended; a cancellation
+        // during the dispatch below must not report otherwise.
+        self.state().final_outcome = Some(outcome.clone());
+        if self.engine.pipeline.dispatch(&event).await.is_ok() {
+            self.acked.store(event.seq(), Ordering::SeqCst);
+        }
+        Ok(outcome)
+    }
+
     async fn drive(&self) -> Step<RunOutcome> {
         self.record(Payload::RunStarted(RunStarted {
             model: Some(self.request.model.clone()),
@@ -194,16 +227,19 @@ impl Runner {
                     }))
                     .await?;
                     let usage = self.usage();
-                    self.record(Payload::RunCompleted(RunCompleted {
-                        usage,
-                        extra: Extra::new(),
-                    }))
-                    .await?;
-                    let usage = usage.unwrap_or_default();
-                    return Ok(RunOutcome::Completed {
+                    let outcome = RunOutcome::Completed {
                         final_message: message,
-                        usage,
-                    });
+                        usage: usage.unwrap_or_default(),
+                    };
+                    return self
+                        .record_final(
+                            Payload::RunCompleted(RunCompleted {
+                                usage,
+                                extra: Extra::new(),
+                            }),
+                            outcome,
+                        )
+                        .await;
                 }
                 TurnEnd::Continue => {
                     self.record(Payload::TurnCompleted(TurnRef {
@@ -220,29 +256,35 @@ impl Runner {
                         extra: Extra::new(),
                     }))
                     .await?;
-                    self.record(Payload::RunFailed(RunFailed {
-                        error,
-                        cause: event_cause,
-                        extra: Extra::new(),
-                    }))
-                    .await?;
-                    return Ok(RunOutcome::Failed { cause: *cause });
+                    return self
+                        .record_final(
+                            Payload::RunFailed(RunFailed {
+                                error,
+                                cause: event_cause,
+                                extra: Extra::new(),
+                            }),
+                            RunOutcome::Failed { cause: *cause },
+                        )
+                        .await;
                 }
             }
         }
         let detail = format!("the model was still calling tools after {max_turns} turns");
-        self.record(Payload::RunFailed(RunFailed {
-            error: ErrorText::new(&format!("limits.max_turns: {detail}")),
-            cause: None,
-            extra: Extra::new(),
-        }))
-        .await?;
-        Ok(RunOutcome::Failed {
+        let outcome = RunOutcome::Failed {
             cause: FailureCause::Limit {
                 limit: "limits.max_turns".into(),
-                detail,
+                detail: detail.clone(),
             },
-        })
+        };
+        self.record_final(
+            Payload::RunFailed(RunFailed {
+                error: ErrorText::new(&format!("limits.max_turns: {detail}")),
+                cause: None,
+                extra: Extra::new(),
+            }),
+            outcome,
+        )
+        .await
     }
 
     fn usage(&self) -> Option<Usage> {

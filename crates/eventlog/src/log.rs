@@ -396,24 +396,46 @@ impl RunLog {
 
     /// Appends an event that already has its sequence and timestamp
     /// (restore and import): the same checks as a commit, no renumbering.
+    /// `transition` is `None` for a snapshot window whose lifecycle state
+    /// comes from its header.
     pub(crate) fn commit_verbatim(
         &self,
         event: &std::sync::Arc<Event>,
-        transition: Transition,
+        transition: Option<Transition>,
     ) -> Result<std::sync::Arc<Event>, CommitError> {
         let mut state = lock(&self.shared.state);
         if let Some(reason) = state.ended {
             return Err(CommitError::Closed(reason));
         }
-        state.tracker.check(&transition)?;
+        if let Some(t) = &transition {
+            state.tracker.check(t)?;
+        }
         if event.seq() != state.next_seq {
             return Err(CommitError::OutOfSequence {
                 expected: state.next_seq,
                 found: event.seq(),
             });
         }
-        self.check_size(event, &transition)?;
-        state.tracker.apply(&transition)?;
+        if let Some(t) = &transition {
+            self.check_size(event, t)?;
+            state.tracker.apply(t)?;
+        } else if event.line().len()
+            > self
+                .shared
+                .config
+                .max_event_bytes
+                .max(self.shared.config.max_terminal_bytes)
+        {
+            return Err(CommitError::EventTooLarge {
+                bytes: event.line().len(),
+                max: self
+                    .shared
+                    .config
+                    .max_event_bytes
+                    .max(self.shared.config.max_terminal_bytes),
+                bound: "max_event_bytes",
+            });
+        }
         self.append_locked(&mut state, std::sync::Arc::clone(event));
         Ok(std::sync::Arc::clone(event))
     }

@@ -362,15 +362,54 @@ impl RunLog {
     ) -> Result<RunLog, ImportError> {
         config.validate()?;
         let h = &snapshot.header;
-        let tracker = LifecycleTracker::resume(
+        let resumed = LifecycleTracker::resume(
             h.open_scopes.iter().cloned().map(ScopeKey::from).collect(),
             h.last_turn,
             h.run_ended,
             config.max_open_scopes,
         )
         .map_err(|source| ImportError::Lifecycle { line: 1, source })?;
-        let log = RunLog::from_parts(h.run_id.clone(), config, clock, tracker, h.earliest_seq, 0);
-        log.append_verbatim(snapshot.events.iter().cloned(), 2)?;
+        let log = if h.earliest_seq == 1 {
+            // The whole run is here: replay it through a fresh tracker, then
+            // check the header describes where that replay ends.
+            let log = RunLog::from_parts(
+                h.run_id.clone(),
+                config.clone(),
+                clock,
+                LifecycleTracker::new(config.max_open_scopes),
+                1,
+                0,
+            );
+            log.append_verbatim(snapshot.events.iter().cloned(), 2, true)?;
+            let state = lock(&log.shared.state);
+            let replayed = (
+                state.tracker.open_outermost_first().to_vec(),
+                state.tracker.run_ended(),
+                state.tracker.last_turn(),
+            );
+            let claimed = (
+                resumed.open_outermost_first().to_vec(),
+                resumed.run_ended(),
+                resumed.last_turn(),
+            );
+            if replayed != claimed {
+                return Err(ImportError::Inconsistent {
+                    expected: format!("open scopes {:?}", claimed.0),
+                    found: format!("open scopes {:?}", replayed.0),
+                });
+            }
+            drop(state);
+            log
+        } else {
+            // A window: the events before it are gone, so the header's
+            // tracker state is the authority and the window is appended as
+            // it was committed (contiguity and canonical form were checked
+            // when it was parsed).
+            let log =
+                RunLog::from_parts(h.run_id.clone(), config, clock, resumed, h.earliest_seq, 0);
+            log.append_verbatim(snapshot.events.iter().cloned(), 2, false)?;
+            log
+        };
         let mut state = lock(&log.shared.state);
         if state.next_seq != h.last_seq + 1 {
             return Err(ImportError::Inconsistent {
@@ -403,31 +442,38 @@ impl RunLog {
         }
         let tracker = LifecycleTracker::new(config.max_open_scopes);
         let log = RunLog::from_parts(run_id, config, clock, tracker, 1, 0);
-        log.append_verbatim(events.into_iter(), 1)?;
+        log.append_verbatim(events.into_iter(), 1, true)?;
         Ok(log)
     }
 
-    /// Appends already-numbered events, checking lifecycle and size exactly
-    /// as a commit does. `first_line` numbers errors.
+    /// Appends already-numbered events, checking size and (when
+    /// `check_lifecycle`) the lifecycle exactly as a commit does.
+    /// `first_line` numbers errors.
     fn append_verbatim(
         &self,
         events: impl Iterator<Item = Arc<Event>>,
         first_line: usize,
+        check_lifecycle: bool,
     ) -> Result<(), ImportError> {
         for (i, event) in events.enumerate() {
             let line = first_line + i;
-            let payload: Payload = event
-                .payload()
-                .map_err(|source| ImportError::Event { line, source })?;
-            let committed = self.commit_verbatim(&event, payload.transition()).map_err(
-                |source| match source {
-                    CommitError::Lifecycle(source) => ImportError::Lifecycle { line, source },
-                    other => ImportError::Commit {
-                        line,
-                        source: other,
-                    },
-                },
-            )?;
+            let transition = if check_lifecycle {
+                let payload: Payload = event
+                    .payload()
+                    .map_err(|source| ImportError::Event { line, source })?;
+                Some(payload.transition())
+            } else {
+                None
+            };
+            let committed =
+                self.commit_verbatim(&event, transition)
+                    .map_err(|source| match source {
+                        CommitError::Lifecycle(source) => ImportError::Lifecycle { line, source },
+                        other => ImportError::Commit {
+                            line,
+                            source: other,
+                        },
+                    })?;
             debug_assert_eq!(committed.line(), event.line());
         }
         Ok(())
