@@ -1,7 +1,12 @@
 //! Every terminal of every scope, each reached in a test that asserts the
 //! exact event sequence; retries, tools, interactions, cancellation,
 //! observer failure, shutdown, limits and build errors.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::type_complexity)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::type_complexity
+)]
 
 use keel_engine::*;
 use keel_eventlog::{Event, Payload, Scope, Terminal};
