@@ -76,7 +76,8 @@ pub enum SubscriptionError {
         recovery_cursor: u64,
         /// Undelivered events when it was cut off.
         lag_events: u64,
-        /// Undelivered bytes when it was cut off.
+        /// Undelivered bytes when it was cut off (a lower bound when the
+        /// oldest of them was already evicted).
         lag_bytes: u64,
         /// The configured event bound.
         max_events: usize,
@@ -137,6 +138,12 @@ const BATCH: usize = 256;
 /// [`try_recv`]: Subscription::try_recv
 pub struct Subscription {
     log: RunLog,
+    cursor: Cursor,
+}
+
+/// The subscriber-side state, apart from the log handle so that it can be
+/// updated while the log's lock guard borrows the handle.
+struct Cursor {
     id: u64,
     bounds: SubscriptionBounds,
     /// Events handed over by the log but not yet to the consumer: the
@@ -155,8 +162,8 @@ impl std::fmt::Debug for Subscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscription")
             .field("run_id", self.log.run_id())
-            .field("delivered", &self.delivered)
-            .field("bounds", &self.bounds)
+            .field("delivered", &self.cursor.delivered)
+            .field("bounds", &self.cursor.bounds)
             .finish()
     }
 }
@@ -198,26 +205,30 @@ impl Subscription {
         };
         Ok(Subscription {
             log,
-            id,
-            bounds,
-            buffer,
-            taken: latest,
-            delivered: after,
-            pending: None,
-            finished: false,
+            cursor: Cursor {
+                id,
+                bounds,
+                buffer,
+                taken: latest,
+                delivered: after,
+                pending: None,
+                finished: false,
+            },
         })
     }
 
     /// The last sequence handed to the consumer: the cursor to resume from.
     pub fn cursor(&self) -> u64 {
-        self.delivered
+        self.cursor.delivered
     }
 
     /// The bounds.
     pub fn bounds(&self) -> SubscriptionBounds {
-        self.bounds
+        self.cursor.bounds
     }
+}
 
+impl Cursor {
     /// Moves newly committed events into the buffer, or records why the
     /// subscription must end. Returns whether anything changed.
     fn refill(&mut self, state: &State) -> bool {
@@ -235,8 +246,9 @@ impl Subscription {
             let lag_events = latest - base;
             let lag_bytes = match state.cum_at(base) {
                 Some(cum) => state.cum_bytes - cum,
-                // The next event was already evicted: necessarily over.
-                None => u64::MAX,
+                // The next event was already evicted: the retained bytes
+                // are a lower bound of the lag.
+                None => state.cum_bytes - state.cum_at(state.first_seq - 1).unwrap_or(0),
             };
             if lag_events > self.bounds.max_events as u64
                 || lag_bytes > self.bounds.max_bytes as u64
@@ -304,18 +316,19 @@ impl Subscription {
         }
         None
     }
+}
 
+impl Subscription {
     /// The next event without waiting.
     pub fn try_recv(&mut self) -> Result<Arc<Event>, TryRecvError> {
-        if let Some(ready) = self.next_ready() {
+        if let Some(ready) = self.cursor.next_ready() {
             return ready;
         }
         {
-            let log = self.log.clone();
-            let state = lock(&log.shared.state);
-            self.refill(&state);
+            let state = lock(&self.log.shared.state);
+            self.cursor.refill(&state);
         }
-        self.next_ready().unwrap_or(Err(TryRecvError::Empty))
+        self.cursor.next_ready().unwrap_or(Err(TryRecvError::Empty))
     }
 
     /// The next event, waiting for it. `None` after the run's terminal (or
@@ -333,18 +346,17 @@ impl Subscription {
             Err(TryRecvError::Ended(e)) => Some(Err(e)),
             Err(_) => None,
         };
-        if let Some(ready) = self.next_ready() {
+        if let Some(ready) = self.cursor.next_ready() {
             return Poll::Ready(convert(ready));
         }
-        let log = self.log.clone();
-        let mut state = lock(&log.shared.state);
-        self.refill(&state);
-        match self.next_ready() {
+        let mut state = lock(&self.log.shared.state);
+        self.cursor.refill(&state);
+        match self.cursor.next_ready() {
             Some(ready) => Poll::Ready(convert(ready)),
             None => {
                 // Registered under the same lock the commit takes: a
                 // commit after our check necessarily sees this waker.
-                let id = self.id;
+                let id = self.cursor.id;
                 match state.waiters.iter_mut().find(|(w, _)| *w == id) {
                     Some((_, waker)) => waker.clone_from(cx.waker()),
                     None => state.waiters.push((id, cx.waker().clone())),
@@ -367,7 +379,7 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = lock(&self.log.shared.state);
         state.subscribers = state.subscribers.saturating_sub(1);
-        let id = self.id;
+        let id = self.cursor.id;
         state.waiters.retain(|(w, _)| *w != id);
     }
 }
