@@ -19,6 +19,6 @@ pub use tracing_bridge::TracingObserver;
 pub mod journal;
 #[cfg(feature = "sqlite")]
 pub use journal::{
-    JournalConfig, JournalError, JournalReader, JournalStats, RunStatus, RunSummary,
-    SqliteJournal, Synchronous,
+    JournalConfig, JournalError, JournalReader, JournalStats, RunStatus, RunSummary, SqliteJournal,
+    Synchronous,
 };

@@ -1,0 +1,540 @@
+//! The SQLite journal: the embedded default durable store.
+//!
+//! [`SqliteJournal`] is a [`RequiredObserver`] that stores every event's
+//! canonical line in a SQLite file, keyed by `(run_id, seq)`, and
+//! [`JournalReader`] reads it back for the CLI and the daemon (while the
+//! writer runs, from this process or another).
+//!
+//! # Durability contract
+//!
+//! - **`Ok` means committed.** [`observe`](RequiredObserver::observe)
+//!   returns `Ok(())` only after the SQLite transaction that holds the
+//!   event (or that found the same bytes already stored) has committed.
+//!   Nothing is acknowledged before its commit, and a transaction that
+//!   fails is never acknowledged: every event in it gets an error.
+//! - **`synchronous=FULL` by default.** The database is in WAL mode, and
+//!   with [`Synchronous::Full`] each commit fsyncs the WAL before it
+//!   returns (on macOS with `F_FULLFSYNC`, `PRAGMA fullfsync`). An
+//!   acknowledged event survives a process crash, a kernel crash and a
+//!   power loss, on storage that honours fsync.
+//!   [`Synchronous::Normal`] skips that fsync (the WAL is synced at
+//!   checkpoints): acknowledged events survive a process crash but the
+//!   last commits may be lost on power loss or kernel crash. The database
+//!   is never corrupted, and never holds a gap, in either mode.
+//! - **Group commit.** One writer thread owns the read-write connection.
+//!   `observe` queues `(event, ack)` on a bounded channel and waits for the
+//!   ack. The writer takes everything queued (up to
+//!   [`JournalConfig::max_batch`] events or [`JournalConfig::max_batch_bytes`]),
+//!   from any number of runs, into one `BEGIN IMMEDIATE … COMMIT`
+//!   transaction: one fsync for the whole batch, then it acknowledges each
+//!   event. Under load, batches grow by themselves (events queue while the
+//!   previous commit syncs), so throughput does not rest on one fsync per
+//!   event. A single run that waits for each ack before offering its next
+//!   event still gets one commit per event: that is the latency of its
+//!   durability, not a throughput bound shared with other runs.
+//! - **Contiguity: a journal never holds a gap.** Per run, the first
+//!   stored event is seq 1 and each next one is `last_seq + 1`; anything
+//!   else is [`ObserverError::Gap`] and nothing is written for it.
+//! - **Idempotent retry, typed conflict.** Offering an event whose
+//!   `(run_id, seq)` is stored with the same bytes is `Ok` (delivery is at
+//!   least once); different bytes are [`ObserverError::Conflict`] and the
+//!   stored row is kept.
+//! - **One bad event does not sink its batch.** A refusal (gap, conflict)
+//!   writes nothing for that event and the rest of the batch commits. If
+//!   the transaction itself fails (I/O error, disk full, a constraint), it
+//!   is rolled back and each event is retried in a transaction of its own,
+//!   so only the events that cannot be stored get
+//!   [`ObserverError::Failed`].
+//! - **Cancel safety.** Dropping an `observe` future (a pipeline deadline)
+//!   never half-applies anything: the event is either committed whole by
+//!   the writer or not at all, and offering it again is `Ok` either way.
+//! - **Shutdown.** [`SqliteJournal::close`] (or dropping the journal)
+//!   stops taking events, lets the writer commit and acknowledge everything
+//!   already queued, then closes the connection, which checkpoints the WAL.
+//! - **Schema.** The file records its schema version in `keel_schema`
+//!   (with the event format, `keel.events/1`); `runs.last_seq` is the last
+//!   committed sequence of each run. A file whose schema is newer than
+//!   this build's is refused with [`JournalError::NewerSchema`] before
+//!   anything is written: the version is read with a connection that
+//!   cannot write and creates no `-wal`/`-shm` file, ahead of the
+//!   `journal_mode=WAL` pragma and any `CREATE`.
+//!
+//! # Tables (schema version 1)
+//!
+//! ```sql
+//! CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
+//! CREATE TABLE runs (run_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL,
+//!     status TEXT NOT NULL, -- running | completed | failed | cancelled
+//!     started_ts INTEGER NOT NULL, updated_ts INTEGER NOT NULL);
+//! CREATE TABLE events (run_id TEXT NOT NULL, seq INTEGER NOT NULL,
+//!     kind TEXT NOT NULL, ts INTEGER NOT NULL, line TEXT NOT NULL,
+//!     PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
+//! ```
+//!
+//! `line` holds the canonical line byte for byte; `kind` and `ts` are
+//! copies for queries. `runs` is updated in the same transaction as the
+//! events, so `runs.last_seq` always equals the greatest stored seq.
+//!
+//! # Example
+//!
+//! ```
+//! use keel_eventlog::*;
+//! use keel_observers::journal::{JournalConfig, JournalReader, RunStatus, SqliteJournal};
+//! use keel_observers::RequiredObserver;
+//! use std::sync::Arc;
+//!
+//! let dir = std::env::temp_dir().join(format!("keel-doc-journal-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! let path = dir.join("keel.db");
+//! let journal = SqliteJournal::open(&path, JournalConfig::default())?;
+//! let log = RunLog::new(keel_message::RunId::parse("run_1")?, LogConfig::default(), Arc::new(SystemClock))?;
+//! let rt = tokio::runtime::Builder::new_current_thread().build()?;
+//! for payload in [
+//!     Payload::RunStarted(RunStarted::default()),
+//!     Payload::RunCompleted(RunCompleted::default()),
+//! ] {
+//!     let event = log.commit(&payload)?;
+//!     rt.block_on(journal.observe(&event))?; // Ok: committed and fsynced
+//! }
+//! let reader = JournalReader::open(&path)?;
+//! assert_eq!(reader.events_after("run_1", 0, 100)?.len(), 2);
+//! assert_eq!(reader.run_status("run_1")?.map(|r| r.status), Some(RunStatus::Completed));
+//! journal.close()?;
+//! # drop(reader);
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod reader;
+mod schema;
+mod writer;
+
+pub use reader::{JournalReader, RunSummary};
+pub use schema::SCHEMA_VERSION;
+
+use crate::observer::{ObserveFuture, ObserverError, RequiredObserver};
+use keel_eventlog::{Event, Terminal};
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// How hard each commit syncs. See the module's durability contract.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Synchronous {
+    /// `PRAGMA synchronous=FULL` (and `fullfsync`): every commit fsyncs the
+    /// WAL before it is acknowledged. The default.
+    #[default]
+    Full,
+    /// `PRAGMA synchronous=NORMAL`: the WAL is fsynced at checkpoints only.
+    /// Acknowledged events survive a process crash, not a power loss.
+    Normal,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Journal settings. Start from [`JournalConfig::default`] and set fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JournalConfig {
+    /// Commit sync level. Default [`Synchronous::Full`].
+    pub synchronous: Synchronous,
+    /// Most events in one transaction. Default 512.
+    pub max_batch: usize,
+    /// A batch closes once its lines reach this many bytes. Default 16 MiB.
+    pub max_batch_bytes: usize,
+    /// Events that may wait for the writer; past it `observe` waits for
+    /// room (backpressure, bounded by the pipeline's deadline). Default
+    /// 4096.
+    pub queue_capacity: usize,
+    /// How long SQLite waits for a lock held by another connection (a
+    /// second process, a checkpoint). Default 5 s.
+    pub busy_timeout: Duration,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            synchronous: Synchronous::Full,
+            max_batch: 512,
+            max_batch_bytes: 16 << 20,
+            queue_capacity: 4096,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A run's status, from its lifecycle events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunStatus {
+    /// No run terminal stored yet.
+    Running,
+    /// `run.completed` stored.
+    Completed,
+    /// `run.failed` stored.
+    Failed,
+    /// `run.cancelled` stored.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// The stored name: `running`, `completed`, `failed`, `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(text: &str) -> Option<RunStatus> {
+        match text {
+            "running" => Some(RunStatus::Running),
+            "completed" => Some(RunStatus::Completed),
+            "failed" => Some(RunStatus::Failed),
+            "cancelled" => Some(RunStatus::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+impl From<Terminal> for RunStatus {
+    fn from(t: Terminal) -> Self {
+        match t {
+            Terminal::Completed => RunStatus::Completed,
+            Terminal::Failed => RunStatus::Failed,
+            Terminal::Cancelled => RunStatus::Cancelled,
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a journal could not be opened, read or closed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalError {
+    /// The database records a schema version newer than this build's. The
+    /// file was not modified.
+    #[error(
+        "journal {path:?} has schema version {found}, newer than the {supported} this build supports; the file was left untouched"
+    )]
+    NewerSchema {
+        /// The database.
+        path: PathBuf,
+        /// The version in the file.
+        found: u32,
+        /// [`SCHEMA_VERSION`].
+        supported: u32,
+    },
+    /// No journal at the path (no file, or a database with no tables).
+    #[error("no Keel journal at {path:?}")]
+    NotFound {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A SQLite database with tables but no `keel_schema`: someone else's
+    /// database. It was not modified.
+    #[error("{path:?} is a SQLite database but not a Keel journal (no keel_schema table)")]
+    NotAJournal {
+        /// The database.
+        path: PathBuf,
+    },
+    /// The Keel schema is damaged (a missing table, a bad version row).
+    #[error("journal {path:?}: invalid schema: {detail}")]
+    InvalidSchema {
+        /// The database.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A stored value is out of range (a negative seq, an unknown status).
+    #[error("journal {path:?}: corrupt row: {detail}")]
+    Corrupt {
+        /// The database.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// SQLite would not switch the database to WAL mode (for example on a
+    /// file system without shared memory).
+    #[error("journal {path:?}: journal_mode is {mode}, WAL is required")]
+    WalUnavailable {
+        /// The database.
+        path: PathBuf,
+        /// The mode SQLite kept.
+        mode: String,
+    },
+    /// A setting out of range.
+    #[error("journal config: {field} {detail}")]
+    Config {
+        /// The field.
+        field: &'static str,
+        /// The rule.
+        detail: &'static str,
+    },
+    /// A SQLite call failed.
+    #[error("journal {path:?}: {op}: {source}")]
+    Sqlite {
+        /// The database.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A file system call failed.
+    #[error("journal {path:?}: {op}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The writer thread could not be started.
+    #[error("journal: cannot start the writer thread: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The writer thread panicked; events it had not acknowledged were
+    /// answered with [`ObserverError::Closed`].
+    #[error("journal: the writer thread panicked")]
+    WriterPanicked,
+}
+
+/// Counters of a journal's writer, for monitoring and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Transactions committed.
+    pub transactions: u64,
+    /// Requests answered from committed transactions (stored, duplicate
+    /// or refused). `requests / transactions` is the average batch.
+    pub requests: u64,
+    /// Events inserted.
+    pub stored: u64,
+    /// Events already stored with the same bytes (idempotent retries).
+    pub duplicates: u64,
+    /// Events refused (gap, conflict).
+    pub refused: u64,
+    /// Events answered with [`ObserverError::Failed`] because their
+    /// transaction could not commit.
+    pub failed: u64,
+    /// The largest batch committed.
+    pub largest_batch: u64,
+}
+
+impl JournalStats {
+    /// Average requests per committed transaction.
+    pub fn average_batch(&self) -> f64 {
+        if self.transactions == 0 {
+            0.0
+        } else {
+            self.requests as f64 / self.transactions as f64
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct StatsCell {
+    transactions: AtomicU64,
+    requests: AtomicU64,
+    stored: AtomicU64,
+    duplicates: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+    largest_batch: AtomicU64,
+}
+
+/// The SQLite journal. See the [module documentation](self) for the
+/// durability contract.
+///
+/// `observe` may be called from any number of tasks at once (one per run,
+/// in sequence order per run, as the pipeline does); their events share
+/// transactions.
+#[derive(Debug)]
+pub struct SqliteJournal {
+    path: PathBuf,
+    queue: Option<mpsc::Sender<writer::Request>>,
+    writer: Option<JoinHandle<Result<(), JournalError>>>,
+    stats: Arc<StatsCell>,
+}
+
+impl SqliteJournal {
+    /// Opens (creating if needed) the journal at `path` and starts its
+    /// writer thread.
+    ///
+    /// Order of work: check the config; read the schema version without
+    /// writing anything (refusing a newer schema, a database that is not a
+    /// journal, or a damaged one, all with the file untouched); then open
+    /// read-write, switch to WAL, set `synchronous`, and create the schema
+    /// in one transaction if the database is new. This call blocks (file
+    /// I/O, and up to `busy_timeout` if another process holds the lock);
+    /// from async code, call it on a blocking thread.
+    pub fn open(
+        path: impl AsRef<Path>,
+        config: JournalConfig,
+    ) -> Result<SqliteJournal, JournalError> {
+        let path = path.as_ref().to_path_buf();
+        for (field, value) in [
+            ("max_batch", config.max_batch),
+            ("max_batch_bytes", config.max_batch_bytes),
+            ("queue_capacity", config.queue_capacity),
+        ] {
+            if value == 0 {
+                return Err(JournalError::Config {
+                    field,
+                    detail: "must be at least 1",
+                });
+            }
+        }
+        // Before anything that could write: refuse a newer or foreign schema.
+        schema::probe(&path)?;
+        let conn = open_writer(&path, &config)?;
+        let stats = Arc::new(StatsCell::default());
+        let (queue, rx) = mpsc::channel(config.queue_capacity);
+        let writer = writer::Writer::new(
+            path.clone(),
+            conn,
+            rx,
+            config.max_batch,
+            config.max_batch_bytes,
+            Arc::clone(&stats),
+        );
+        let handle = std::thread::Builder::new()
+            .name("keel-journal".to_owned())
+            .spawn(move || writer.run())
+            .map_err(JournalError::Spawn)?;
+        Ok(SqliteJournal {
+            path,
+            queue: Some(queue),
+            writer: Some(handle),
+            stats,
+        })
+    }
+
+    /// The database path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A reader on the same file, with its own connection.
+    pub fn reader(&self) -> Result<JournalReader, JournalError> {
+        JournalReader::open(&self.path)
+    }
+
+    /// The writer's counters.
+    pub fn stats(&self) -> JournalStats {
+        let s = &self.stats;
+        JournalStats {
+            transactions: s.transactions.load(Ordering::Relaxed),
+            requests: s.requests.load(Ordering::Relaxed),
+            stored: s.stored.load(Ordering::Relaxed),
+            duplicates: s.duplicates.load(Ordering::Relaxed),
+            refused: s.refused.load(Ordering::Relaxed),
+            failed: s.failed.load(Ordering::Relaxed),
+            largest_batch: s.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops taking events, waits for the writer to commit and acknowledge
+    /// everything already queued, and closes the database (checkpointing
+    /// the WAL). Dropping the journal does the same and ignores errors.
+    /// Blocks until the writer is done.
+    pub fn close(mut self) -> Result<(), JournalError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), JournalError> {
+        // Dropping the only sender ends the writer's loop once the queue
+        // is empty.
+        self.queue = None;
+        match self.writer.take() {
+            Some(handle) => handle.join().map_err(|_| JournalError::WriterPanicked)?,
+            None => Ok(()),
+        }
+    }
+
+    async fn append(&self, event: &Arc<Event>) -> Result<(), ObserverError> {
+        let queue = self.queue.as_ref().ok_or(ObserverError::Closed)?;
+        let (ack, answer) = oneshot::channel();
+        queue
+            .send(writer::Request {
+                event: Arc::clone(event),
+                ack,
+            })
+            .await
+            .map_err(|_| ObserverError::Closed)?;
+        // The writer answers only after the transaction committed (or
+        // failed); a dropped answer means the writer is gone.
+        answer.await.map_err(|_| ObserverError::Closed)?
+    }
+}
+
+impl Drop for SqliteJournal {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl RequiredObserver for SqliteJournal {
+    fn name(&self) -> &str {
+        "sqlite"
+    }
+
+    /// `Ok` once the transaction holding `event` has committed under the
+    /// configured `synchronous` level. See the module's durability contract.
+    fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
+        Box::pin(self.append(event))
+    }
+}
+
+/// The writer's connection: WAL, `synchronous`, schema created if new.
+fn open_writer(path: &Path, config: &JournalConfig) -> Result<Connection, JournalError> {
+    let sql = |op| {
+        let path = path.to_path_buf();
+        move |source| JournalError::Sqlite { path, op, source }
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sql("open read-write"))?;
+    conn.busy_timeout(config.busy_timeout)
+        .map_err(sql("set busy_timeout"))?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .map_err(sql("set journal_mode=WAL"))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(JournalError::WalUnavailable {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    conn.pragma_update(None, "synchronous", config.synchronous.pragma())
+        .map_err(sql("set synchronous"))?;
+    conn.pragma_update(None, "fullfsync", config.synchronous == Synchronous::Full)
+        .map_err(sql("set fullfsync"))?;
+    conn.set_prepared_statement_cache_capacity(16);
+    schema::ensure(&conn, path)?;
+    Ok(conn)
+}

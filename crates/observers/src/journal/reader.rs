@@ -1,0 +1,198 @@
+//! The read side: runs, events after a cursor, run status.
+
+use super::schema::{self, Found};
+use super::{JournalError, RunStatus};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// One run as the journal knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    /// The run id.
+    pub run_id: String,
+    /// The last stored sequence; events `1..=last_seq` are all stored.
+    pub last_seq: u64,
+    /// From the run's lifecycle events.
+    pub status: RunStatus,
+    /// `ts` of the run's first event (seq 1).
+    pub started_ts: u64,
+    /// Greatest `ts` stored for the run.
+    pub updated_ts: u64,
+}
+
+/// A read-only view of a journal, for the CLI and the daemon.
+///
+/// It has its own connection, so it reads while a [`SqliteJournal`]
+/// (in this process or another) writes: WAL readers never block the
+/// writer and are never blocked by it. Every call reads one consistent
+/// snapshot holding exactly the transactions committed before it began,
+/// so anything an `observe` call has acknowledged is visible to a call
+/// that starts afterwards. The connection is `query_only`; the reader
+/// never writes a row. `JournalReader` is `Send + Sync`; calls are
+/// serialized on its connection (open one per thread for parallel reads).
+///
+/// [`SqliteJournal`]: super::SqliteJournal
+#[derive(Debug)]
+pub struct JournalReader {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl JournalReader {
+    /// Opens the journal at `path` for reading.
+    ///
+    /// Refuses, without touching the file: no file or a database without
+    /// tables ([`JournalError::NotFound`]), a newer schema
+    /// ([`JournalError::NewerSchema`]), a database that is not a journal.
+    pub fn open(path: impl AsRef<Path>) -> Result<JournalReader, JournalError> {
+        let path = path.as_ref();
+        match schema::probe(path)? {
+            Found::Missing | Found::Empty => {
+                return Err(JournalError::NotFound {
+                    path: path.to_path_buf(),
+                });
+            }
+            Found::Current => {}
+        }
+        let sql = |op| {
+            let path = path.to_path_buf();
+            move |source| JournalError::Sqlite { path, op, source }
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql("open for reading"))?;
+        conn.busy_timeout(Duration::from_secs(5))
+            .map_err(sql("set busy_timeout"))?;
+        conn.pragma_update(None, "query_only", true)
+            .map_err(sql("set query_only"))?;
+        // Re-check on the connection we keep (the file may have changed
+        // since the probe).
+        match schema::inspect(&conn, path)? {
+            Found::Current => {}
+            Found::Missing | Found::Empty => {
+                return Err(JournalError::NotFound {
+                    path: path.to_path_buf(),
+                });
+            }
+        }
+        Ok(JournalReader {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// The database path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn with<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, JournalError> {
+        let conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&conn).map_err(|source| match source {
+            rusqlite::Error::FromSqlConversionFailure(_, _, e) => JournalError::Corrupt {
+                path: self.path.clone(),
+                detail: e.to_string(),
+            },
+            source => JournalError::Sqlite {
+                path: self.path.clone(),
+                op,
+                source,
+            },
+        })
+    }
+
+    /// Every run, oldest first (by `started_ts`, then id).
+    pub fn runs(&self) -> Result<Vec<RunSummary>, JournalError> {
+        self.with("list runs", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT run_id, last_seq, status, started_ts, updated_ts FROM runs \
+                 ORDER BY started_ts, run_id",
+            )?;
+            let rows = stmt.query_map([], summary)?;
+            rows.collect()
+        })
+    }
+
+    /// One run's summary, or `None` if the journal has no event of it.
+    pub fn run_status(&self, run_id: &str) -> Result<Option<RunSummary>, JournalError> {
+        self.with("read run status", |conn| {
+            conn.prepare_cached(
+                "SELECT run_id, last_seq, status, started_ts, updated_ts FROM runs \
+                 WHERE run_id = ?1",
+            )?
+            .query_row([run_id], summary)
+            .optional()
+        })
+    }
+
+    /// Up to `limit` canonical lines of `run_id` with `seq > after`, in
+    /// sequence order, exactly the bytes observed. Empty when there are
+    /// none (or no such run).
+    pub fn events_after(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, JournalError> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with("read events", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT line FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            )?;
+            let rows = stmt.query_map(rusqlite::params![run_id, after, limit], |r| r.get(0))?;
+            rows.collect()
+        })
+    }
+}
+
+fn conversion(col: usize, detail: String) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        col,
+        rusqlite::types::Type::Text,
+        Box::new(CorruptValue(detail)),
+    )
+}
+
+#[derive(Debug)]
+struct CorruptValue(String);
+
+impl std::fmt::Display for CorruptValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CorruptValue {}
+
+fn unsigned(row: &rusqlite::Row<'_>, col: usize, name: &str) -> rusqlite::Result<u64> {
+    let v: i64 = row.get(col)?;
+    u64::try_from(v).map_err(|_| conversion(col, format!("runs.{name} is {v}")))
+}
+
+fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
+    let status: String = row.get(2)?;
+    Ok(RunSummary {
+        run_id: row.get(0)?,
+        last_seq: unsigned(row, 1, "last_seq")?,
+        status: RunStatus::parse(&status).ok_or_else(|| {
+            conversion(
+                2,
+                "runs.status is not one of running, completed, failed, cancelled".to_owned(),
+            )
+        })?,
+        started_ts: unsigned(row, 3, "started_ts")?,
+        updated_ts: unsigned(row, 4, "updated_ts")?,
+    })
+}

@@ -1,0 +1,205 @@
+//! The schema: version probe (read-only, before anything is written),
+//! creation, and the checks shared by the writer and the reader.
+
+use super::JournalError;
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use std::path::Path;
+
+/// The schema version this build reads and writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The DDL of version 1, run in one transaction with the version row.
+const CREATE_V1: &str = "
+CREATE TABLE keel_schema (
+    version INTEGER NOT NULL,
+    events  TEXT    NOT NULL
+);
+CREATE TABLE runs (
+    run_id     TEXT PRIMARY KEY,
+    last_seq   INTEGER NOT NULL,
+    status     TEXT    NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
+    started_ts INTEGER NOT NULL,
+    updated_ts INTEGER NOT NULL
+);
+CREATE TABLE events (
+    run_id TEXT    NOT NULL,
+    seq    INTEGER NOT NULL,
+    kind   TEXT    NOT NULL,
+    ts     INTEGER NOT NULL,
+    line   TEXT    NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+";
+
+/// What a database holds, as far as the schema goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// No file at the path.
+    Missing,
+    /// A database with no tables at all (new, or its creation never
+    /// committed).
+    Empty,
+    /// A Keel journal of this schema version.
+    Current,
+}
+
+/// Reads the schema version without writing anything: not the database
+/// file, not its `-wal`, and no `-wal`/`-shm` file is created.
+///
+/// When no `-wal` file exists, the database file is the whole database
+/// and is read with `immutable=1` (no locks, no side files). When one
+/// exists (a writer is running, or one crashed), the file is opened
+/// read-only: SQLite never checkpoints or rolls back from a read-only
+/// connection, so neither the database nor the WAL changes (the `-shm`
+/// index, which already exists in both cases, may be rebuilt).
+pub(crate) fn probe(path: &Path) -> Result<Found, JournalError> {
+    match std::fs::metadata(path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
+        Err(source) => {
+            return Err(JournalError::Io {
+                path: path.to_path_buf(),
+                op: "stat database file",
+                source,
+            });
+        }
+    }
+    let wal = side_file(path, "-wal");
+    let live = std::fs::symlink_metadata(&wal).is_ok();
+    let uri = file_uri(path, if live { "mode=ro" } else { "immutable=1" });
+    let sql = |op| {
+        let path = path.to_path_buf();
+        move |source| JournalError::Sqlite { path, op, source }
+    };
+    let conn = Connection::open_with_flags(
+        &uri,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sql("open read-only to check the schema version"))?;
+    let found = inspect(&conn, path);
+    // A read-only connection never checkpoints; closing it writes nothing.
+    drop(conn);
+    found
+}
+
+/// `path` with `suffix` appended to its file name (`-wal`, `-shm`).
+pub(crate) fn side_file(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    name.into()
+}
+
+/// A `file:` URI for `path` with the given query, percent-encoding every
+/// byte outside `[A-Za-z0-9/._~-]`.
+fn file_uri(path: &Path, query: &str) -> String {
+    use std::fmt::Write;
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_encoded_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'~' | b'-') {
+            uri.push(char::from(b));
+        } else {
+            let _ = write!(uri, "%{b:02X}");
+        }
+    }
+    uri.push('?');
+    uri.push_str(query);
+    uri
+}
+
+/// Classifies an open database by its `keel_schema` table.
+pub(crate) fn inspect(conn: &Connection, path: &Path) -> Result<Found, JournalError> {
+    let sql = |op| {
+        let path = path.to_path_buf();
+        move |source| JournalError::Sqlite { path, op, source }
+    };
+    let has_schema_table: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'keel_schema')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql("read the schema catalog"))?;
+    if !has_schema_table {
+        let objects: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(sql("read the schema catalog"))?;
+        return if objects == 0 {
+            Ok(Found::Empty)
+        } else {
+            Err(JournalError::NotAJournal {
+                path: path.to_path_buf(),
+            })
+        };
+    }
+    let version: Option<i64> = conn
+        .query_row("SELECT max(version) FROM keel_schema", [], |r| r.get(0))
+        .optional()
+        .map_err(sql("read keel_schema.version"))?
+        .flatten();
+    let invalid = |detail: String| JournalError::InvalidSchema {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let Some(version) = version else {
+        return Err(invalid("keel_schema has no version row".to_owned()));
+    };
+    let version = u32::try_from(version)
+        .ok()
+        .filter(|v| *v >= 1)
+        .ok_or_else(|| invalid(format!("keel_schema.version is {version}")))?;
+    if version > SCHEMA_VERSION {
+        return Err(JournalError::NewerSchema {
+            path: path.to_path_buf(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for table in ["runs", "events"] {
+        let present: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+                [table],
+                |r| r.get(0),
+            )
+            .map_err(sql("read the schema catalog"))?;
+        if !present {
+            return Err(invalid(format!("table {table} is missing")));
+        }
+    }
+    Ok(Found::Current)
+}
+
+/// Creates the schema if the database is empty, inside one `BEGIN
+/// IMMEDIATE` transaction that re-checks the version under the write
+/// lock (another process may have created or upgraded it since the probe).
+pub(crate) fn ensure(conn: &Connection, path: &Path) -> Result<(), JournalError> {
+    let sql = |op| {
+        let path = path.to_path_buf();
+        move |source| JournalError::Sqlite { path, op, source }
+    };
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(sql("begin the schema transaction"))?;
+    let result = (|| {
+        if inspect(conn, path)? == Found::Empty {
+            conn.execute_batch(CREATE_V1)
+                .map_err(sql("create the schema"))?;
+            conn.execute(
+                "INSERT INTO keel_schema (version, events) VALUES (?1, ?2)",
+                rusqlite::params![SCHEMA_VERSION, keel_eventlog::SCHEMA_VERSION],
+            )
+            .map_err(sql("record the schema version"))?;
+        }
+        conn.execute_batch("COMMIT")
+            .map_err(sql("commit the schema transaction"))
+    })();
+    if result.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    result
+}

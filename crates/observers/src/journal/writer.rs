@@ -1,0 +1,406 @@
+//! The writer thread: owns the read-write connection, turns everything
+//! queued into one transaction, commits, then acknowledges.
+
+use super::{RunStatus, StatsCell};
+use crate::observer::ObserverError;
+use keel_eventlog::{Event, Phase, Scope};
+use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{mpsc, oneshot};
+
+/// How long the writer polls for the next request before parking.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// One event waiting for its transaction, and where to send the outcome.
+pub(crate) struct Request {
+    pub(crate) event: Arc<Event>,
+    pub(crate) ack: oneshot::Sender<Result<(), ObserverError>>,
+}
+
+/// Above this many cached runs the cache is dropped and reloaded lazily.
+const CACHE_MAX_RUNS: usize = 65_536;
+
+const SELECT_RUN: &str =
+    "SELECT last_seq, status, started_ts, updated_ts FROM runs WHERE run_id = ?1";
+const SELECT_LINE: &str = "SELECT line FROM events WHERE run_id = ?1 AND seq = ?2";
+const INSERT_EVENT: &str =
+    "INSERT INTO events (run_id, seq, kind, ts, line) VALUES (?1, ?2, ?3, ?4, ?5)";
+const UPSERT_RUN: &str = "INSERT INTO runs (run_id, last_seq, status, started_ts, updated_ts) \
+     VALUES (?1, ?2, ?3, ?4, ?5) \
+     ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq, \
+     status = excluded.status, updated_ts = excluded.updated_ts";
+
+/// What the journal holds for one run.
+#[derive(Debug, Clone, Copy)]
+struct RunState {
+    last_seq: u64,
+    status: RunStatus,
+    started_ts: u64,
+    updated_ts: u64,
+}
+
+const NEW_RUN: RunState = RunState {
+    last_seq: 0,
+    status: RunStatus::Running,
+    started_ts: 0,
+    updated_ts: 0,
+};
+
+/// A transaction that did not commit: which step failed and why.
+#[derive(Debug)]
+struct TxError {
+    op: &'static str,
+    cause: String,
+}
+
+fn at(op: &'static str) -> impl FnOnce(rusqlite::Error) -> TxError {
+    move |e| TxError {
+        op,
+        cause: e.to_string(),
+    }
+}
+
+/// The fate of one request inside a transaction that commits.
+enum Outcome {
+    /// Inserted.
+    Stored,
+    /// Already stored with the same bytes.
+    Duplicate,
+    /// Refused (conflict, gap, out of range); nothing written for it.
+    Refused(ObserverError),
+}
+
+pub(crate) struct Writer {
+    pub(crate) path: PathBuf,
+    pub(crate) conn: Connection,
+    pub(crate) rx: mpsc::Receiver<Request>,
+    pub(crate) max_batch: usize,
+    pub(crate) max_batch_bytes: usize,
+    pub(crate) stats: Arc<StatsCell>,
+    /// Committed state of runs this writer has touched or looked up. Valid
+    /// while no other connection commits: checked with `data_version` at
+    /// the start of every transaction.
+    cache: HashMap<Box<str>, RunState>,
+    data_version: Option<i64>,
+}
+
+impl Writer {
+    pub(crate) fn new(
+        path: PathBuf,
+        conn: Connection,
+        rx: mpsc::Receiver<Request>,
+        max_batch: usize,
+        max_batch_bytes: usize,
+        stats: Arc<StatsCell>,
+    ) -> Writer {
+        Writer {
+            path,
+            conn,
+            rx,
+            max_batch,
+            max_batch_bytes,
+            stats,
+            cache: HashMap::new(),
+            data_version: None,
+        }
+    }
+
+    /// Runs until every sender is gone and the queue is drained, then
+    /// closes the connection (which checkpoints the WAL).
+    pub(crate) fn run(mut self) -> Result<(), super::JournalError> {
+        let mut batch: Vec<Request> = Vec::with_capacity(self.max_batch.min(4096));
+        while let Some(first) = self.next_request() {
+            let mut bytes = first.event.line().len();
+            batch.push(first);
+            while batch.len() < self.max_batch && bytes < self.max_batch_bytes {
+                match self.rx.try_recv() {
+                    Ok(request) => {
+                        bytes += request.event.line().len();
+                        batch.push(request);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.process(&mut batch);
+        }
+        let path = self.path;
+        self.conn
+            .close()
+            .map_err(|(_, source)| super::JournalError::Sqlite {
+                path,
+                op: "close the writer connection",
+                source,
+            })
+    }
+
+    /// The next request: polls for up to [`SPIN`] (yielding the CPU between
+    /// polls) before parking. A run offers its next event as soon as it has
+    /// its ack, so the request usually arrives within microseconds; catching
+    /// it without a park/unpark round trip saves a thread wake-up per commit.
+    fn next_request(&mut self) -> Option<Request> {
+        let deadline = Instant::now() + SPIN;
+        loop {
+            match self.rx.try_recv() {
+                Ok(request) => return Some(request),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if Instant::now() < deadline => {
+                    std::thread::yield_now();
+                }
+                Err(TryRecvError::Empty) => return self.rx.blocking_recv(),
+            }
+        }
+    }
+
+    /// Commits `batch` in one transaction and acknowledges every request,
+    /// only after the commit. If the transaction fails as a whole, each
+    /// request is retried in a transaction of its own, so one poisonous
+    /// event cannot take the others down with it.
+    fn process(&mut self, batch: &mut Vec<Request>) {
+        let first_try = self.transaction(batch.iter().map(|r| &*r.event));
+        match first_try {
+            Ok(outcomes) => {
+                self.count_commit(batch.len(), &outcomes);
+                for (request, outcome) in batch.drain(..).zip(outcomes) {
+                    let _ = request.ack.send(into_result(outcome));
+                }
+            }
+            Err(error) => {
+                self.abort();
+                if batch.len() == 1 {
+                    for request in batch.drain(..) {
+                        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                        let _ = request.ack.send(Err(self.failure(&error)));
+                    }
+                    return;
+                }
+                for request in batch.drain(..) {
+                    let result = match self.transaction(std::iter::once(&*request.event)) {
+                        Ok(outcomes) => {
+                            self.count_commit(1, &outcomes);
+                            outcomes.into_iter().next().map_or(Ok(()), into_result)
+                        }
+                        Err(error) => {
+                            self.abort();
+                            self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                            Err(self.failure(&error))
+                        }
+                    };
+                    let _ = request.ack.send(result);
+                }
+            }
+        }
+    }
+
+    fn count_commit(&self, requests: usize, outcomes: &[Outcome]) {
+        let s = &self.stats;
+        s.transactions.fetch_add(1, Ordering::Relaxed);
+        s.requests.fetch_add(requests as u64, Ordering::Relaxed);
+        s.largest_batch
+            .fetch_max(requests as u64, Ordering::Relaxed);
+        for outcome in outcomes {
+            match outcome {
+                Outcome::Stored => s.stored.fetch_add(1, Ordering::Relaxed),
+                Outcome::Duplicate => s.duplicates.fetch_add(1, Ordering::Relaxed),
+                Outcome::Refused(_) => s.refused.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+    }
+
+    fn failure(&self, error: &TxError) -> ObserverError {
+        ObserverError::Failed(format!(
+            "sqlite journal {}: {} failed, nothing was committed: {}",
+            self.path.display(),
+            error.op,
+            error.cause
+        ))
+    }
+
+    /// Rolls back whatever is open and forgets cached state (after a
+    /// failed commit SQLite may or may not have kept the transaction).
+    fn abort(&mut self) {
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        self.cache.clear();
+        self.data_version = None;
+    }
+
+    /// One `BEGIN IMMEDIATE … COMMIT` over `events`. `Ok` means committed;
+    /// the outcomes are in request order.
+    fn transaction<'e>(
+        &mut self,
+        events: impl Iterator<Item = &'e Event>,
+    ) -> Result<Vec<Outcome>, TxError> {
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(at("begin transaction"))?;
+        // Another connection's commit invalidates the cache.
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(at("read data_version"))?;
+        if self.data_version != Some(version) {
+            self.cache.clear();
+            self.data_version = Some(version);
+        }
+        let mut pending: HashMap<&'e str, RunState> = HashMap::new();
+        let mut outcomes = Vec::new();
+        for event in events {
+            outcomes.push(self.apply(event, &mut pending)?);
+        }
+        {
+            let mut upsert = self
+                .conn
+                .prepare_cached(UPSERT_RUN)
+                .map_err(at("prepare the runs update"))?;
+            for (run, state) in &pending {
+                upsert
+                    .execute(params![
+                        run,
+                        sql_int(state.last_seq),
+                        state.status.as_str(),
+                        sql_int(state.started_ts),
+                        sql_int(state.updated_ts),
+                    ])
+                    .map_err(at("update runs"))?;
+            }
+        }
+        self.conn.execute_batch("COMMIT").map_err(at("commit"))?;
+        for (run, state) in pending {
+            if state.status == RunStatus::Running {
+                self.cache.insert(run.into(), state);
+            } else {
+                // Ended runs take no more events; reload if ever needed.
+                self.cache.remove(run);
+            }
+        }
+        if self.cache.len() > CACHE_MAX_RUNS {
+            self.cache.clear();
+        }
+        Ok(outcomes)
+    }
+
+    /// Checks one event against its run's stored state and inserts it.
+    fn apply<'e>(
+        &mut self,
+        event: &'e Event,
+        pending: &mut HashMap<&'e str, RunState>,
+    ) -> Result<Outcome, TxError> {
+        let run = event.run_id().as_str();
+        let state = match pending.get(run) {
+            Some(state) => *state,
+            None => match self.cache.get(run) {
+                Some(state) => *state,
+                None => {
+                    let state = self.load(run)?;
+                    self.cache.insert(run.into(), state);
+                    state
+                }
+            },
+        };
+        let seq = event.seq();
+        let (Ok(seq_sql), Ok(ts_sql)) = (i64::try_from(seq), i64::try_from(event.ts())) else {
+            return Ok(Outcome::Refused(ObserverError::Failed(format!(
+                "sqlite journal: run {run} seq {seq}: seq or ts exceeds the SQLite integer range"
+            ))));
+        };
+        if seq <= state.last_seq {
+            let stored: Option<String> = self
+                .conn
+                .prepare_cached(SELECT_LINE)
+                .map_err(at("prepare the event lookup"))?
+                .query_row(params![run, seq_sql], |r| r.get(0))
+                .optional()
+                .map_err(at("read a stored event"))?;
+            return Ok(match stored {
+                Some(line) if line == event.line() => Outcome::Duplicate,
+                Some(_) => Outcome::Refused(ObserverError::Conflict {
+                    run_id: run.to_owned(),
+                    seq,
+                }),
+                None => Outcome::Refused(ObserverError::Failed(format!(
+                    "sqlite journal: run {run} records last_seq {} but holds no seq {seq}",
+                    state.last_seq
+                ))),
+            });
+        }
+        if seq != state.last_seq + 1 {
+            return Ok(Outcome::Refused(ObserverError::Gap {
+                run_id: run.to_owned(),
+                last_stored: state.last_seq,
+                seq,
+            }));
+        }
+        self.conn
+            .prepare_cached(INSERT_EVENT)
+            .map_err(at("prepare the event insert"))?
+            .execute(params![
+                run,
+                seq_sql,
+                event.kind().name().as_ref(),
+                ts_sql,
+                event.line()
+            ])
+            .map_err(at("insert the event"))?;
+        let status = match event.kind().lifecycle_parts() {
+            Some((Scope::Run, Phase::Ended(terminal))) => RunStatus::from(terminal),
+            _ => state.status,
+        };
+        let started_ts = if state.last_seq == 0 {
+            event.ts()
+        } else {
+            state.started_ts
+        };
+        pending.insert(
+            run,
+            RunState {
+                last_seq: seq,
+                status,
+                started_ts,
+                updated_ts: state.updated_ts.max(event.ts()),
+            },
+        );
+        Ok(Outcome::Stored)
+    }
+
+    /// The committed state of `run` (a new run when absent).
+    fn load(&self, run: &str) -> Result<RunState, TxError> {
+        let row: Option<(i64, String, i64, i64)> = self
+            .conn
+            .prepare_cached(SELECT_RUN)
+            .map_err(at("prepare the run lookup"))?
+            .query_row([run], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .optional()
+            .map_err(at("read the run's last_seq"))?;
+        let Some((last_seq, status, started_ts, updated_ts)) = row else {
+            return Ok(NEW_RUN);
+        };
+        let corrupt = |what: &str| TxError {
+            op: "read the run's last_seq",
+            cause: format!("runs row of {run} is corrupt: {what}"),
+        };
+        Ok(RunState {
+            last_seq: u64::try_from(last_seq).map_err(|_| corrupt("last_seq"))?,
+            status: RunStatus::parse(&status).ok_or_else(|| corrupt("status"))?,
+            started_ts: u64::try_from(started_ts).map_err(|_| corrupt("started_ts"))?,
+            updated_ts: u64::try_from(updated_ts).map_err(|_| corrupt("updated_ts"))?,
+        })
+    }
+}
+
+fn into_result(outcome: Outcome) -> Result<(), ObserverError> {
+    match outcome {
+        Outcome::Stored | Outcome::Duplicate => Ok(()),
+        Outcome::Refused(error) => Err(error),
+    }
+}
+
+/// Values checked to fit when the event was applied; saturates otherwise.
+fn sql_int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}

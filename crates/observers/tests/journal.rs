@@ -1,0 +1,918 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The SQLite journal: storage, idempotency, conflicts, gaps, batching,
+//! concurrency, run status, schema refusal, reopen, read API.
+#![cfg(feature = "sqlite")]
+
+use futures_util::FutureExt;
+use keel_eventlog::{
+    Event, Extra, LogConfig, ModelCompleted, ModelStarted, Payload, RunCompleted, RunLog,
+    RunStarted, SystemClock, TextDelta, TurnRef,
+};
+use keel_message::{ModelName, OperationId, RunId};
+use keel_observers::journal::SCHEMA_VERSION;
+use keel_observers::{
+    JournalConfig, JournalError, JournalReader, ObserverError, RequiredObserver, RunStatus,
+    SqliteJournal,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+// ---------------------------------------------------------------- helpers
+
+/// A unique directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "keel-journal-{tag}-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn db(&self) -> PathBuf {
+        self.0.join("keel.db")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An event of an extension kind carrying `text`, with `ts = 1000 * seq`.
+fn note(run: &str, seq: u64, text: &str) -> Arc<Event> {
+    event(
+        run,
+        seq,
+        1000 * seq,
+        "test.note",
+        &format!(r#"{{"text":"{text}"}}"#),
+    )
+}
+
+fn event(run: &str, seq: u64, ts: u64, kind: &str, payload: &str) -> Arc<Event> {
+    let line = format!(
+        r#"{{"kind":"{kind}","payload":{payload},"run_id":"{run}","seq":{seq},"ts":{ts}}}"#
+    );
+    Arc::new(Event::decode(&line).unwrap_or_else(|e| panic!("{line}: {e}")))
+}
+
+fn open(path: &Path) -> SqliteJournal {
+    SqliteJournal::open(path, JournalConfig::default()).unwrap()
+}
+
+fn lines(reader: &JournalReader, run: &str) -> Vec<String> {
+    reader.events_after(run, 0, usize::MAX).unwrap()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Want {
+    Ok,
+    Conflict,
+    /// A gap, with the last stored seq.
+    Gap(u64),
+    Failed,
+}
+
+fn assert_want(what: &str, run: &str, seq: u64, got: &Result<(), ObserverError>, want: Want) {
+    let ok = match (want, got) {
+        (Want::Ok, Ok(())) => true,
+        (Want::Conflict, Err(ObserverError::Conflict { run_id, seq: s })) => {
+            run_id == run && *s == seq
+        }
+        (
+            Want::Gap(last),
+            Err(ObserverError::Gap {
+                run_id,
+                last_stored,
+                seq: s,
+            }),
+        ) => run_id == run && *last_stored == last && *s == seq,
+        (Want::Failed, Err(ObserverError::Failed(_))) => true,
+        _ => false,
+    };
+    assert!(ok, "{what}: {run} seq {seq}: want {want:?}, got {got:?}");
+}
+
+/// Holds the database's write lock from another connection, so the
+/// journal's writer blocks in `BEGIN IMMEDIATE` and everything offered in
+/// the meantime queues up into one batch.
+struct WriteLock(rusqlite::Connection);
+
+impl WriteLock {
+    fn take(path: &Path) -> WriteLock {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        WriteLock(conn)
+    }
+
+    /// Releases the lock after `after`, from another thread.
+    fn release_after(self, after: Duration) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            self.0.execute_batch("ROLLBACK").unwrap();
+        })
+    }
+}
+
+// ------------------------------------------------- append, retry, conflict, gap
+
+struct AppendRow {
+    name: &'static str,
+    /// Offered in order: seq, payload text, expected answer.
+    offers: &'static [(u64, &'static str, Want)],
+    /// The stored texts afterwards, seq 1, 2, ….
+    stored: &'static [&'static str],
+}
+
+/// Offers each row's events one at a time to its own run, then checks
+/// every answer and the stored lines byte for byte.
+fn check_append(rows: &[AppendRow]) {
+    let dir = TempDir::new("append");
+    let journal = open(&dir.db());
+    let reader = journal.reader().unwrap();
+    let rt = rt();
+    for (i, row) in rows.iter().enumerate() {
+        let run = format!("run_{i}");
+        for &(seq, text, want) in row.offers {
+            let got = rt.block_on(journal.observe(&note(&run, seq, text)));
+            assert_want(row.name, &run, seq, &got, want);
+        }
+        let want: Vec<String> = row
+            .stored
+            .iter()
+            .enumerate()
+            .map(|(i, text)| note(&run, i as u64 + 1, text).line().to_owned())
+            .collect();
+        assert_eq!(lines(&reader, &run), want, "{}: stored lines", row.name);
+        let summary = reader.run_status(&run).unwrap();
+        assert_eq!(
+            summary.map(|s| s.last_seq).unwrap_or(0),
+            row.stored.len() as u64,
+            "{}: last_seq",
+            row.name
+        );
+    }
+    journal.close().unwrap();
+}
+
+#[test]
+fn append_retry_conflict_and_gap() {
+    use Want::*;
+    check_append(&[
+        AppendRow {
+            name: "in order, read back byte for byte",
+            offers: &[(1, "a", Ok), (2, "b", Ok), (3, "c \\\"quoted\\\" é", Ok)],
+            stored: &["a", "b", "c \\\"quoted\\\" é"],
+        },
+        AppendRow {
+            name: "retry with the same bytes is accepted",
+            offers: &[
+                (1, "a", Ok),
+                (1, "a", Ok),
+                (2, "b", Ok),
+                (1, "a", Ok),
+                (2, "b", Ok),
+            ],
+            stored: &["a", "b"],
+        },
+        AppendRow {
+            name: "different bytes for a stored seq is a conflict; the row is kept",
+            offers: &[
+                (1, "a", Ok),
+                (2, "b", Ok),
+                (2, "B", Conflict),
+                (1, "x", Conflict),
+                (3, "c", Ok),
+            ],
+            stored: &["a", "b", "c"],
+        },
+        AppendRow {
+            name: "the first event must be seq 1",
+            offers: &[(2, "b", Gap(0)), (7, "g", Gap(0)), (1, "a", Ok)],
+            stored: &["a"],
+        },
+        AppendRow {
+            name: "a skipped seq is a gap; nothing is stored for it",
+            offers: &[
+                (1, "a", Ok),
+                (2, "b", Ok),
+                (4, "d", Gap(2)),
+                (3, "c", Ok),
+                (5, "e", Gap(3)),
+                (4, "d", Ok),
+            ],
+            stored: &["a", "b", "c", "d"],
+        },
+        AppendRow {
+            name: "a refused event leaves the run usable",
+            offers: &[
+                (1, "a", Ok),
+                (1, "z", Conflict),
+                (3, "c", Gap(1)),
+                (2, "b", Ok),
+            ],
+            stored: &["a", "b"],
+        },
+    ]);
+}
+
+#[test]
+fn conflict_in_timestamp_only() {
+    let dir = TempDir::new("ts");
+    let journal = open(&dir.db());
+    let rt = rt();
+    let first = event("run_t", 1, 10, "test.note", r#"{"text":"a"}"#);
+    let same_but_ts = event("run_t", 1, 11, "test.note", r#"{"text":"a"}"#);
+    rt.block_on(journal.observe(&first)).unwrap();
+    let got = rt.block_on(journal.observe(&same_but_ts));
+    assert_want("ts differs", "run_t", 1, &got, Want::Conflict);
+    assert_eq!(journal.name(), "sqlite");
+    let stats = journal.stats();
+    assert_eq!((stats.stored, stats.refused), (1, 1), "{stats:?}");
+}
+
+// --------------------------------------------------------------- batches
+
+struct BatchRow {
+    run: &'static str,
+    seq: u64,
+    text: &'static str,
+    want: Want,
+}
+
+/// Stores `preload` first, then offers all `rows` while the writer is
+/// blocked, so they share one transaction; checks every answer, then that
+/// each run holds exactly `stored`.
+fn check_batch(
+    name: &str,
+    preload: &[(&str, u64, &str)],
+    rows: &[BatchRow],
+    stored: &[(&str, &[&str])],
+) {
+    let dir = TempDir::new("batch");
+    let journal = open(&dir.db());
+    let rt = rt();
+    for &(run, seq, text) in preload {
+        rt.block_on(journal.observe(&note(run, seq, text))).unwrap();
+    }
+    let before = journal.stats();
+    let lock = WriteLock::take(&dir.db());
+    let release = lock.release_after(Duration::from_millis(300));
+    let events: Vec<Arc<Event>> = rows.iter().map(|r| note(r.run, r.seq, r.text)).collect();
+    // `join_all` polls in order, so the events queue in row order.
+    let answers = rt.block_on(futures_util::future::join_all(
+        events.iter().map(|e| journal.observe(e)),
+    ));
+    release.join().unwrap();
+    for (row, got) in rows.iter().zip(&answers) {
+        assert_want(name, row.run, row.seq, got, row.want);
+    }
+    let after = journal.stats();
+    // The writer took the first event before it blocked; the rest queued
+    // behind the lock and went into a single transaction.
+    assert!(
+        after.largest_batch >= rows.len() as u64 - 1,
+        "{name}: expected one batch of the queued rows: {after:?}"
+    );
+    assert!(
+        after.transactions - before.transactions <= 2,
+        "{name}: {after:?}"
+    );
+    let reader = journal.reader().unwrap();
+    for &(run, texts) in stored {
+        let want: Vec<String> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| note(run, i as u64 + 1, t).line().to_owned())
+            .collect();
+        assert_eq!(lines(&reader, run), want, "{name}: {run}");
+    }
+    journal.close().unwrap();
+}
+
+#[test]
+fn refused_events_do_not_affect_their_batch() {
+    use Want::*;
+    let row = |run, seq, text, want| BatchRow {
+        run,
+        seq,
+        text,
+        want,
+    };
+    check_batch(
+        "gap, conflict, retry and good events in one batch",
+        &[("run_c", 1, "c1"), ("run_d", 1, "d1"), ("run_d", 2, "d2")],
+        &[
+            row("run_a", 1, "a1", Ok),
+            row("run_a", 2, "a2", Ok),
+            row("run_g", 2, "g2", Gap(0)),
+            row("run_c", 1, "other", Conflict),
+            row("run_a", 3, "a3", Ok),
+            row("run_c", 2, "c2", Ok),
+            row("run_d", 2, "d2", Ok),
+            row("run_a", 3, "a3", Ok),
+            row("run_a", 5, "a5", Gap(3)),
+            row("run_a", 2, "A2", Conflict),
+            row("run_b", 1, "b1", Ok),
+            row("run_g", 1, "g1", Ok),
+            row("run_g", 2, "g2", Ok),
+        ],
+        &[
+            ("run_a", &["a1", "a2", "a3"]),
+            ("run_b", &["b1"]),
+            ("run_c", &["c1", "c2"]),
+            ("run_d", &["d1", "d2"]),
+            ("run_g", &["g1", "g2"]),
+        ],
+    );
+}
+
+#[test]
+fn a_failed_transaction_is_never_acknowledged() {
+    let dir = TempDir::new("poison");
+    let journal = open(&dir.db());
+    let rt = rt();
+    let admin = rusqlite::Connection::open(dir.db()).unwrap();
+    // Any write of run_poison's runs row aborts its transaction.
+    admin
+        .execute_batch(
+            "CREATE TRIGGER poison BEFORE INSERT ON runs WHEN NEW.run_id = 'run_poison' \
+             BEGIN SELECT RAISE(ABORT, 'injected fault'); END;",
+        )
+        .unwrap();
+    let lock = WriteLock::take(&dir.db());
+    let release = lock.release_after(Duration::from_millis(300));
+    let events = [
+        note("run_ok", 1, "a"),
+        note("run_ok", 2, "b"),
+        note("run_poison", 1, "p"),
+        note("run_ok", 3, "c"),
+    ];
+    let answers = rt.block_on(futures_util::future::join_all(
+        events.iter().map(|e| journal.observe(e)),
+    ));
+    release.join().unwrap();
+    assert_want("healthy", "run_ok", 1, &answers[0], Want::Ok);
+    assert_want("healthy", "run_ok", 2, &answers[1], Want::Ok);
+    assert_want("poisoned", "run_poison", 1, &answers[2], Want::Failed);
+    assert_want("healthy", "run_ok", 3, &answers[3], Want::Ok);
+    let reader = journal.reader().unwrap();
+    assert_eq!(lines(&reader, "run_ok").len(), 3);
+    assert!(lines(&reader, "run_poison").is_empty());
+    assert_eq!(reader.run_status("run_poison").unwrap(), None);
+    assert_eq!(journal.stats().failed, 1);
+    // Once the fault is gone the same event goes through.
+    admin.execute_batch("DROP TRIGGER poison").unwrap();
+    rt.block_on(journal.observe(&events[2])).unwrap();
+    assert_eq!(
+        lines(&reader, "run_poison"),
+        vec![events[2].line().to_owned()]
+    );
+    journal.close().unwrap();
+}
+
+#[test]
+fn many_concurrent_runs_are_stored_contiguously() {
+    const RUNS: usize = 8;
+    const EVENTS: u64 = 500;
+    let dir = TempDir::new("concurrent");
+    let journal = Arc::new(open(&dir.db()));
+    let rt = rt();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..RUNS)
+            .map(|r| {
+                let journal = Arc::clone(&journal);
+                tokio::spawn(async move {
+                    let run = format!("run_{r}");
+                    for seq in 1..=EVENTS {
+                        journal
+                            .observe(&note(&run, seq, &format!("r{r}s{seq}")))
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    let stats = journal.stats();
+    eprintln!(
+        "{RUNS} runs x {EVENTS} events: {} transactions, average batch {:.2}, largest {}",
+        stats.transactions,
+        stats.average_batch(),
+        stats.largest_batch
+    );
+    assert_eq!(stats.stored, RUNS as u64 * EVENTS);
+    assert!(
+        stats.largest_batch > 1,
+        "no group commit happened: {stats:?}"
+    );
+    let reader = journal.reader().unwrap();
+    assert_eq!(reader.runs().unwrap().len(), RUNS);
+    for r in 0..RUNS {
+        let run = format!("run_{r}");
+        let want: Vec<String> = (1..=EVENTS)
+            .map(|seq| note(&run, seq, &format!("r{r}s{seq}")).line().to_owned())
+            .collect();
+        assert_eq!(lines(&reader, &run), want, "{run}");
+        // Pagination by cursor.
+        let page = reader.events_after(&run, 100, 50).unwrap();
+        assert_eq!(page, want[100..150].to_vec());
+    }
+    Arc::try_unwrap(journal).unwrap().close().unwrap();
+}
+
+// ------------------------------------------------------------ run status
+
+struct StatusRow {
+    name: &'static str,
+    /// (kind, payload) in seq order, ts = 1000 * seq.
+    events: &'static [(&'static str, &'static str)],
+    want: Option<RunStatus>,
+}
+
+fn check_status(rows: &[StatusRow]) {
+    let dir = TempDir::new("status");
+    let journal = open(&dir.db());
+    let reader = journal.reader().unwrap();
+    let rt = rt();
+    for (i, row) in rows.iter().enumerate() {
+        let run = format!("run_{i}");
+        let events: Vec<_> = row
+            .events
+            .iter()
+            .enumerate()
+            .map(|(j, (kind, payload))| {
+                let seq = j as u64 + 1;
+                event(&run, seq, 1000 * seq, kind, payload)
+            })
+            .collect();
+        for e in &events {
+            rt.block_on(journal.observe(e)).unwrap();
+        }
+        // A retry of the last event after the run ended is still accepted.
+        if let Some(last) = events.last() {
+            rt.block_on(journal.observe(last)).unwrap();
+        }
+        let summary = reader.run_status(&run).unwrap();
+        assert_eq!(summary.as_ref().map(|s| s.status), row.want, "{}", row.name);
+        if let Some(s) = summary {
+            let n = events.len() as u64;
+            assert_eq!(
+                (s.run_id.as_str(), s.last_seq, s.started_ts, s.updated_ts),
+                (run.as_str(), n, 1000, 1000 * n),
+                "{}",
+                row.name
+            );
+        }
+    }
+    let listed = reader.runs().unwrap();
+    assert_eq!(
+        listed.len(),
+        rows.iter().filter(|r| r.want.is_some()).count()
+    );
+    journal.close().unwrap();
+}
+
+#[test]
+fn run_status_follows_lifecycle_events() {
+    check_status(&[
+        StatusRow {
+            name: "started",
+            events: &[("run.started", "{}")],
+            want: Some(RunStatus::Running),
+        },
+        StatusRow {
+            name: "started then other events",
+            events: &[
+                ("run.started", "{}"),
+                ("turn.started", r#"{"turn":1}"#),
+                ("turn.completed", r#"{"turn":1}"#),
+            ],
+            want: Some(RunStatus::Running),
+        },
+        StatusRow {
+            name: "completed",
+            events: &[("run.started", "{}"), ("run.completed", "{}")],
+            want: Some(RunStatus::Completed),
+        },
+        StatusRow {
+            name: "failed",
+            events: &[("run.started", "{}"), ("run.failed", r#"{"error":"boom"}"#)],
+            want: Some(RunStatus::Failed),
+        },
+        StatusRow {
+            name: "cancelled",
+            events: &[("run.started", "{}"), ("run.cancelled", "{}")],
+            want: Some(RunStatus::Cancelled),
+        },
+        StatusRow {
+            name: "turn terminal does not end the run",
+            events: &[
+                ("run.started", "{}"),
+                ("turn.started", r#"{"turn":1}"#),
+                ("turn.failed", r#"{"error":"x","turn":1}"#),
+            ],
+            want: Some(RunStatus::Running),
+        },
+        StatusRow {
+            name: "no events: unknown run",
+            events: &[],
+            want: None,
+        },
+    ]);
+}
+
+// -------------------------------------------------------- refusing to open
+
+/// Bytes of the database, its WAL, and whether each side file exists.
+#[derive(Debug, PartialEq)]
+struct Files {
+    db: Option<Vec<u8>>,
+    wal: Option<Vec<u8>>,
+    shm: bool,
+}
+
+fn files(path: &Path) -> Files {
+    let side = |s: &str| PathBuf::from(format!("{}{s}", path.display()));
+    Files {
+        db: std::fs::read(path).ok(),
+        wal: std::fs::read(side("-wal")).ok(),
+        shm: side("-shm").exists(),
+    }
+}
+
+/// Writes a journal-shaped database with schema `version` in WAL mode.
+fn journal_like(path: &Path, version: i64) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.execute_batch(&format!(
+        "CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
+         INSERT INTO keel_schema VALUES ({version}, 'keel.events/9');
+         CREATE TABLE runs (run_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL, status TEXT NOT NULL,
+                            started_ts INTEGER NOT NULL, updated_ts INTEGER NOT NULL, shiny TEXT);
+         CREATE TABLE events (run_id TEXT, seq INTEGER, kind TEXT, ts INTEGER, line TEXT,
+                              PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
+         INSERT INTO runs VALUES ('run_1', 1, 'running', 1, 1, 'new');"
+    ))
+    .unwrap();
+    conn
+}
+
+struct RefuseRow {
+    name: &'static str,
+    /// Builds the file; may return a connection to keep open during the
+    /// attempt (a live writer of a newer version).
+    setup: fn(&Path) -> Option<rusqlite::Connection>,
+    want: fn(&JournalError) -> bool,
+}
+
+/// For each row: the writer and the reader both refuse to open, with the
+/// expected error, and the files are byte-for-byte what they were.
+fn check_refused(rows: &[RefuseRow]) {
+    for row in rows {
+        let dir = TempDir::new("refuse");
+        let path = dir.db();
+        let keep = (row.setup)(&path);
+        let before = files(&path);
+        let err = SqliteJournal::open(&path, JournalConfig::default())
+            .err()
+            .unwrap_or_else(|| panic!("{}: writer opened", row.name));
+        assert!((row.want)(&err), "{}: writer: {err:?}", row.name);
+        assert_eq!(
+            files(&path),
+            before,
+            "{}: writer touched the files",
+            row.name
+        );
+        let err = JournalReader::open(&path)
+            .err()
+            .unwrap_or_else(|| panic!("{}: reader opened", row.name));
+        assert!((row.want)(&err), "{}: reader: {err:?}", row.name);
+        assert_eq!(
+            files(&path),
+            before,
+            "{}: reader touched the files",
+            row.name
+        );
+        drop(keep);
+    }
+}
+
+#[test]
+fn refuses_newer_or_foreign_databases_without_touching_them() {
+    fn newer(e: &JournalError) -> bool {
+        matches!(e, JournalError::NewerSchema { found: 2, supported, .. } if *supported == SCHEMA_VERSION)
+    }
+    check_refused(&[
+        RefuseRow {
+            name: "newer schema, cleanly closed (no -wal, no -shm)",
+            setup: |p| {
+                journal_like(p, 2);
+                None
+            },
+            want: newer,
+        },
+        RefuseRow {
+            name: "newer schema, its writer still running (live -wal and -shm)",
+            setup: |p| {
+                let conn = journal_like(p, 2);
+                conn.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+                conn.execute_batch("INSERT INTO runs VALUES ('run_2', 5, 'running', 2, 3, 'x')")
+                    .unwrap();
+                Some(conn)
+            },
+            want: newer,
+        },
+        RefuseRow {
+            name: "newer schema in a rollback-journal database",
+            setup: |p| {
+                let conn = journal_like(p, 7);
+                conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+                None
+            },
+            want: |e| matches!(e, JournalError::NewerSchema { found: 7, .. }),
+        },
+        RefuseRow {
+            name: "someone else's database",
+            setup: |p| {
+                let conn = rusqlite::Connection::open(p).unwrap();
+                conn.execute_batch("CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('hi');")
+                    .unwrap();
+                None
+            },
+            want: |e| matches!(e, JournalError::NotAJournal { .. }),
+        },
+        RefuseRow {
+            name: "schema version 0",
+            setup: |p| {
+                journal_like(p, 0);
+                None
+            },
+            want: |e| matches!(e, JournalError::InvalidSchema { .. }),
+        },
+        RefuseRow {
+            name: "not a SQLite file",
+            setup: |p| {
+                std::fs::write(p, "this is a text file, not a database\n".repeat(200)).unwrap();
+                None
+            },
+            want: |e| matches!(e, JournalError::Sqlite { .. }),
+        },
+    ]);
+}
+
+#[test]
+fn reader_refuses_a_missing_journal_without_creating_it() {
+    let dir = TempDir::new("missing");
+    let err = JournalReader::open(dir.db()).unwrap_err();
+    assert!(matches!(err, JournalError::NotFound { .. }), "{err:?}");
+    assert!(!dir.db().exists());
+    let err = SqliteJournal::open(dir.0.join("no/such/dir/keel.db"), JournalConfig::default())
+        .unwrap_err();
+    assert!(matches!(err, JournalError::Sqlite { .. }), "{err:?}");
+}
+
+#[test]
+fn config_is_checked() {
+    let dir = TempDir::new("config");
+    type Edit = fn(&mut JournalConfig);
+    let rows: [(&str, Edit); 3] = [
+        ("max_batch", |c| c.max_batch = 0),
+        ("max_batch_bytes", |c| c.max_batch_bytes = 0),
+        ("queue_capacity", |c| c.queue_capacity = 0),
+    ];
+    for (field, edit) in rows {
+        let mut config = JournalConfig::default();
+        edit(&mut config);
+        let err = SqliteJournal::open(dir.db(), config).unwrap_err();
+        assert!(
+            matches!(err, JournalError::Config { field: f, .. } if f == field),
+            "{field}: {err:?}"
+        );
+        assert!(!dir.db().exists(), "{field}: the file was created");
+    }
+}
+
+// --------------------------------------------------------------- reopen
+
+#[test]
+fn reopen_continues_where_the_file_left_off() {
+    let dir = TempDir::new("reopen");
+    let rt = rt();
+    {
+        let journal = open(&dir.db());
+        for seq in 1..=3 {
+            rt.block_on(journal.observe(&note("run_a", seq, "a")))
+                .unwrap();
+        }
+        rt.block_on(journal.observe(&note("run_b", 1, "b")))
+            .unwrap();
+        journal.close().unwrap();
+    }
+    // A clean close checkpoints and removes the WAL.
+    assert!(!PathBuf::from(format!("{}-wal", dir.db().display())).exists());
+    let admin = rusqlite::Connection::open(dir.db()).unwrap();
+    let (version, events): (i64, String) = admin
+        .query_row("SELECT version, events FROM keel_schema", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(
+        (version, events.as_str()),
+        (1, keel_eventlog::SCHEMA_VERSION)
+    );
+    let mode: String = admin
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    drop(admin);
+
+    let journal = open(&dir.db());
+    for (run, seq, text, want) in [
+        ("run_a", 3, "a", Want::Ok),
+        ("run_a", 2, "x", Want::Conflict),
+        ("run_a", 6, "a", Want::Gap(3)),
+        ("run_a", 4, "a", Want::Ok),
+        ("run_b", 1, "b", Want::Ok),
+        ("run_b", 2, "b", Want::Ok),
+        ("run_c", 2, "c", Want::Gap(0)),
+    ] {
+        let got = rt.block_on(journal.observe(&note(run, seq, text)));
+        assert_want("after reopen", run, seq, &got, want);
+    }
+    let reader = journal.reader().unwrap();
+    assert_eq!(lines(&reader, "run_a").len(), 4);
+    assert_eq!(lines(&reader, "run_b").len(), 2);
+    journal.close().unwrap();
+    // Reading after the writer is gone.
+    assert_eq!(lines(&reader, "run_a").len(), 4);
+}
+
+#[test]
+fn a_second_writer_on_the_same_file_is_not_confused_by_a_stale_cache() {
+    let dir = TempDir::new("two-writers");
+    let rt = rt();
+    let first = open(&dir.db());
+    let second = open(&dir.db());
+    rt.block_on(first.observe(&note("run_x", 1, "a"))).unwrap();
+    rt.block_on(second.observe(&note("run_x", 2, "b"))).unwrap();
+    // `first` cached last_seq 1; it must see the other writer's seq 2.
+    let got = rt.block_on(first.observe(&note("run_x", 2, "B")));
+    assert_want("stale cache", "run_x", 2, &got, Want::Conflict);
+    rt.block_on(first.observe(&note("run_x", 3, "c"))).unwrap();
+    assert_eq!(lines(&first.reader().unwrap(), "run_x").len(), 3);
+    first.close().unwrap();
+    second.close().unwrap();
+}
+
+// ---------------------------------------------------- read API, shutdown
+
+#[test]
+fn an_acknowledged_event_is_visible_to_a_reader_at_once() {
+    let dir = TempDir::new("visible");
+    let journal = open(&dir.db());
+    let reader = JournalReader::open(journal.path()).unwrap();
+    let rt = rt();
+    for seq in 1..=100 {
+        let e = note("run_v", seq, "v");
+        rt.block_on(journal.observe(&e)).unwrap();
+        assert_eq!(
+            reader.events_after("run_v", seq - 1, 10).unwrap(),
+            vec![e.line().to_owned()],
+            "seq {seq}"
+        );
+        assert_eq!(reader.run_status("run_v").unwrap().unwrap().last_seq, seq);
+    }
+    assert!(reader.events_after("run_v", 100, 10).unwrap().is_empty());
+    assert!(reader.events_after("run_none", 0, 10).unwrap().is_empty());
+    assert_eq!(reader.events_after("run_v", 0, 0).unwrap().len(), 0);
+    journal.close().unwrap();
+}
+
+#[test]
+fn close_drains_the_queue_and_cancelled_observes_are_safe() {
+    let dir = TempDir::new("drain");
+    let journal = open(&dir.db());
+    let events: Vec<_> = (1..=40).map(|seq| note("run_q", seq, "q")).collect();
+    let lock = WriteLock::take(&dir.db());
+    // Each observe queues its event, then is dropped before the ack
+    // (as a pipeline deadline would).
+    for e in &events {
+        assert!(journal.observe(e).now_or_never().is_none());
+    }
+    let release = lock.release_after(Duration::from_millis(200));
+    journal.close().unwrap();
+    release.join().unwrap();
+    let reader = JournalReader::open(dir.db()).unwrap();
+    let want: Vec<String> = events.iter().map(|e| e.line().to_owned()).collect();
+    assert_eq!(lines(&reader, "run_q"), want);
+    // Offering a cancelled event again is fine.
+    let journal = open(&dir.db());
+    let rt = rt();
+    rt.block_on(journal.observe(&events[39])).unwrap();
+    assert_eq!(journal.stats().duplicates, 1);
+    drop(journal); // Drop closes too.
+}
+
+// ------------------------------------------------------ a real run's log
+
+#[test]
+fn a_real_run_log_is_stored_and_imports_back() {
+    let dir = TempDir::new("runlog");
+    let journal = open(&dir.db());
+    let rt = rt();
+    let run = RunId::parse("run_real").unwrap();
+    let log = RunLog::new(run.clone(), LogConfig::default(), Arc::new(SystemClock)).unwrap();
+    let op = OperationId::parse("op_1").unwrap();
+    let model = ModelName::parse("scripted-1").unwrap();
+    let usage = keel_stream::Usage::new(12, 7).unwrap();
+    let mut payloads = vec![
+        Payload::RunStarted(RunStarted {
+            model: Some(model.clone()),
+            extra: Extra::new(),
+        }),
+        Payload::TurnStarted(TurnRef {
+            turn: 1,
+            extra: Extra::new(),
+        }),
+        Payload::ModelStarted(ModelStarted {
+            turn: 1,
+            operation_id: op.clone(),
+            model,
+            attempt: 1,
+            extra: Extra::new(),
+        }),
+    ];
+    for text in ["Checking", " the weather", " in Oslo: 3 °C, \"cloudy\".\n"] {
+        payloads.push(Payload::TextDelta(TextDelta {
+            turn: 1,
+            operation_id: op.clone(),
+            text: text.to_owned(),
+            extra: Extra::new(),
+        }));
+    }
+    payloads.extend([
+        Payload::ModelCompleted(ModelCompleted {
+            turn: 1,
+            operation_id: op,
+            finish: keel_stream::FinishReason::Stop,
+            usage: Some(usage),
+            metadata: None,
+            extra: Extra::new(),
+        }),
+        Payload::TurnCompleted(TurnRef {
+            turn: 1,
+            extra: Extra::new(),
+        }),
+        Payload::RunCompleted(RunCompleted {
+            usage: Some(usage),
+            extra: Extra::new(),
+        }),
+    ]);
+    let mut committed = Vec::new();
+    for payload in &payloads {
+        let event = log.commit(payload).unwrap();
+        rt.block_on(journal.observe(&event)).unwrap();
+        committed.push(event.line().to_owned());
+    }
+    let reader = journal.reader().unwrap();
+    let stored = lines(&reader, run.as_str());
+    assert_eq!(stored, committed);
+    let summary = reader.run_status(run.as_str()).unwrap().unwrap();
+    assert_eq!(summary.status, RunStatus::Completed);
+    assert_eq!(summary.last_seq, payloads.len() as u64);
+    let imported = RunLog::import(
+        run,
+        stored.iter().map(String::as_str),
+        LogConfig::default(),
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    assert_eq!(imported.stats().last_seq, payloads.len() as u64);
+    assert!(imported.run_ended());
+    journal.close().unwrap();
+}
