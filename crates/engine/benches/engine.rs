@@ -82,6 +82,39 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    // With the SQLite journal as a required observer (synchronous=FULL, the
+    // default): every event is durable before the next is committed.
+    let mut group = c.benchmark_group("engine_per_delta_journaled");
+    group.throughput(Throughput::Elements(DELTAS as u64));
+    group.sample_size(10);
+    let dir = std::env::temp_dir().join(format!("keel-engine-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let journal = rt.block_on(async {
+        keel_observers::journal::SqliteJournal::open(
+            dir.join("bench.db"),
+            keel_observers::journal::JournalConfig::default(),
+        )
+        .unwrap()
+    });
+    let engine = Engine::builder()
+        .provider("deltas", Arc::new(Deltas))
+        .required_observer(Arc::new(journal))
+        .build()
+        .unwrap();
+    group.bench_function(BenchmarkId::new("engine_sqlite_full", DELTAS), |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let run = engine
+                    .start(request(counter.fetch_add(1, Ordering::Relaxed)))
+                    .unwrap();
+                assert!(matches!(run.join().await, RunOutcome::Completed { .. }));
+            })
+        })
+    });
+    group.finish();
+    drop(engine);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 criterion_group!(benches, bench);

@@ -121,7 +121,7 @@ impl Event {
     /// schema, and that the line is canonical (so `decode(line).line() ==
     /// line`, byte for byte).
     pub fn decode(line: &str) -> Result<Event, EventDecodeError> {
-        let value = keel_message::CanonicalJson::parse(line)?.to_value();
+        let value = parse_value(line)?;
         let serde_json::Value::Object(mut map) = value else {
             return Err(EventDecodeError::Envelope {
                 detail: "not an object",
@@ -206,7 +206,7 @@ impl Event {
     }
     /// Decodes the typed payload.
     pub fn payload(&self) -> Result<Payload, EventDecodeError> {
-        let value = keel_message::CanonicalJson::parse(self.payload_json())?.to_value();
+        let value = parse_value(self.payload_json())?;
         Ok(Payload::from_json(&self.kind, value)?)
     }
     /// Bytes this event counts against a byte bound: its line plus
@@ -222,6 +222,21 @@ impl Event {
 /// on glibc, rounded up. Byte bounds count it, so a 64 MiB bound means
 /// about 64 MiB of memory (see docs/PERFORMANCE.md).
 pub const ENTRY_OVERHEAD_BYTES: usize = 144;
+
+/// Parses JSON text into a value. The plain serde_json parse is enough
+/// here: every decoded line is re-encoded and compared byte for byte, which
+/// refuses duplicate members, unsorted keys, unsafe integers and every
+/// other non-canonical form. Only a text serde_json refuses goes through
+/// the validating parser, for its typed error.
+fn parse_value(text: &str) -> Result<serde_json::Value, EventDecodeError> {
+    match serde_json::from_str(text) {
+        Ok(value) => Ok(value),
+        Err(_) => match keel_message::CanonicalJson::parse(text) {
+            Err(e) => Err(EventDecodeError::Json(e)),
+            Ok(c) => Ok(c.to_value()),
+        },
+    }
+}
 
 fn take_u64(
     map: &mut serde_json::Map<String, serde_json::Value>,
