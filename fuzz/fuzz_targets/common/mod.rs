@@ -98,3 +98,62 @@ fn rotate_range(src: &[u8], dst: &mut [u8]) {
         k += 1;
     }
 }
+
+/// Members whose values are content that errors must never echo.
+#[allow(dead_code)] // not every target uses every helper
+pub const CONTENT: &[&str] = &["text", "content", "description", "arguments"];
+
+/// The properties shared by the value targets: a decoded value re-encodes,
+/// decodes back equal (through `decode` and through serde), and re-encodes
+/// byte for byte; a rejected input's error does not depend on content.
+#[allow(dead_code)]
+pub fn check_value<T, E>(data: &[u8], what: &str, decode: fn(&str, &keel_message::Limits) -> Result<T, E>)
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    E: std::fmt::Display,
+{
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    let limits = keel_message::Limits::default();
+    let m = match decode(s, &limits) {
+        Ok(m) => m,
+        Err(e) => return check_no_echo(s, &e.to_string(), &limits, decode),
+    };
+    let json = serde_json::to_string(&m)
+        .unwrap_or_else(|e| panic!("valid {what} does not encode: {e}\ninput: {s:?}"));
+    let back = decode(&json, &limits).unwrap_or_else(|e| {
+        panic!("encoded {what} does not decode: {e}\ninput: {s:?}\nencoded: {json}")
+    });
+    assert_eq!(back, m, "round trip changed the {what}\ninput: {s:?}\nencoded: {json}");
+    let via_serde: T = serde_json::from_str(&json).unwrap_or_else(|e| {
+        panic!("serde Deserialize rejects the encoding: {e}\ninput: {s:?}\nencoded: {json}")
+    });
+    assert_eq!(via_serde, m, "serde Deserialize disagrees\ninput: {s:?}\nencoded: {json}");
+    let again = serde_json::to_string(&back)
+        .unwrap_or_else(|e| panic!("decoded {what} does not encode: {e}\ninput: {s:?}"));
+    assert_eq!(again, json, "re-encoding is not byte-identical\ninput: {s:?}");
+}
+
+#[allow(dead_code)]
+fn check_no_echo<T, E: std::fmt::Display>(
+    input: &str,
+    display: &str,
+    limits: &keel_message::Limits,
+    decode: fn(&str, &keel_message::Limits) -> Result<T, E>,
+) {
+    let rotated = rotate_string_values(input, Some(CONTENT));
+    if rotated == input {
+        return;
+    }
+    match decode(&rotated, limits) {
+        Ok(_) => panic!(
+            "rotating content made an invalid input valid\ninput: {input:?}\nrotated: {rotated:?}\nerror: {display}"
+        ),
+        Err(e) => assert_eq!(
+            display,
+            e.to_string(),
+            "error message depends on content (echo)\ninput: {input:?}\nrotated: {rotated:?}"
+        ),
+    }
+}
