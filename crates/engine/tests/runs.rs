@@ -968,6 +968,16 @@ async fn start_errors_are_typed_and_commit_nothing() {
     first.join().await;
 }
 
+/// Starts a run, lets it reach its first wait, cancels it, returns its log.
+async fn cancel_soon(engine: &Engine, id: &str) -> Vec<Arc<Event>> {
+    let run = engine.start(request(id)).unwrap();
+    let log = run.log().clone();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    run.cancel();
+    assert_eq!(run.join().await, RunOutcome::Cancelled);
+    log.retained_after(0)
+}
+
 /// Every (scope, terminal) pair is reached by the tests above; this one
 /// checks that claim by running them through the summary counter.
 #[tokio::test(start_paused = true)]
@@ -1007,23 +1017,13 @@ async fn terminal_coverage_summary() {
         Ok(InteractionDecision::Approved),
         Some(Duration::from_secs(3600)),
     );
-    let run = engine.start(request("e")).unwrap();
-    let log = run.log().clone();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    run.cancel();
-    run.join().await;
-    add(&log.retained_after(0));
+    add(&cancel_soon(&engine, "e").await);
     let engine = builder(ScriptedProvider::new(vec![vec![ScriptItem::delay(
         Duration::from_secs(3600),
     )]]))
     .build()
     .unwrap();
-    let run = engine.start(request("f")).unwrap();
-    let log = run.log().clone();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    run.cancel();
-    run.join().await;
-    add(&log.retained_after(0));
+    add(&cancel_soon(&engine, "f").await);
     let engine = builder(ScriptedProvider::new(vec![vec![
         call("c1"),
         ScriptItem::complete(FinishReason::ToolCalls),
@@ -1031,12 +1031,7 @@ async fn terminal_coverage_summary() {
     .tool(Arc::new(weather(vec![ToolStep::hang()])))
     .build()
     .unwrap();
-    let run = engine.start(request("g")).unwrap();
-    let log = run.log().clone();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    run.cancel();
-    run.join().await;
-    add(&log.retained_after(0));
+    add(&cancel_soon(&engine, "g").await);
     for scope in Scope::ALL {
         for terminal in Terminal::ALL {
             assert!(
