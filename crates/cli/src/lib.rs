@@ -1,8 +1,75 @@
 //! # keel-cli: the `keel` binary
 //!
-//! It will own the `keel` binary: `run`, `events`, `verify` and `serve`, over the engine, the SQLite journal and the provider adapters.
+//! `keel` runs agent runs from JSON scenario files and reads back the
+//! history the SQLite journal kept of them:
 //!
-//! This crate is still empty: it arrives with issue #7. Until then it only
-//! holds its place in the workspace so that the dependency direction
-//! (see `ARCHITECTURE.md`) is fixed from the start.
+//! | command | what it does |
+//! | --- | --- |
+//! | `keel run SCENARIO [--db PATH] [--json] [--approve all\|none\|ask] [--files DIR]` | one run: a live transcript (or, with `--json`, each event's canonical line exactly as stored), journaled; exit 0 completed, 1 failed, 130 cancelled (Ctrl-C), 2 bad input |
+//! | `keel events RUN_ID [--after N] [--follow]` | a run's stored lines, in order |
+//! | `keel runs` | one line per run: id, status, turns, events, duration |
+//! | `keel verify` | every run: contiguous seqs from 1, canonical lines, lifecycle, status; exit 1 on the first violation |
+//! | `keel export RUN_ID [-o FILE]` / `keel import FILE` | a run as JSON Lines with a header line; never renumbered |
+//!
+//! The database is `--db PATH`, else `$KEEL_DB`, else `keel.db`.
+//!
+//! This library holds the binary's logic so that it can be tested: the
+//! strict scenario loader ([`scenario`]), the built-in tools
+//! ([`builtins`]), the transcript renderer ([`render`]), the approval
+//! handler ([`approval`]) and the subcommands ([`commands`]). The binary
+//! (`src/main.rs`) only calls [`main`].
+//!
+//! What it is not: it owns no run semantics (the engine does: turns,
+//! retries, cancellation, closing), no storage format (the journal's), no
+//! provider wire format (`keel-providers`, issue #9: the
+//! `openai-compatible` and `anthropic` provider types are recognised in a
+//! scenario and refused at run time), and no daemon (`keel serve` is not
+//! here yet).
+//!
+//! Neighbours: it composes `keel-engine` (the run loop), `keel-observers`
+//! (the SQLite journal, as a required observer, and its reader),
+//! `keel-eventlog` (events, subscriptions, `RunLog::import`) and
+//! `keel-testkit` (the scripted provider and tools that scenario files
+//! describe, and the lifecycle checker `verify` uses). Depending on the
+//! testkit is a recorded decision: see
+//! `docs/rfc/proposed/2026-11-30-cli-scripted-provider.md`.
+//!
+//! Live output comes only from the run's log, through a subscription: the
+//! transcript and `--json` show exactly what was committed, in order, and
+//! `keel run --json` prints the same bytes as `keel events` afterwards.
 #![deny(missing_docs)]
+
+pub mod approval;
+pub mod args;
+pub mod builtins;
+pub mod commands;
+pub mod error;
+pub mod render;
+pub mod scenario;
+pub mod screen;
+pub mod time;
+
+use clap::Parser;
+
+/// Parses the command line, runs the subcommand, prints any error as
+/// `keel: …` on stderr, and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = args::Cli::parse();
+    let result = match cli.command {
+        args::Command::Run(a) => commands::run::run(a),
+        args::Command::Events(a) => commands::history::events(a),
+        args::Command::Runs(a) => commands::history::runs(a),
+        args::Command::Verify(a) => commands::history::verify(a),
+        args::Command::Export(a) => commands::transfer::export(a),
+        args::Command::Import(a) => commands::transfer::import(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if !e.message.is_empty() {
+                eprintln!("keel: {e}");
+            }
+            e.code
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The command line (clap derive). Doc comments are the `--help` text.
+
+use crate::approval::ApprovalMode;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Run agents from scenario files; read, verify, export and import their history.
+///
+/// Exit codes: 0 success (a completed run), 1 a failed run or a verify
+/// violation, 2 bad input, 130 a run cancelled with Ctrl-C.
+#[derive(Debug, Parser)]
+#[command(name = "keel", version, about, long_about)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one agent run from a JSON scenario, journaling every event.
+    Run(RunArgs),
+    /// Print a run's stored events, one canonical line each.
+    Events(EventsArgs),
+    /// List stored runs: id, status, turns, events, duration.
+    Runs(DbArgs),
+    /// Check every stored run: contiguous sequences, lifecycle, canonical lines.
+    Verify(DbArgs),
+    /// Write a run as JSON Lines: a header line, then its events.
+    Export(ExportArgs),
+    /// Store a run from a file written by `keel export`.
+    Import(ImportArgs),
+}
+
+/// The journal to use.
+#[derive(Debug, Args)]
+pub struct DbArgs {
+    /// The SQLite journal.
+    #[arg(long, env = "KEEL_DB", default_value = "keel.db", value_name = "PATH")]
+    pub db: PathBuf,
+}
+
+/// `keel run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The scenario file (JSON; see examples/).
+    #[arg(value_name = "SCENARIO")]
+    pub scenario: PathBuf,
+    /// The journal.
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Print each event's canonical line, exactly as stored, and nothing else.
+    #[arg(long)]
+    pub json: bool,
+    /// Answer approvals: all, none, or ask on the terminal (denies when stdin is not one).
+    #[arg(long, value_enum, default_value = "ask", value_name = "MODE")]
+    pub approve: ApprovalMode,
+    /// The directory the read_file builtin may read (required to use it).
+    #[arg(long, value_name = "DIR")]
+    pub files: Option<PathBuf>,
+}
+
+/// `keel events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// The run.
+    #[arg(value_name = "RUN_ID")]
+    pub run_id: String,
+    /// Print events with seq greater than N.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub after: u64,
+    /// Keep printing new events until the run ends.
+    #[arg(long)]
+    pub follow: bool,
+    /// The journal.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// `keel export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The run.
+    #[arg(value_name = "RUN_ID")]
+    pub run_id: String,
+    /// Write here instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The journal.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// `keel import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// A file written by `keel export`.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The journal.
+    #[command(flatten)]
+    pub db: DbArgs,
+}

@@ -1,0 +1,525 @@
+//! The readable transcript of `keel run`, rendered from the run's events.
+//!
+//! [`Transcript::render`] turns one event into the text to print: model
+//! text as it streams, `→` tool calls, `←` results, `✗` failures, `↻`
+//! retries, `?` approvals, and a final summary with usage and the outcome.
+//! It is fed from the run's subscription, so everything it shows is in
+//! the log: there is no second channel. It also says what the run is
+//! waiting on ([`Transcript::waiting`]), for the spinner.
+
+use keel_eventlog::{Event, Payload, ToolOutcome, ToolRetry};
+use keel_stream::FinishReason;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// The longest tool result or argument text shown on one line; longer
+/// ones are cut and their size is shown.
+pub const SHOWN_BYTES: usize = 240;
+
+/// Renders a run's events as a transcript.
+#[derive(Debug)]
+pub struct Transcript {
+    color: bool,
+    at_line_start: bool,
+    in_text: bool,
+    waiting: Option<String>,
+    open_tools: HashMap<String, String>,
+    call_names: HashMap<String, String>,
+    interactions: HashMap<String, String>,
+    calls_this_turn: usize,
+    first_ts: Option<u64>,
+    last_ts: u64,
+    stats: Stats,
+    partial_restart: bool,
+    last_failure_partial_retryable: bool,
+}
+
+/// What the run did, counted from its events.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// `turn.started` events.
+    pub turns: u64,
+    /// `model.started` events.
+    pub model_calls: u64,
+    /// Model attempts after the first of their turn.
+    pub retries: u64,
+    /// `model.failed` events.
+    pub model_failures: u64,
+    /// `tool.started` events.
+    pub tool_calls: u64,
+    /// `tool.failed` events.
+    pub tool_failures: u64,
+    /// Input tokens over every completed model call.
+    pub input_tokens: u64,
+    /// Output tokens over every completed model call.
+    pub output_tokens: u64,
+    /// Whether any call reported usage.
+    pub usage_reported: bool,
+    /// Events seen.
+    pub events: u64,
+}
+
+impl Transcript {
+    /// A transcript; `color` adds ANSI colours (for a terminal).
+    pub fn new(color: bool) -> Transcript {
+        Transcript {
+            color,
+            at_line_start: true,
+            in_text: false,
+            waiting: None,
+            open_tools: HashMap::new(),
+            call_names: HashMap::new(),
+            interactions: HashMap::new(),
+            calls_this_turn: 0,
+            first_ts: None,
+            last_ts: 0,
+            stats: Stats::default(),
+            partial_restart: false,
+            last_failure_partial_retryable: false,
+        }
+    }
+
+    /// Tells the transcript whether the retry policy restarts partial
+    /// failures (`limits.retry.partial`), so a run that fails on one can
+    /// say why it was not retried.
+    pub fn partial_restart(mut self, restart: bool) -> Transcript {
+        self.partial_restart = restart;
+        self
+    }
+
+    /// Whether the output so far ends at the start of a line.
+    pub fn at_line_start(&self) -> bool {
+        self.at_line_start
+    }
+
+    /// What the run is waiting on, if anything (for a spinner).
+    pub fn waiting(&self) -> Option<&str> {
+        self.waiting.as_deref()
+    }
+
+    /// The counts so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// Appends a whole line, first ending any partial one.
+    fn line(&mut self, out: &mut String, text: &str) {
+        if !self.at_line_start {
+            out.push('\n');
+        }
+        out.push_str(text);
+        out.push('\n');
+        self.at_line_start = true;
+        self.in_text = false;
+    }
+
+    /// Text to print before the events: the scenario's messages.
+    pub fn prelude<'a>(
+        &mut self,
+        messages: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> String {
+        let mut out = String::new();
+        for (role, text) in messages {
+            let label = self.paint("1", &format!("{role} ›"));
+            let text = text.replace('\n', "\n  ");
+            self.line(&mut out, &format!("{label} {text}"));
+        }
+        out
+    }
+
+    /// The text to print for `event`.
+    pub fn render(&mut self, event: &Event) -> String {
+        let mut out = String::new();
+        self.stats.events += 1;
+        self.first_ts.get_or_insert(event.ts());
+        self.last_ts = event.ts();
+        let payload = match event.payload() {
+            Ok(p) => p,
+            Err(e) => {
+                let text = self.paint(
+                    "2",
+                    &format!("· seq {}: undecodable payload: {e}", event.seq()),
+                );
+                self.line(&mut out, &text);
+                return out;
+            }
+        };
+        match payload {
+            Payload::RunStarted(p) => {
+                let model = p.model.map(|m| format!(" · model {m}")).unwrap_or_default();
+                let text = self.paint("2", &format!("● run {}{model}", event.run_id()));
+                self.line(&mut out, &text);
+            }
+            Payload::TurnStarted(p) => {
+                self.stats.turns += 1;
+                self.calls_this_turn = 0;
+                if p.turn > 1 {
+                    let text = self.paint("2", &format!("── turn {}", p.turn));
+                    self.line(&mut out, &text);
+                }
+            }
+            Payload::TurnCompleted(_) | Payload::TurnFailed(_) | Payload::TurnCancelled(_) => {}
+            Payload::ModelStarted(p) => {
+                self.stats.model_calls += 1;
+                if p.attempt > 1 {
+                    self.stats.retries += 1;
+                    let text = self.paint(
+                        "33",
+                        &format!("↻ retrying the model call (attempt {})", p.attempt),
+                    );
+                    self.line(&mut out, &text);
+                }
+                self.waiting = Some("waiting for the model".to_owned());
+            }
+            Payload::TextDelta(p) => {
+                self.waiting = None;
+                if !self.in_text && !self.at_line_start {
+                    out.push('\n');
+                }
+                out.push_str(&p.text);
+                self.in_text = true;
+                self.at_line_start = p.text.ends_with('\n');
+            }
+            Payload::ToolCall(p) => {
+                self.calls_this_turn += 1;
+                self.call_names
+                    .insert(p.call_id.as_str().to_owned(), p.name.as_str().to_owned());
+                let args = shorten(p.arguments.as_str());
+                let text = self.paint("36", &format!("→ {} {args}", p.name));
+                self.line(&mut out, &text);
+            }
+            Payload::ModelCompleted(p) => {
+                self.waiting = None;
+                if let Some(u) = p.usage {
+                    self.stats.input_tokens += u.input_tokens();
+                    self.stats.output_tokens += u.output_tokens();
+                    self.stats.usage_reported = true;
+                }
+                if self.in_text && !self.at_line_start {
+                    out.push('\n');
+                    self.at_line_start = true;
+                }
+                self.in_text = false;
+                if matches!(p.finish, FinishReason::Length | FinishReason::ContentFilter) {
+                    let text = self.paint("33", &format!("(the model stopped: {})", p.finish));
+                    self.line(&mut out, &text);
+                }
+            }
+            Payload::ModelFailed(p) => {
+                self.waiting = None;
+                self.stats.model_failures += 1;
+                self.last_failure_partial_retryable =
+                    p.problem.retryable && p.position == keel_stream::RetryPosition::Partial;
+                let retryable = if p.problem.retryable {
+                    ", retryable"
+                } else {
+                    ""
+                };
+                let mut text = format!(
+                    "✗ model call failed: {} ({}, {}{retryable})",
+                    p.problem.message, p.problem.kind, p.position
+                );
+                if p.position == keel_stream::RetryPosition::Partial {
+                    text.push_str(" — the partial output above is discarded");
+                }
+                let text = self.paint("31", &text);
+                self.line(&mut out, &text);
+            }
+            Payload::ModelCancelled(_) => {
+                self.waiting = None;
+                let text = self.paint("33", "■ model call cancelled");
+                self.line(&mut out, &text);
+            }
+            Payload::ToolStarted(p) => {
+                self.stats.tool_calls += 1;
+                self.open_tools
+                    .insert(p.call_id.as_str().to_owned(), p.tool.as_str().to_owned());
+                self.update_tool_wait();
+            }
+            Payload::ToolCompleted(p) => {
+                self.open_tools.remove(p.call_id.as_str());
+                self.update_tool_wait();
+                let label = self.result_label(p.tool.as_str(), p.call_id.as_str());
+                let text = self.paint("32", &format!("← {label}{}", shorten(&p.output)));
+                self.line(&mut out, &text);
+            }
+            Payload::ToolFailed(p) => {
+                self.stats.tool_failures += 1;
+                self.open_tools.remove(p.call_id.as_str());
+                self.update_tool_wait();
+                let mut typed = Vec::new();
+                if let Some(o) = p.outcome {
+                    typed.push(match o {
+                        ToolOutcome::Definitive => "outcome definitive",
+                        ToolOutcome::Uncertain => "outcome uncertain",
+                    });
+                }
+                if let Some(r) = p.retry {
+                    typed.push(match r {
+                        ToolRetry::Retryable => "retryable",
+                        ToolRetry::NotRetryable => "not retryable",
+                    });
+                }
+                let typed = if typed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", typed.join(", "))
+                };
+                let text = self.paint(
+                    "31",
+                    &format!("✗ {} failed: {}{typed}", p.tool, shorten(p.error.as_str())),
+                );
+                self.line(&mut out, &text);
+            }
+            Payload::ToolCancelled(p) => {
+                self.open_tools.remove(p.call_id.as_str());
+                self.update_tool_wait();
+                let text = self.paint("33", &format!("■ {} cancelled", p.tool));
+                self.line(&mut out, &text);
+            }
+            Payload::InteractionStarted(p) => {
+                self.waiting = None;
+                let call = match &p.call_id {
+                    Some(c) => match self.call_names.get(c.as_str()) {
+                        Some(name) => format!(" for {name} ({c})"),
+                        None => format!(" for call {c}"),
+                    },
+                    None => String::new(),
+                };
+                self.interactions
+                    .insert(p.interaction_id.as_str().to_owned(), call.clone());
+                let text = self.paint("33", &format!("? {} requested{call}", p.request));
+                self.line(&mut out, &text);
+            }
+            Payload::InteractionCompleted(p) => {
+                let (code, mark) = if p.decision == "approved" {
+                    ("32", "✓")
+                } else {
+                    ("31", "✗")
+                };
+                let call = self
+                    .interactions
+                    .get(p.interaction_id.as_str())
+                    .cloned()
+                    .unwrap_or_default();
+                let text = self.paint(code, &format!("{mark} {}{call}", p.decision));
+                self.line(&mut out, &text);
+            }
+            Payload::InteractionFailed(p) => {
+                let text = self.paint("31", &format!("✗ approval failed: {}", p.error));
+                self.line(&mut out, &text);
+            }
+            Payload::InteractionCancelled(_) => {
+                let text = self.paint("33", "■ approval cancelled");
+                self.line(&mut out, &text);
+            }
+            Payload::RunCompleted(p) => {
+                self.waiting = None;
+                if let Some(u) = p.usage {
+                    // The run's own total is the authority.
+                    self.stats.input_tokens = u.input_tokens();
+                    self.stats.output_tokens = u.output_tokens();
+                    self.stats.usage_reported = true;
+                }
+                let summary = self.summary();
+                let text = self.paint("1;32", &format!("✓ completed{summary}"));
+                self.line(&mut out, &text);
+            }
+            Payload::RunFailed(p) => {
+                self.waiting = None;
+                let text = self.paint("1;31", &format!("✗ run failed: {}", p.error));
+                self.line(&mut out, &text);
+                if self.last_failure_partial_retryable && !self.partial_restart {
+                    let text = self.paint(
+                        "2",
+                        "  (a partial failure is not retried: the output already streamed would be replaced; set limits.retry.partial to \"restart\" to retry it)",
+                    );
+                    self.line(&mut out, &text);
+                }
+                let summary = self.summary();
+                let text = self.paint(
+                    "2",
+                    &format!("  took {}", summary.trim_start_matches(" in ")),
+                );
+                self.line(&mut out, &text);
+            }
+            Payload::RunCancelled(_) => {
+                self.waiting = None;
+                let summary = self.summary();
+                let text = self.paint("1;33", &format!("■ cancelled{summary}"));
+                self.line(&mut out, &text);
+            }
+            Payload::Extension { kind, .. } => {
+                let text = self.paint("2", &format!("· {kind}"));
+                self.line(&mut out, &text);
+            }
+        }
+        out
+    }
+
+    fn update_tool_wait(&mut self) {
+        let mut names: Vec<&str> = self.open_tools.values().map(String::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
+        self.waiting = if names.is_empty() {
+            None
+        } else {
+            Some(format!("running {}", names.join(", ")))
+        };
+    }
+
+    fn result_label(&self, tool: &str, call_id: &str) -> String {
+        if self.calls_this_turn > 1 {
+            format!("{tool} ({call_id}) ")
+        } else {
+            String::new()
+        }
+    }
+
+    /// ` in 1.25s · 3 turns · 4 model calls (1 retry) · 2 tool calls · tokens 40 in / 21 out`
+    fn summary(&self) -> String {
+        let s = &self.stats;
+        let micros = self
+            .last_ts
+            .saturating_sub(self.first_ts.unwrap_or(self.last_ts));
+        let mut out = format!(" in {}", crate::time::human(Duration::from_micros(micros)));
+        let plural = |n: u64, one: &str| {
+            if n == 1 {
+                format!("{n} {one}")
+            } else {
+                format!("{n} {one}s")
+            }
+        };
+        let _ = write!(out, " · {}", plural(s.turns, "turn"));
+        let _ = write!(out, " · {}", plural(s.model_calls, "model call"));
+        if s.retries > 0 {
+            let _ = write!(
+                out,
+                " ({})",
+                plural(s.retries, "retry").replace("retrys", "retries")
+            );
+        }
+        let _ = write!(out, " · {}", plural(s.tool_calls, "tool call"));
+        if s.tool_failures > 0 {
+            let _ = write!(out, " ({} failed)", s.tool_failures);
+        }
+        if s.usage_reported {
+            let _ = write!(
+                out,
+                " · tokens {} in / {} out",
+                s.input_tokens, s.output_tokens
+            );
+        }
+        out
+    }
+}
+
+/// One line, at most [`SHOWN_BYTES`]: newlines shown as `⏎`, longer text
+/// cut at a char boundary with its size appended.
+pub fn shorten(text: &str) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| match c {
+            '\n' => '⏎',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect();
+    if flat.len() <= SHOWN_BYTES {
+        return flat;
+    }
+    let mut cut = SHOWN_BYTES;
+    while !flat.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes)", &flat[..cut], text.len())
+}
+
+/// Spinner frames.
+pub const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn ev(seq: u64, kind: &str, payload: &str) -> Event {
+        let line = format!(
+            r#"{{"kind":"{kind}","payload":{payload},"run_id":"run_1","seq":{seq},"ts":{}}}"#,
+            1_000_000 * seq
+        );
+        Event::decode(&line).unwrap()
+    }
+
+    #[test]
+    fn renders_a_tool_run() {
+        let mut t = Transcript::new(false);
+        let mut out = String::new();
+        for e in [
+            ev(1, "run.started", r#"{"model":"m"}"#),
+            ev(2, "turn.started", r#"{"turn":1}"#),
+            ev(
+                3,
+                "model.started",
+                r#"{"attempt":1,"model":"m","operation_id":"op_1","turn":1}"#,
+            ),
+            ev(
+                4,
+                "model.text_delta",
+                r#"{"operation_id":"op_1","text":"Checking.","turn":1}"#,
+            ),
+            ev(
+                5,
+                "model.tool_call",
+                r#"{"arguments":{"city":"Oslo"},"call_id":"c1","name":"get_weather","operation_id":"op_1","turn":1}"#,
+            ),
+            ev(
+                6,
+                "model.completed",
+                r#"{"finish":"tool_calls","operation_id":"op_1","turn":1,"usage":{"input_tokens":12,"output_tokens":7}}"#,
+            ),
+            ev(
+                7,
+                "tool.started",
+                r#"{"call_id":"c1","tool":"get_weather","turn":1}"#,
+            ),
+        ] {
+            out.push_str(&t.render(&e));
+        }
+        assert_eq!(t.waiting(), Some("running get_weather"));
+        out.push_str(&t.render(&ev(
+            8,
+            "tool.completed",
+            r#"{"call_id":"c1","output":"{\"temp_c\":3}","tool":"get_weather","turn":1}"#,
+        )));
+        assert_eq!(t.waiting(), None);
+        out.push_str(&t.render(&ev(9, "turn.completed", r#"{"turn":1}"#)));
+        out.push_str(&t.render(&ev(
+            10,
+            "run.completed",
+            r#"{"usage":{"input_tokens":12,"output_tokens":7}}"#,
+        )));
+        assert_eq!(
+            out,
+            "● run run_1 · model m\nChecking.\n→ get_weather {\"city\":\"Oslo\"}\n← {\"temp_c\":3}\n\
+             ✓ completed in 9.00s · 1 turn · 1 model call · 1 tool call · tokens 12 in / 7 out\n"
+        );
+    }
+
+    #[test]
+    fn shortens_long_text() {
+        let long = "é".repeat(300);
+        let s = shorten(&long);
+        assert!(s.ends_with("… (600 bytes)"), "{s}");
+        assert_eq!(shorten("a\nb"), "a⏎b");
+    }
+}

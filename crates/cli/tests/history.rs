@@ -1,0 +1,387 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! `keel events`, `keel runs`, `keel verify`, `keel export`, `keel import`.
+
+mod common;
+
+use common::{Sandbox, example, keel, kind, text};
+use std::process::Stdio;
+
+fn run_json(sb: &Sandbox, name: &str) -> (String, Vec<String>) {
+    let out = sb.run(&example(name), &["--json"]);
+    let lines: Vec<String> = text(&out).0.lines().map(str::to_owned).collect();
+    let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    (first["run_id"].as_str().unwrap().to_owned(), lines)
+}
+
+#[test]
+fn events_prints_stored_lines_and_after_skips() {
+    let sb = Sandbox::new();
+    let (run_id, lines) = run_json(&sb, "weather_tools.json");
+    let all = sb.ok(&["events", &run_id]);
+    assert_eq!(all.lines().collect::<Vec<_>>(), lines);
+    let after = sb.ok(&["events", &run_id, "--after", "5"]);
+    assert_eq!(after.lines().collect::<Vec<_>>(), lines[5..].to_vec());
+    assert!(after.lines().next().unwrap().contains(r#""seq":6,"#));
+    let past = sb.ok(&["events", &run_id, "--after", "100000"]);
+    assert!(past.is_empty());
+    // --follow on a finished run prints everything and returns.
+    let followed = sb.ok(&["events", &run_id, "--follow"]);
+    assert_eq!(followed, all);
+}
+
+#[test]
+fn events_of_an_unknown_run_is_exit_2() {
+    let sb = Sandbox::new();
+    run_json(&sb, "plain_answer.json");
+    let out = keel()
+        .args(["events", "run_nope"])
+        .args(sb.db_args())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out).1.contains("unknown run run_nope"),
+        "{}",
+        text(&out).1
+    );
+}
+
+#[test]
+fn events_follow_tracks_a_live_run_to_its_end() {
+    let sb = Sandbox::new();
+    let scenario = sb.write(
+        "slow.json",
+        r#"{"run_id": "run_follow", "model": "m", "messages": [{"role": "user", "text": "hi"}],
+            "provider": {"type": "scripted", "calls": [[
+              {"text": "a"}, {"delay_ms": 300}, {"text": "b"}, {"delay_ms": 300}, {"text": "c"},
+              {"delay_ms": 300}, {"complete": {"finish": "stop"}}]]}}"#,
+    );
+    let mut child = std::process::Command::new(common::bin())
+        .arg("run")
+        .arg(&scenario)
+        .args(sb.db_args())
+        .arg("--json")
+        .env_remove("KEEL_DB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the run to appear, then follow it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = keel()
+            .args(["events", "run_follow"])
+            .args(sb.db_args())
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let followed = sb.ok(&["events", "run_follow", "--follow"]);
+    let mut live = String::new();
+    use std::io::Read;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut live)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(followed, live);
+    assert_eq!(kind(followed.lines().last().unwrap()), "run.completed");
+}
+
+#[test]
+fn runs_lists_id_status_turns_events_and_duration() {
+    let sb = Sandbox::new();
+    let (weather, weather_lines) = run_json(&sb, "weather_tools.json");
+    let (partial, partial_lines) = run_json(&sb, "partial_failure.json");
+    let listing = sb.ok(&["runs"]);
+    let rows: Vec<Vec<&str>> = listing
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{listing}");
+    let weather_events = weather_lines.len().to_string();
+    let partial_events = partial_lines.len().to_string();
+    assert_eq!(
+        rows[0][..6],
+        [
+            weather.as_str(),
+            "completed",
+            "3",
+            "turns",
+            &weather_events,
+            "events"
+        ]
+    );
+    assert_eq!(
+        rows[1][..6],
+        [
+            partial.as_str(),
+            "failed",
+            "1",
+            "turn",
+            &partial_events,
+            "events"
+        ]
+    );
+    // A human-readable duration: ms or s.
+    assert!(rows[0][6].ends_with('s'), "{listing}");
+}
+
+#[test]
+fn verify_is_clean_after_runs_of_every_outcome() {
+    let sb = Sandbox::new();
+    run_json(&sb, "plain_answer.json");
+    run_json(&sb, "failures.json");
+    run_json(&sb, "partial_failure.json");
+    let report = sb.ok(&["verify"]);
+    assert!(
+        report.contains("3 run(s): 3 ok, 0 incomplete, 0 violations"),
+        "{report}"
+    );
+    assert_eq!(report.lines().filter(|l| l.starts_with("ok ")).count(), 3);
+}
+
+fn tamper(sb: &Sandbox, sql: &str) {
+    let conn = rusqlite::Connection::open(sb.db()).unwrap();
+    conn.execute_batch(sql).unwrap();
+}
+
+#[test]
+fn verify_names_run_seq_and_rule_of_the_first_violation() {
+    // A gap.
+    let sb = Sandbox::new();
+    let (run_id, _) = run_json(&sb, "plain_answer.json");
+    tamper(&sb, "DELETE FROM events WHERE seq = 4");
+    let out = keel().arg("verify").args(sb.db_args()).output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("run {run_id} seq 4: rule seq.contiguous")),
+        "{stderr}"
+    );
+
+    // A line that is not canonical.
+    let sb = Sandbox::new();
+    let (run_id, _) = run_json(&sb, "plain_answer.json");
+    tamper(
+        &sb,
+        "UPDATE events SET line = replace(line, '{\"kind\"', '{ \"kind\"') WHERE seq = 3",
+    );
+    let out = keel().arg("verify").args(sb.db_args()).output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("run {run_id} seq 3: rule event.canonical")),
+        "{stderr}"
+    );
+
+    // A lifecycle violation: the run's terminal dropped, status says completed.
+    let sb = Sandbox::new();
+    let (run_id, lines) = run_json(&sb, "plain_answer.json");
+    let last = lines.len();
+    tamper(
+        &sb,
+        &format!(
+            "DELETE FROM events WHERE seq = {last}; UPDATE runs SET last_seq = {};",
+            last - 1
+        ),
+    );
+    let out = keel().arg("verify").args(sb.db_args()).output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "run {run_id} seq {}: rule lifecycle.closed",
+            last - 1
+        )),
+        "{stderr}"
+    );
+
+    // An event of another run.
+    let sb = Sandbox::new();
+    let (run_id, _) = run_json(&sb, "plain_answer.json");
+    tamper(
+        &sb,
+        "UPDATE events SET line = replace(line, run_id, 'run_other') WHERE seq = 2",
+    );
+    let out = keel().arg("verify").args(sb.db_args()).output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("run {run_id} seq 2: rule event.run_id")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn export_import_export_is_byte_identical() {
+    let a = Sandbox::new();
+    let b = Sandbox::new();
+    let (run_id, lines) = run_json(&a, "failures.json");
+    let exported = a.ok(&["export", &run_id]);
+    let header: serde_json::Value = serde_json::from_str(exported.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        exported.lines().next().unwrap(),
+        format!(
+            r#"{{"last_seq":{},"run_id":"{run_id}","schema":"keel.events/1"}}"#,
+            lines.len()
+        )
+    );
+    assert_eq!(header["schema"], "keel.events/1");
+    assert_eq!(exported.lines().skip(1).collect::<Vec<_>>(), lines);
+
+    let file = a.path("run.jsonl");
+    a.ok(&["export", &run_id, "-o", file.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), exported);
+    let report = b.ok(&["import", file.to_str().unwrap()]);
+    assert!(report.contains(&format!("{} new", lines.len())), "{report}");
+    let again = b.ok(&["export", &run_id]);
+    assert_eq!(again.as_bytes(), exported.as_bytes());
+    // Importing the same file again stores nothing new.
+    let report = b.ok(&["import", file.to_str().unwrap()]);
+    assert!(report.contains("0 new"), "{report}");
+    assert!(b.ok(&["verify"]).contains("1 ok"));
+    assert_eq!(b.ok(&["runs"]).split_whitespace().nth(1), Some("completed"));
+}
+
+#[test]
+fn import_refuses_gaps_duplicates_reordering_and_bad_headers_naming_the_line() {
+    let a = Sandbox::new();
+    let (run_id, _) = run_json(&a, "plain_answer.json");
+    let exported = a.ok(&["export", &run_id]);
+    let lines: Vec<&str> = exported.lines().collect();
+    let header = lines[0];
+    let body = &lines[1..];
+    let set_last = |n: usize| {
+        header.replace(
+            &format!(r#""last_seq":{}"#, body.len()),
+            &format!(r#""last_seq":{n}"#),
+        )
+    };
+    let gap = {
+        let mut l = vec![set_last(body.len() - 1)];
+        l.extend(
+            body.iter()
+                .enumerate()
+                .filter(|(i, _)| *i != 2)
+                .map(|(_, s)| s.to_string()),
+        );
+        l
+    };
+    let duplicate = {
+        let mut l = vec![set_last(body.len() + 1)];
+        for (i, s) in body.iter().enumerate() {
+            l.push(s.to_string());
+            if i == 2 {
+                l.push(s.to_string());
+            }
+        }
+        l
+    };
+    let reordered = {
+        let mut l = vec![header.to_owned()];
+        let mut b: Vec<String> = body.iter().map(|s| s.to_string()).collect();
+        b.swap(2, 3);
+        l.extend(b);
+        l
+    };
+    let b = Sandbox::new();
+    for (name, file_lines, needle) in [
+        ("gap", gap, ":4: seq 4 after 2: gap"),
+        ("duplicate", duplicate, ":5: seq 3 after 3: duplicate"),
+        ("reordered", reordered, ":4: seq 4 after 2: gap"),
+    ] {
+        let path = b.write(&format!("{name}.jsonl"), &(file_lines.join("\n") + "\n"));
+        let out = keel()
+            .arg("import")
+            .arg(&path)
+            .args(b.db_args())
+            .output()
+            .unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{name}.jsonl{needle}")),
+            "{name}: {stderr}"
+        );
+    }
+    // Headers: missing, wrong schema, last_seq that disagrees.
+    for (name, text_, needle) in [
+        ("noheader", body.join("\n"), ":1: not a keel export header"),
+        (
+            "schema",
+            format!(
+                "{}\n{}",
+                header.replace("keel.events/1", "keel.events/2"),
+                body.join("\n")
+            ),
+            ":1: schema is not keel.events/1",
+        ),
+        (
+            "count",
+            format!("{}\n{}", set_last(99), body.join("\n")),
+            ":1: the header says last_seq 99",
+        ),
+    ] {
+        let path = b.write(&format!("{name}.jsonl"), &text_);
+        let out = keel()
+            .arg("import")
+            .arg(&path)
+            .args(b.db_args())
+            .output()
+            .unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{name}.jsonl{needle}")),
+            "{name}: {stderr}"
+        );
+    }
+    let out = keel()
+        .arg("import")
+        .arg(b.path("missing.jsonl"))
+        .args(b.db_args())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("missing.jsonl"));
+    // Nothing was stored by any refused import: not even a database.
+    assert!(!b.db().exists());
+}
+
+#[test]
+fn import_refuses_a_conflict_with_stored_events() {
+    let a = Sandbox::new();
+    let scenario = a.write(
+        "named.json",
+        r#"{"run_id": "run_same", "model": "m", "messages": [{"role": "user", "text": "hi"}],
+            "provider": {"type": "scripted", "calls": [[{"text": "hello"}, {"complete": {"finish": "stop"}}]]}}"#,
+    );
+    let b = Sandbox::new();
+    assert_eq!(a.run(&scenario, &[]).status.code(), Some(0));
+    assert_eq!(b.run(&scenario, &[]).status.code(), Some(0));
+    // Same run id, different timestamps: a conflict at seq 1.
+    let file = a.path("same.jsonl");
+    a.ok(&["export", "run_same", "-o", file.to_str().unwrap()]);
+    let out = keel()
+        .arg("import")
+        .arg(&file)
+        .args(b.db_args())
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("run run_same seq 1 is already stored with different bytes"),
+        "{stderr}"
+    );
+}
