@@ -1,8 +1,126 @@
 //! # keel-providers: real provider wire formats
 //!
-//! It will own adapters from OpenAI-compatible chat completions and Anthropic messages streams to the `keel-stream` union. It names only `keel-message` and `keel-stream`.
+//! This crate adapts the streaming wire formats of real model providers to
+//! the `keel-stream` union. It owns two
+//! [`ModelProvider`](keel_stream::ModelProvider)s:
 //!
-//! This crate is still empty: it arrives with issue #9. Until then it only
-//! holds its place in the workspace so that the dependency direction
-//! (see `ARCHITECTURE.md`) is fixed from the start.
+//! - [`OpenAiCompatible`]: OpenAI Chat Completions streaming
+//!   (`POST {base_url}/chat/completions`), the format OpenAI, vLLM,
+//!   Ollama, llama.cpp and LM Studio speak;
+//! - [`Anthropic`]: Anthropic Messages streaming (`POST {base_url}/messages`).
+//!
+//! Each builds the request from a [`ModelRequest`](keel_message::ModelRequest)
+//! (history, tools, model), sends it over HTTP/1.1 (reqwest, rustls; no
+//! OpenSSL) with a connect and an idle timeout, reads the Server-Sent
+//! Events of the response, and yields [`RawItem`](keel_stream::RawItem)s:
+//! text deltas, finalized tool calls (fragments assembled first), then one
+//! terminal, a completion (finish reason, usage, metadata) or a failure (a
+//! typed problem kind, `retryable`, retry-after).
+//!
+//! Decisions worth knowing (the RFC `2026-11-30-provider-wire-formats`
+//! has the full mapping tables and the reasons):
+//!
+//! - **The stream ends at the wire's terminator.** OpenAI's completion is
+//!   yielded at `data: [DONE]` (the usage chunk comes after
+//!   `finish_reason`), Anthropic's at `message_stop`. A body that ends
+//!   before it is an `unavailable`, retryable failure; the host computes
+//!   whether it is `partial`.
+//! - **A broken chunk stops the stream.** A data line that is not JSON, an
+//!   SSE event over `max_chunk_bytes`, or an unknown finish reason is a
+//!   `protocol` failure, not retryable; nothing after it is read.
+//! - **Unknown members and event types are ignored**; so are thinking
+//!   blocks, logprobs and OpenAI's `obfuscation` padding.
+//! - **The key stays secret.** An [`ApiKey`] prints `[redacted]`, goes only
+//!   into its (sensitive) header, and is scrubbed from every problem
+//!   message and metadata value; redirects are not followed.
+//! - **Metadata is a handful of safe facts** under the namespaces
+//!   [`OPENAI_NAMESPACE`] and [`ANTHROPIC_NAMESPACE`]: the response id, the
+//!   model actually served, the service tier, OpenAI's system fingerprint
+//!   and the request id. A host keeps them by allowlisting the namespace.
+//! - **Dropping is cancelling.** Dropping the start future or the stream
+//!   drops the HTTP response and closes its connection.
+//!
+//! What it is not: it does not retry (the engine does), validate the
+//! stream (the host's `StreamValidator` does, so every adapter output is
+//! checked the same way), or know about scenarios and the CLI (`keel-cli`
+//! builds providers from its configuration with the constructors here).
+//! It names only `keel-message` and `keel-stream`.
+//!
+//! ```
+//! use keel_message::*;
+//! use keel_providers::{ApiKey, OpenAiCompatible, OpenAiConfig};
+//! use keel_stream::*;
+//! use futures_util::StreamExt;
+//! use std::sync::Arc;
+//! # use std::io::{BufRead, BufReader, Read, Write};
+//! # // A one-shot local server that answers with a short stream.
+//! # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+//! # let base_url = format!("http://{}/v1", listener.local_addr()?);
+//! # std::thread::spawn(move || -> std::io::Result<()> {
+//! #     let (socket, _) = listener.accept()?;
+//! #     let mut reader = BufReader::new(socket);
+//! #     let mut length = 0;
+//! #     loop {
+//! #         let mut line = String::new();
+//! #         reader.read_line(&mut line)?;
+//! #         if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") { length = v.trim().parse().unwrap_or(0); }
+//! #         if line == "\r\n" { break; }
+//! #     }
+//! #     reader.read_exact(&mut vec![0; length])?;
+//! #     let body = concat!(
+//! #         "data: {\"id\":\"chatcmpl-1\",\"model\":\"m-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"},\"finish_reason\":null}]}\n\n",
+//! #         "data: {\"id\":\"chatcmpl-1\",\"model\":\"m-1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+//! #         "data: {\"id\":\"chatcmpl-1\",\"model\":\"m-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\n",
+//! #         "data: [DONE]\n\n",
+//! #     );
+//! #     write!(reader.get_mut(), "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}", body.len())
+//! # });
+//!
+//! // `base_url` is a local server here; with Ollama it would be
+//! // "http://127.0.0.1:11434/v1", and the key `ApiKey::from_env("OPENAI_API_KEY")?`.
+//! let provider = OpenAiCompatible::new(OpenAiConfig {
+//!     base_url,
+//!     api_key: Some(ApiKey::new("sk-local-example")?),
+//!     ..OpenAiConfig::default()
+//! })?;
+//! assert!(!format!("{provider:?}").contains("sk-local-example"));
+//!
+//! let history: Arc<[Message]> = vec![Message::text(MessageId::parse("m1")?, Role::User, "Hi")?].into();
+//! let request = ModelRequest::new(OperationIdIssuer::new().issue(), ModelName::parse("m-1")?, history, Arc::from([]))?;
+//! let validator = StreamValidator::new(
+//!     ValidatorConfig::default(),
+//!     Limits::default(),
+//!     MetadataAllowlist::new(["openai"])?,
+//! );
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! let items: Vec<StreamItem> = rt.block_on(async {
+//!     match provider.start(request).await {
+//!         Ok(stream) => validate(stream, validator).collect().await,
+//!         Err(problem) => panic!("{problem:?}"),
+//!     }
+//! });
+//! assert_eq!(items.len(), 2);
+//! let StreamItem::Completion(done) = &items[1] else { panic!("{items:?}") };
+//! assert_eq!(done.finish(), FinishReason::Stop);
+//! assert_eq!(done.usage().map(|u| u.total()), Some(4));
+//! assert_eq!(done.metadata().to_canonical_string(), r#"{"openai":{"id":"chatcmpl-1","model":"m-1"}}"#);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(missing_docs)]
+
+mod anthropic;
+mod http;
+mod key;
+mod openai;
+mod sse;
+
+pub use anthropic::{
+    ANTHROPIC_BASE_URL, ANTHROPIC_NAMESPACE, ANTHROPIC_VERSION, Anthropic, AnthropicConfig,
+    DEFAULT_MAX_TOKENS,
+};
+pub use http::{
+    ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CHUNK_BYTES,
+    DEFAULT_MAX_ERROR_BODY_BYTES,
+};
+pub use key::{API_KEY_MAX_BYTES, ApiKey, ApiKeyError};
+pub use openai::{OPENAI_BASE_URL, OPENAI_NAMESPACE, OpenAiCompatible, OpenAiConfig};
