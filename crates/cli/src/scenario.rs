@@ -135,8 +135,9 @@ pub enum ProviderSpec {
         /// One list of stream items per model call, in order.
         calls: Vec<Vec<ScriptItem>>,
     },
-    /// A network provider (`openai-compatible`, `anthropic`): recognised,
-    /// not available in this build (issue #9). The key is never read.
+    /// A network provider (`openai-compatible`, `anthropic`). The key is
+    /// read from the named environment variable when the run starts, and
+    /// never printed.
     Network {
         /// The `type` as written.
         kind: &'static str,

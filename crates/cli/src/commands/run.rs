@@ -10,6 +10,10 @@ use keel_engine::{Engine, RunCanceller, RunOutcome, RunRequest, Tool};
 use keel_eventlog::{SubscriptionBounds, SubscriptionError};
 use keel_message::RunId;
 use keel_observers::{JournalConfig, RequiredObserver, SqliteJournal};
+use keel_providers::{
+    ANTHROPIC_BASE_URL, Anthropic, AnthropicConfig, ApiKey, OpenAiCompatible, OpenAiConfig,
+};
+use keel_stream::ModelProvider;
 use keel_testkit::{ScriptedProvider, ScriptedTool};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -102,20 +106,48 @@ impl Interrupts {
     }
 }
 
+/// The scenario's provider: scripted, or a network adapter whose key is read
+/// from the named environment variable (never printed).
+fn build_provider(spec: &ProviderSpec, file: &Path) -> Result<Arc<dyn ModelProvider>, CliError> {
+    let (kind, base_url, api_key_env) = match spec {
+        ProviderSpec::Scripted { calls } => {
+            return Ok(Arc::new(ScriptedProvider::new(calls.clone())));
+        }
+        ProviderSpec::Network {
+            kind,
+            base_url,
+            api_key_env,
+        } => (*kind, base_url, api_key_env),
+    };
+    let bad = |what: String| CliError::bad_input(format!("{}: provider: {what}", file.display()));
+    let key = ApiKey::from_env(api_key_env).map_err(|e| bad(e.to_string()))?;
+    let provider: Arc<dyn ModelProvider> = match kind {
+        "anthropic" => Arc::new(
+            Anthropic::new(AnthropicConfig::new(
+                base_url
+                    .clone()
+                    .unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned()),
+                Some(key),
+            ))
+            .map_err(|e| bad(e.to_string()))?,
+        ),
+        _ => Arc::new(
+            OpenAiCompatible::new(OpenAiConfig::new(
+                base_url.clone().unwrap_or_default(),
+                Some(key),
+            ))
+            .map_err(|e| bad(e.to_string()))?,
+        ),
+    };
+    Ok(provider)
+}
+
 async fn run_async(args: RunArgs) -> Result<i32, CliError> {
     let interrupts = Interrupts::install()?;
     let file = args.scenario.as_path();
     let scenario = scenario::load(file).map_err(|e| CliError::bad_input(e.to_string()))?;
-    let calls = match &scenario.provider {
-        ProviderSpec::Scripted { calls } => calls.clone(),
-        ProviderSpec::Network { kind, .. } => {
-            // The key is never read, so it cannot be printed.
-            return Err(CliError::bad_input(format!(
-                "{}: provider type {kind} is not available in this build (issue #9); use \"type\": \"scripted\"",
-                file.display()
-            )));
-        }
-    };
+    // Built before the database is opened: a bad provider is bad input.
+    let provider = build_provider(&scenario.provider, file)?;
     let files = match &args.files {
         Some(dir) => Some(files_dir(dir)?),
         None => None,
@@ -138,7 +170,7 @@ async fn run_async(args: RunArgs) -> Result<i32, CliError> {
     let json = args.json;
     let screen = Screen::new(!json && std::io::stderr().is_terminal());
     let mut builder = Engine::builder()
-        .provider(PROVIDER, Arc::new(ScriptedProvider::new(calls)))
+        .provider(PROVIDER, provider)
         .required_observer(Arc::clone(&journal) as Arc<dyn RequiredObserver>)
         .allow_metadata(scenario.allow_metadata.clone())
         .limits(scenario.limits.clone())
