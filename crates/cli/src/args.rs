@@ -31,6 +31,8 @@ pub enum Command {
     Export(ExportArgs),
     /// Store a run from a file written by `keel export`.
     Import(ImportArgs),
+    /// Serve runs over HTTP: start them, stream their events (SSE), answer approvals.
+    Serve(ServeArgs),
 }
 
 /// The journal to use.
@@ -101,4 +103,24 @@ pub struct ImportArgs {
     /// The journal.
     #[command(flatten)]
     pub db: DbArgs,
+}
+
+/// `keel serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The journal.
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// The address to listen on (port 0 picks a free port). A non-loopback
+    /// address requires a token.
+    #[arg(long, default_value = "127.0.0.1:7878", value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
+    /// A file holding the bearer token every request must present (else
+    /// the KEEL_TOKEN environment variable; else no token, loopback only).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Events each live run's log retains in memory (default 100000; older
+    /// events are served from the journal).
+    #[arg(long, value_name = "N")]
+    pub log_max_events: Option<usize>,
 }

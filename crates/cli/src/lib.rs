@@ -10,6 +10,7 @@
 //! | `keel runs` | one line per run: id, status, turns, events, duration |
 //! | `keel verify` | every run: contiguous seqs from 1, canonical lines, lifecycle, status; exit 1 on the first violation |
 //! | `keel export RUN_ID [-o FILE]` / `keel import FILE` | a run as JSON Lines with a header line; never renumbered |
+//! | `keel serve [--listen ADDR] [--token-file F]` | the HTTP daemon ([`serve`]): runs, SSE event streams with resume, approvals |
 //!
 //! The database is `--db PATH`, else `$KEEL_DB`, else `keel.db`.
 //!
@@ -21,10 +22,8 @@
 //!
 //! What it is not: it owns no run semantics (the engine does: turns,
 //! retries, cancellation, closing), no storage format (the journal's), no
-//! provider wire format (`keel-providers`, issue #9: the
-//! `openai-compatible` and `anthropic` provider types are recognised in a
-//! scenario and refused at run time), and no daemon (`keel serve` is not
-//! here yet).
+//! provider wire format (`keel-providers` has them; `keel serve` still
+//! refuses the network provider types and runs scripted scenarios only).
 //!
 //! Neighbours: it composes `keel-engine` (the run loop), `keel-observers`
 //! (the SQLite journal, as a required observer, and its reader),
@@ -47,6 +46,7 @@ pub mod error;
 pub mod render;
 pub mod scenario;
 pub mod screen;
+pub mod serve;
 pub mod time;
 
 use clap::Parser;
@@ -62,6 +62,7 @@ pub fn main() -> i32 {
         args::Command::Verify(a) => commands::history::verify(a),
         args::Command::Export(a) => commands::transfer::export(a),
         args::Command::Import(a) => commands::transfer::import(a),
+        args::Command::Serve(a) => serve::serve(a),
     };
     match result {
         Ok(code) => code,

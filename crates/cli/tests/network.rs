@@ -6,86 +6,8 @@
 
 mod common;
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
 const SECRET: &str = "sk-test-REPLAYKEY0123456789abcdefghij";
-
-/// Status, headers and body of one replayed response.
-type Response = (u16, Vec<(String, String)>, Vec<u8>);
-
-struct Recorded {
-    requests: Vec<(String, String)>, // (head, body)
-}
-
-/// Serves one fixture per connection, in order; records each request.
-fn replay(fixtures: &[&str]) -> (String, Arc<Mutex<Recorded>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let recorded = Arc::new(Mutex::new(Recorded {
-        requests: Vec::new(),
-    }));
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let responses: Vec<Response> = fixtures
-        .iter()
-        .map(|name| {
-            let meta: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
-            )
-            .unwrap();
-            let body = std::fs::read(dir.join(format!("{name}.sse"))).unwrap();
-            let headers = meta["headers"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
-                .collect();
-            (meta["status"].as_u64().unwrap() as u16, headers, body)
-        })
-        .collect();
-    let rec = recorded.clone();
-    std::thread::spawn(move || {
-        for (status, headers, body) in responses {
-            let Ok((stream, _)) = listener.accept() else {
-                return;
-            };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut head = String::new();
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap();
-                }
-                head.push_str(&line);
-            }
-            let mut req = vec![0; length];
-            reader.read_exact(&mut req).unwrap();
-            rec.lock()
-                .unwrap()
-                .requests
-                .push((head, String::from_utf8(req).unwrap()));
-            let mut out = stream;
-            let mut response = format!(
-                "HTTP/1.1 {status} X\r\nconnection: close\r\ncontent-length: {}\r\n",
-                body.len()
-            );
-            for (k, v) in headers {
-                response.push_str(&format!("{k}: {v}\r\n"));
-            }
-            response.push_str("\r\n");
-            out.write_all(response.as_bytes()).unwrap();
-            out.write_all(&body).unwrap();
-            out.flush().unwrap();
-        }
-    });
-    (format!("http://{addr}/v1"), recorded)
-}
 
 fn run_scenario(sb: &Sandbox, scenario: &str) -> std::process::Output {
     let file = sb.write("net.json", scenario);

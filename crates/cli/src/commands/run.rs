@@ -108,7 +108,10 @@ impl Interrupts {
 
 /// The scenario's provider: scripted, or a network adapter whose key is read
 /// from the named environment variable (never printed).
-fn build_provider(spec: &ProviderSpec, file: &Path) -> Result<Arc<dyn ModelProvider>, CliError> {
+pub(crate) fn build_provider(
+    spec: &ProviderSpec,
+    file: &Path,
+) -> Result<Arc<dyn ModelProvider>, CliError> {
     let (kind, base_url, api_key_env) = match spec {
         ProviderSpec::Scripted { calls } => {
             return Ok(Arc::new(ScriptedProvider::new(calls.clone())));

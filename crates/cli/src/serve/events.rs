@@ -1,0 +1,402 @@
+//! `GET /v1/runs/{id}/events`: a run's history as an SSE stream, or a
+//! page of JSON Lines with `format=jsonl`.
+//!
+//! One history: a live run's events come from its log; a prefix the log
+//! no longer retains is read from the journal first, and the stream then
+//! joins the log right after the last event it sent. The journal holds
+//! every event some later commit could have evicted (the engine
+//! journals each event before committing the next), so the seam has no
+//! gap and no duplicate. A run that is not live is served from the
+//! journal alone.
+
+use super::Daemon;
+use super::problem::Problem;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use keel_eventlog::{
+    Event, RunLog, SubscribeError, Subscription, SubscriptionBounds, SubscriptionError,
+};
+use serde_json::json;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Per-connection subscription bounds: 4,096 undelivered events or
+/// 8 MiB, whichever is reached first.
+pub const DEFAULT_BOUNDS: SubscriptionBounds = SubscriptionBounds {
+    max_events: 4096,
+    max_bytes: 8 << 20,
+};
+/// Smallest `max_bytes` a client may ask for.
+const MIN_BYTES: usize = 4096;
+/// Journal lines read per query while streaming.
+const PAGE: usize = 512;
+/// Default and largest `limit` of a JSON Lines page.
+const DEFAULT_LIMIT: usize = 1000;
+const MAX_LIMIT: usize = 10_000;
+/// Interval of the SSE keep-alive comments.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The query string.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    after: Option<u64>,
+    format: Option<String>,
+    limit: Option<usize>,
+    max_events: Option<usize>,
+    max_bytes: Option<usize>,
+}
+
+fn bad_request(detail: String) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "invalid-request",
+        "Invalid request",
+        detail,
+    )
+}
+
+/// The handler.
+pub async fn events(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let Query(query) = query.map_err(|e| bad_request(e.body_text()))?;
+    // `Last-Event-ID` (what a reconnecting EventSource sends) wins over
+    // `?after=` (which stays in the URL it reconnects to).
+    let header_cursor = match headers.get("last-event-id") {
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| bad_request("Last-Event-ID is not a sequence number".to_owned()))?,
+        ),
+        None => None,
+    };
+    let cursor = header_cursor.or(query.after).unwrap_or(0);
+    let bounds = SubscriptionBounds {
+        max_events: query
+            .max_events
+            .unwrap_or(DEFAULT_BOUNDS.max_events)
+            .clamp(1, DEFAULT_BOUNDS.max_events),
+        max_bytes: query
+            .max_bytes
+            .unwrap_or(DEFAULT_BOUNDS.max_bytes)
+            .clamp(MIN_BYTES, DEFAULT_BOUNDS.max_bytes),
+    };
+    match query.format.as_deref() {
+        None | Some("sse") => stream(daemon, id, cursor, bounds).await,
+        Some("jsonl") => page(daemon, id, cursor, query.limit).await,
+        Some(other) => Err(bad_request(format!(
+            "format {other:?} is not one of sse, jsonl"
+        ))),
+    }
+}
+
+/// The first stored seq after `cursor` must be `cursor + 1`; else 410.
+async fn journal_serves(
+    daemon: &Daemon,
+    id: &str,
+    cursor: u64,
+    latest: u64,
+) -> Result<bool, Problem> {
+    let lookup = id.to_owned();
+    let first = daemon
+        .read(move |r| r.events_after(&lookup, cursor, 1))
+        .await?;
+    match first.first() {
+        None => Ok(false),
+        Some(line) => {
+            let seq = seq_of(line)?;
+            if seq == cursor + 1 {
+                Ok(true)
+            } else {
+                Err(Problem::cursor_expired(cursor, seq, latest))
+            }
+        }
+    }
+}
+
+fn seq_of(line: &str) -> Result<u64, Problem> {
+    Event::decode(line)
+        .map(|e| e.seq())
+        .map_err(|e| Problem::journal(format!("a stored line does not decode: {e}")))
+}
+
+enum Start {
+    /// Subscribed to the live log.
+    Live(RunLog, Subscription),
+    /// The journal first, then the live log.
+    JournalThenLive(RunLog),
+    /// The journal only.
+    Journal,
+}
+
+async fn stream(
+    daemon: Arc<Daemon>,
+    id: String,
+    cursor: u64,
+    bounds: SubscriptionBounds,
+) -> Result<Response, Problem> {
+    let start = if let Some(run) = daemon.live(&id) {
+        match run.log.subscribe(cursor, bounds) {
+            Ok(sub) => Start::Live(run.log, sub),
+            Err(SubscribeError::CursorAhead { requested, latest }) => {
+                return Err(Problem::cursor_ahead(requested, latest));
+            }
+            Err(SubscribeError::CursorExpired {
+                requested,
+                earliest,
+                latest,
+                ..
+            }) => {
+                if !journal_serves(&daemon, &id, cursor, latest).await? {
+                    return Err(Problem::cursor_expired(requested, earliest, latest));
+                }
+                Start::JournalThenLive(run.log)
+            }
+            Err(e) => return Err(Problem::journal(e)),
+        }
+    } else {
+        let lookup = id.clone();
+        let Some(summary) = daemon.read(move |r| r.run_status(&lookup)).await? else {
+            return Err(Problem::unknown_run(&id));
+        };
+        if cursor > summary.last_seq {
+            return Err(Problem::cursor_ahead(cursor, summary.last_seq));
+        }
+        if cursor < summary.last_seq
+            && !journal_serves(&daemon, &id, cursor, summary.last_seq).await?
+        {
+            return Err(Problem::cursor_expired(
+                cursor,
+                summary.last_seq + 1,
+                summary.last_seq,
+            ));
+        }
+        Start::Journal
+    };
+    let events = sse_stream(daemon, id, cursor, bounds, start);
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
+        .into_response())
+}
+
+fn sse_of(event: &Event) -> SseEvent {
+    SseEvent::default()
+        .id(event.seq().to_string())
+        .event(event.kind().name())
+        .data(event.line())
+}
+
+fn error_event(problem: &Problem) -> SseEvent {
+    SseEvent::default()
+        .event("error")
+        .data(problem.to_json().to_string())
+}
+
+fn shutdown_event(last: u64) -> SseEvent {
+    SseEvent::default().event("shutdown").data(
+        json!({
+            "type": "urn:keel:problem:shutting-down",
+            "title": "The daemon is shutting down",
+            "status": 503,
+            "detail": "the stream is closed; resume after last_delivered from this or another daemon on the same journal",
+            "last_delivered": last,
+            "recovery_cursor": last,
+        })
+        .to_string(),
+    )
+}
+
+fn gap_problem(last: u64, found: u64) -> Problem {
+    Problem::new(
+        StatusCode::GONE,
+        "cursor-expired",
+        "Events missing",
+        format!("the event after {last} is neither retained nor stored (next available {found})"),
+    )
+    .with("last_delivered", last)
+    .with("earliest", found)
+    .with("recovery_cursor", found.saturating_sub(1))
+}
+
+fn sse_stream(
+    daemon: Arc<Daemon>,
+    id: String,
+    cursor: u64,
+    bounds: SubscriptionBounds,
+    start: Start,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
+    async_stream::stream! {
+        let mut last = cursor;
+        let (log, mut sub) = match start {
+            Start::Live(log, sub) => (Some(log), Some(sub)),
+            Start::JournalThenLive(log) => (Some(log), None),
+            Start::Journal => (None, None),
+        };
+        loop {
+            if let Some(s) = sub.as_mut() {
+                match s.recv().await {
+                    Some(Ok(event)) => {
+                        last = event.seq();
+                        yield Ok(sse_of(&event));
+                    }
+                    Some(Err(SubscriptionError::SlowConsumer {
+                        last_delivered,
+                        recovery_cursor,
+                        lag_events,
+                        lag_bytes,
+                        max_events,
+                        max_bytes,
+                    })) => {
+                        let problem = Problem::new(
+                            StatusCode::TOO_MANY_REQUESTS,
+                            "slow-consumer",
+                            "Slow consumer",
+                            format!("the client fell {lag_events} events / {lag_bytes} bytes behind (bounds {max_events} / {max_bytes}); resume after {recovery_cursor}"),
+                        )
+                        .with("last_delivered", last_delivered)
+                        .with("recovery_cursor", recovery_cursor)
+                        .with("lag_events", lag_events)
+                        .with("lag_bytes", lag_bytes)
+                        .with("max_events", max_events)
+                        .with("max_bytes", max_bytes);
+                        yield Ok(error_event(&problem));
+                        return;
+                    }
+                    Some(Err(SubscriptionError::Evicted { .. })) => {
+                        // The log dropped events this stream had not
+                        // taken; the journal has them.
+                        sub = None;
+                    }
+                    Some(Err(SubscriptionError::Ended { .. })) => {
+                        yield Ok(shutdown_event(last));
+                        return;
+                    }
+                    Some(Err(e)) => {
+                        yield Ok(error_event(&Problem::journal(e)));
+                        return;
+                    }
+                    None => break,
+                }
+            } else {
+                let lookup = id.clone();
+                let after = last;
+                let page = match daemon.read(move |r| r.events_after(&lookup, after, PAGE)).await {
+                    Ok(page) => page,
+                    Err(problem) => {
+                        yield Ok(error_event(&problem));
+                        return;
+                    }
+                };
+                if page.is_empty() {
+                    let Some(log) = log.as_ref() else { break };
+                    match log.subscribe(last, bounds) {
+                        Ok(s) => sub = Some(s),
+                        Err(SubscribeError::CursorExpired { earliest, .. }) => {
+                            yield Ok(error_event(&gap_problem(last, earliest)));
+                            return;
+                        }
+                        Err(e) => {
+                            yield Ok(error_event(&Problem::journal(e)));
+                            return;
+                        }
+                    }
+                    continue;
+                }
+                for line in &page {
+                    let event = match Event::decode(line) {
+                        Ok(event) => event,
+                        Err(e) => {
+                            yield Ok(error_event(&Problem::journal(format!("a stored line does not decode: {e}"))));
+                            return;
+                        }
+                    };
+                    if event.seq() != last + 1 {
+                        yield Ok(error_event(&gap_problem(last, event.seq())));
+                        return;
+                    }
+                    last = event.seq();
+                    yield Ok(sse_of(&event));
+                }
+                if let Some(log) = log.as_ref() {
+                    // Join the live log as soon as it retains what follows.
+                    if let Ok(s) = log.subscribe(last, bounds) {
+                        sub = Some(s);
+                    }
+                }
+            }
+        }
+        if daemon.shutting_down() {
+            yield Ok(shutdown_event(last));
+        }
+    }
+}
+
+async fn page(
+    daemon: Arc<Daemon>,
+    id: String,
+    cursor: u64,
+    limit: Option<usize>,
+) -> Result<Response, Problem> {
+    let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+    let live = daemon.live(&id);
+    let lookup = id.clone();
+    let stored = daemon.read(move |r| r.run_status(&lookup)).await?;
+    let live_latest = live.as_ref().map(|r| r.log.stats().last_seq);
+    let latest = match (&stored, live_latest) {
+        (None, None) => return Err(Problem::unknown_run(&id)),
+        (s, l) => s.as_ref().map_or(0, |s| s.last_seq).max(l.unwrap_or(0)),
+    };
+    if cursor > latest {
+        return Err(Problem::cursor_ahead(cursor, latest));
+    }
+    let lookup = id.clone();
+    let mut lines = daemon
+        .read(move |r| r.events_after(&lookup, cursor, limit))
+        .await?;
+    let mut last = cursor;
+    if let Some(first) = lines.first() {
+        let seq = seq_of(first)?;
+        if seq != cursor + 1 {
+            return Err(Problem::cursor_expired(cursor, seq, latest));
+        }
+        last = seq_of(lines.last().map_or(first, |l| l))?;
+    }
+    if let Some(run) = live.as_ref().filter(|_| lines.len() < limit) {
+        // Events committed but not yet journaled.
+        let tail = run.log.retained_after(last);
+        if let Some(e) = tail.first().filter(|e| e.seq() != last + 1) {
+            return Err(Problem::cursor_expired(cursor, e.seq(), latest));
+        }
+        for event in tail.iter().take(limit - lines.len()) {
+            lines.push(event.line().to_owned());
+            last = event.seq();
+        }
+    }
+    let mut body = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+    for line in &lines {
+        body.push_str(line);
+        body.push('\n');
+    }
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&last.to_string()) {
+        headers.insert("keel-next-cursor", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&latest.to_string()) {
+        headers.insert("keel-latest", v);
+    }
+    Ok(response)
+}
