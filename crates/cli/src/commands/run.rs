@@ -351,6 +351,18 @@ fn build_tools(
     file: &Path,
     files: Option<&Path>,
 ) -> Result<Vec<Arc<dyn Tool>>, CliError> {
+    scenario_tools(scenario, files).map_err(|(index, e)| {
+        CliError::bad_input(format!("{}: at tools[{index}]: {e}", file.display()))
+    })
+}
+
+/// The scenario's tools (scripted, and built-ins with `read_file` confined
+/// to `files`); a built-in that cannot be built is reported with its index
+/// in `tools`. Shared by `keel run` and `keel serve`.
+pub(crate) fn scenario_tools(
+    scenario: &Scenario,
+    files: Option<&Path>,
+) -> Result<Vec<Arc<dyn Tool>>, (usize, String)> {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(scenario.tools.len());
     for entry in &scenario.tools {
         match entry {
@@ -365,9 +377,11 @@ fn build_tools(
                 builtin,
                 policy,
                 index,
-            } => tools.push(builtin.tool(policy.clone(), files).map_err(|e| {
-                CliError::bad_input(format!("{}: at tools[{index}]: {e}", file.display()))
-            })?),
+            } => tools.push(
+                builtin
+                    .tool(policy.clone(), files)
+                    .map_err(|e| (*index, e.to_string()))?,
+            ),
         }
     }
     Ok(tools)

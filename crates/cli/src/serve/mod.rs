@@ -21,7 +21,7 @@ pub mod problem;
 
 use crate::args::ServeArgs;
 use crate::error::{CliError, EXIT_OK};
-use crate::scenario::{self, Scenario, ScenarioError, ToolEntry};
+use crate::scenario::{self, Scenario, ScenarioError};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
@@ -34,7 +34,6 @@ use keel_engine::{
 };
 use keel_eventlog::{LogConfig, RunLog};
 use keel_observers::{JournalConfig, JournalReader, RequiredObserver, RunSummary, SqliteJournal};
-use keel_testkit::ScriptedTool;
 use problem::Problem;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -417,29 +416,9 @@ fn bad_scenario(detail: String) -> Problem {
 }
 
 fn build_tools(scenario: &Scenario) -> Result<Vec<Arc<dyn Tool>>, Problem> {
-    let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(scenario.tools.len());
-    for entry in &scenario.tools {
-        match entry {
-            ToolEntry::Scripted {
-                definition,
-                script,
-                policy,
-            } => tools.push(Arc::new(
-                ScriptedTool::new(definition.clone(), script.clone()).with_policy(policy.clone()),
-            )),
-            ToolEntry::Builtin {
-                builtin,
-                policy,
-                index,
-            } => tools.push(
-                builtin
-                    .tool(policy.clone(), None)
-                    .map_err(|e| bad_scenario(format!("at tools[{index}]: {e}")))
-                    .map_err(|p| p.with("path", format!("tools[{index}]")))?,
-            ),
-        }
-    }
-    Ok(tools)
+    crate::commands::run::scenario_tools(scenario, None).map_err(|(index, e)| {
+        bad_scenario(format!("at tools[{index}]: {e}")).with("path", format!("tools[{index}]"))
+    })
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {
