@@ -22,3 +22,11 @@ pub use journal::{
     JournalConfig, JournalError, JournalReader, JournalStats, RunStatus, RunSummary, SqliteJournal,
     Synchronous,
 };
+
+#[cfg(feature = "nats")]
+pub mod nats;
+#[cfg(feature = "nats")]
+pub use nats::{
+    JetStreamConfig, JetStreamError, JetStreamHandle, JetStreamObserver, RemoteSubscribeError,
+    RemoteSubscription, RemoteSubscriptionError,
+};

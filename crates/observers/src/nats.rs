@@ -1,0 +1,597 @@
+//! NATS JetStream: a required observer that publishes every event to a
+//! shared, durable stream, and a remote subscription that follows a run
+//! from it (feature `nats`).
+//!
+//! # Layout
+//!
+//! One stream (default `KEEL_EVENTS`, subjects `keel.runs.>`, file
+//! storage, one replica unless configured) holds every run; run `R`'s
+//! events are the messages on subject `keel.runs.R`, in seq order, one
+//! canonical line per message, with no gap and no duplicate.
+//!
+//! # Contract of [`JetStreamObserver`]
+//!
+//! - **`Ok` means JetStream acked.** `observe` returns `Ok(())` only after
+//!   the server's `PubAck` for the event (or after it found the same bytes
+//!   already stored under the same run and seq). What a `PubAck` means for
+//!   durability depends on the stream's storage, replicas and the server's
+//!   sync settings: see `docs/rfc/proposed/2026-11-30-jetstream.md`.
+//! - **Deduplication.** Each message carries `Nats-Msg-Id: <run_id>:<seq>`.
+//!   A retried publish (e.g. after the pipeline's deadline dropped a
+//!   future whose publish did land) is answered by the server as a
+//!   duplicate; the observer then reads the stored message and returns
+//!   `Ok` only if its bytes are identical, [`ObserverError::Conflict`]
+//!   otherwise.
+//! - **One writer per run.** Each publish carries
+//!   `Nats-Expected-Last-Subject-Sequence`: the stream sequence of the
+//!   run's previous event as this observer last saw it acked (0 for seq 1).
+//!   A second writer to the same run (another engine, or this one after
+//!   another wrote) gets the server's "wrong last sequence" error, which
+//!   is reported as [`ObserverError::Conflict`] (unless the stored event
+//!   at the run's tail has exactly the offered bytes: then it is a retry,
+//!   `Ok`). Limitation: outside the duplicate window, a retry of an event
+//!   *older* than the run's tail is reported as a conflict (the engine only
+//!   retries the event that failed, which is the tail).
+//! - **Contiguity.** An event more than one past the run's last stored seq
+//!   is [`ObserverError::Gap`] and nothing is published.
+//! - **Server down.** Publishes wait for the client to reconnect; the
+//!   pipeline's deadline (or the observer's own ack timeout) bounds the
+//!   wait and the event is refused with a typed error. Nothing is ever
+//!   renumbered: a later retry of the same event is deduplicated.
+//! - **Cancel safety.** Dropping the future at any point leaves either no
+//!   message or exactly the event's message; a retry is `Ok` either way.
+
+use crate::observer::{ObserveFuture, ObserverError, RequiredObserver};
+use async_nats::jetstream::{self, consumer, stream};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use keel_eventlog::{Event, Phase, Scope, SubscribeError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The default stream name.
+pub const DEFAULT_STREAM: &str = "KEEL_EVENTS";
+/// The default subject prefix; run `R` publishes to `<prefix>.R`.
+pub const DEFAULT_SUBJECT_PREFIX: &str = "keel.runs";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where and how events are published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JetStreamConfig {
+    /// Server URL(s), comma separated (e.g. `nats://127.0.0.1:4222`).
+    pub url: String,
+    /// Stream name. Default [`DEFAULT_STREAM`].
+    pub stream: String,
+    /// Subject prefix. Default [`DEFAULT_SUBJECT_PREFIX`].
+    pub subject_prefix: String,
+    /// Replicas of the stream when this observer creates it. Default 1.
+    pub replicas: usize,
+    /// The stream's duplicate window when created. Default 2 minutes.
+    pub duplicate_window: Duration,
+    /// How long one publish waits for its `PubAck`. Default 5 s (the
+    /// pipeline's deadline may cut it shorter).
+    pub ack_timeout: Duration,
+    /// Timeout of the initial connection. Default 5 s.
+    pub connect_timeout: Duration,
+}
+
+impl JetStreamConfig {
+    /// The defaults, for `url`.
+    pub fn new(url: impl Into<String>) -> JetStreamConfig {
+        JetStreamConfig {
+            url: url.into(),
+            stream: DEFAULT_STREAM.to_owned(),
+            subject_prefix: DEFAULT_SUBJECT_PREFIX.to_owned(),
+            replicas: 1,
+            duplicate_window: Duration::from_secs(120),
+            ack_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The subject of one run.
+    pub fn subject(&self, run_id: &str) -> String {
+        format!("{}.{run_id}", self.subject_prefix)
+    }
+}
+
+/// Connecting to NATS or ensuring the stream failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JetStreamError {
+    /// The connection could not be established.
+    #[error("cannot connect to NATS at {url}: {detail}")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// The client's message.
+        detail: String,
+    },
+    /// The stream could not be created or opened.
+    #[error("cannot ensure JetStream stream {stream}: {detail}")]
+    Stream {
+        /// The stream name.
+        stream: String,
+        /// The server's message.
+        detail: String,
+    },
+}
+
+/// A connection plus the ensured stream; shared by the observer and
+/// remote subscriptions.
+#[derive(Clone)]
+pub struct JetStreamHandle {
+    config: JetStreamConfig,
+    context: jetstream::Context,
+    stream: stream::Stream,
+}
+
+impl std::fmt::Debug for JetStreamHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStreamHandle")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl JetStreamHandle {
+    /// Connects (the client then reconnects by itself, forever) and
+    /// creates the stream if it does not exist.
+    pub async fn connect(config: JetStreamConfig) -> Result<JetStreamHandle, JetStreamError> {
+        let client = async_nats::ConnectOptions::new()
+            .connection_timeout(config.connect_timeout)
+            .max_reconnects(None)
+            .connect(config.url.as_str())
+            .await
+            .map_err(|e| JetStreamError::Connect {
+                url: config.url.clone(),
+                detail: e.to_string(),
+            })?;
+        let context = jetstream::ContextBuilder::new()
+            .timeout(config.ack_timeout)
+            .build(client);
+        let stream = context
+            .get_or_create_stream(stream::Config {
+                name: config.stream.clone(),
+                subjects: vec![format!("{}.>", config.subject_prefix)],
+                storage: stream::StorageType::File,
+                num_replicas: config.replicas,
+                duplicate_window: config.duplicate_window,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| JetStreamError::Stream {
+                stream: config.stream.clone(),
+                detail: e.to_string(),
+            })?;
+        Ok(JetStreamHandle {
+            config,
+            context,
+            stream,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &JetStreamConfig {
+        &self.config
+    }
+
+    /// The JetStream context (for tools and benches).
+    pub fn context(&self) -> &jetstream::Context {
+        &self.context
+    }
+
+    /// The last stored message of a run: `(stream_seq, line)`, or `None`
+    /// if the run has no message.
+    async fn last_of(&self, run_id: &str) -> Result<Option<(u64, Bytes)>, String> {
+        match self
+            .stream
+            .get_last_raw_message_by_subject(&self.config.subject(run_id))
+            .await
+        {
+            Ok(m) => Ok(Some((m.sequence, m.payload))),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// Per run: the last seq this observer saw acked and its stream sequence.
+#[derive(Debug, Clone, Copy)]
+struct RunState {
+    seq: u64,
+    stream_seq: u64,
+}
+
+/// The JetStream required observer (see the module docs for its contract).
+pub struct JetStreamObserver {
+    handle: JetStreamHandle,
+    name: String,
+    runs: Mutex<HashMap<String, RunState>>,
+}
+
+impl std::fmt::Debug for JetStreamObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStreamObserver")
+            .field("handle", &self.handle)
+            .field("runs", &lock(&self.runs).len())
+            .finish()
+    }
+}
+
+fn seq_of(line: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(line).ok()?;
+    Event::decode(text).ok().map(|e| e.seq())
+}
+
+fn is_run_terminal(event: &Event) -> bool {
+    matches!(
+        event.kind().lifecycle_parts(),
+        Some((Scope::Run, Phase::Ended(_)))
+    )
+}
+
+impl JetStreamObserver {
+    /// Connects and ensures the stream.
+    pub async fn connect(config: JetStreamConfig) -> Result<JetStreamObserver, JetStreamError> {
+        Ok(JetStreamObserver::new(
+            JetStreamHandle::connect(config).await?,
+        ))
+    }
+
+    /// An observer over an existing handle.
+    pub fn new(handle: JetStreamHandle) -> JetStreamObserver {
+        JetStreamObserver {
+            name: format!("jetstream:{}", handle.config.stream),
+            handle,
+            runs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The handle (to open remote subscriptions on the same connection).
+    pub fn handle(&self) -> &JetStreamHandle {
+        &self.handle
+    }
+
+    /// What this observer knows of the run, else what the stream holds.
+    async fn state(&self, event: &Event) -> Result<RunState, ObserverError> {
+        let run_id = event.run_id().as_str();
+        if let Some(s) = lock(&self.runs).get(run_id).copied() {
+            return Ok(s);
+        }
+        if event.seq() == 1 {
+            // Expect an empty subject; the server checks it.
+            return Ok(RunState {
+                seq: 0,
+                stream_seq: 0,
+            });
+        }
+        match self.handle.last_of(run_id).await {
+            Ok(None) => Ok(RunState {
+                seq: 0,
+                stream_seq: 0,
+            }),
+            Ok(Some((stream_seq, line))) => match seq_of(&line) {
+                Some(seq) => Ok(RunState { seq, stream_seq }),
+                None => Err(ObserverError::Failed(format!(
+                    "stream message {stream_seq} of run {run_id} is not a valid event"
+                ))),
+            },
+            Err(e) => Err(ObserverError::Failed(format!("jetstream: {e}"))),
+        }
+    }
+
+    fn remember(&self, event: &Event, stream_seq: u64) {
+        let mut runs = lock(&self.runs);
+        let run_id = event.run_id().as_str();
+        if is_run_terminal(event) {
+            runs.remove(run_id);
+        } else {
+            let entry = runs.entry(run_id.to_owned()).or_insert(RunState {
+                seq: 0,
+                stream_seq: 0,
+            });
+            if event.seq() > entry.seq {
+                *entry = RunState {
+                    seq: event.seq(),
+                    stream_seq,
+                };
+            }
+        }
+    }
+
+    fn conflict(&self, event: &Event) -> ObserverError {
+        lock(&self.runs).remove(event.run_id().as_str());
+        ObserverError::Conflict {
+            run_id: event.run_id().to_string(),
+            seq: event.seq(),
+        }
+    }
+
+    async fn publish(&self, event: &Event) -> Result<(), ObserverError> {
+        let run_id = event.run_id().as_str();
+        let state = self.state(event).await?;
+        if event.seq() > state.seq + 1 {
+            return Err(ObserverError::Gap {
+                run_id: run_id.to_owned(),
+                last_stored: state.seq,
+                seq: event.seq(),
+            });
+        }
+        // For an event at or below the known last seq, expecting 0 makes
+        // the server refuse it unless it is a deduplicated retry.
+        let expected = if event.seq() == state.seq + 1 {
+            state.stream_seq
+        } else {
+            0
+        };
+        let line = Bytes::copy_from_slice(event.line().as_bytes());
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(line.clone())
+            .message_id(format!("{run_id}:{}", event.seq()))
+            .expected_last_subject_sequence(expected);
+        let subject = self.handle.config.subject(run_id);
+        let ack = match self.handle.context.send_publish(subject, msg).await {
+            Ok(fut) => fut.await,
+            Err(e) => Err(e),
+        };
+        match ack {
+            Ok(ack) if ack.duplicate => {
+                match self.handle.stream.get_raw_message(ack.sequence).await {
+                    Ok(stored) if stored.payload == line => {
+                        self.remember(event, ack.sequence);
+                        Ok(())
+                    }
+                    Ok(_) => Err(self.conflict(event)),
+                    Err(e) => Err(ObserverError::Failed(format!(
+                        "jetstream: reading duplicate {}: {e}",
+                        ack.sequence
+                    ))),
+                }
+            }
+            Ok(ack) => {
+                self.remember(event, ack.sequence);
+                Ok(())
+            }
+            Err(e) if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
+                // Someone else wrote this run, or this is a retry outside
+                // the duplicate window: same bytes at the tail is a retry.
+                match self.handle.last_of(run_id).await {
+                    Ok(Some((stream_seq, stored)))
+                        if stored == line && seq_of(&stored) == Some(event.seq()) =>
+                    {
+                        self.remember(event, stream_seq);
+                        Ok(())
+                    }
+                    _ => Err(self.conflict(event)),
+                }
+            }
+            Err(e) => Err(ObserverError::Failed(format!("jetstream publish: {e}"))),
+        }
+    }
+}
+
+impl RequiredObserver for JetStreamObserver {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
+        Box::pin(self.publish(event))
+    }
+}
+
+// ------------------------------------------------------------ subscription
+
+/// Why a remote subscription ended before the run's terminal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoteSubscriptionError {
+    /// The next message's seq is not the one after the last delivered.
+    #[error("gap in run {run_id}: expected seq {expected}, stream holds {found}")]
+    Gap {
+        /// The run.
+        run_id: String,
+        /// The seq that should come next.
+        expected: u64,
+        /// The seq found.
+        found: u64,
+    },
+    /// A message is not a valid event of this run.
+    #[error("invalid event in run {run_id} at stream seq {stream_seq}: {detail}")]
+    Invalid {
+        /// The run.
+        run_id: String,
+        /// The stream sequence of the message.
+        stream_seq: u64,
+        /// Why.
+        detail: String,
+    },
+    /// The NATS client or server failed; resume after the last delivered
+    /// seq.
+    #[error("jetstream: {detail}; resume after {recovery_cursor}")]
+    Nats {
+        /// The client's message.
+        detail: String,
+        /// The last delivered seq.
+        recovery_cursor: u64,
+    },
+}
+
+/// Why a remote subscription could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoteSubscribeError {
+    /// The cursor is not servable (ahead of the run, or expired from the
+    /// stream): the same errors as a local subscription.
+    #[error(transparent)]
+    Cursor(#[from] SubscribeError),
+    /// The stream holds no event of this run.
+    #[error("run {run_id} is not in the stream")]
+    UnknownRun {
+        /// The run.
+        run_id: String,
+    },
+    /// The NATS client or server failed.
+    #[error("jetstream: {0}")]
+    Nats(String),
+}
+
+/// Every event of one run after a cursor, read from JetStream: history,
+/// then live, in order, no gap, no duplicate, ending after the run's
+/// terminal event.
+pub struct RemoteSubscription {
+    run_id: String,
+    cursor: u64,
+    finished: bool,
+    messages: consumer::pull::Ordered,
+}
+
+impl std::fmt::Debug for RemoteSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteSubscription")
+            .field("run_id", &self.run_id)
+            .field("cursor", &self.cursor)
+            .field("finished", &self.finished)
+            .finish()
+    }
+}
+
+impl RemoteSubscription {
+    /// Opens a subscription to `run_id` after `cursor` (0: from the
+    /// start).
+    pub async fn open(
+        handle: &JetStreamHandle,
+        run_id: &str,
+        cursor: u64,
+    ) -> Result<RemoteSubscription, RemoteSubscribeError> {
+        let subject = handle.config.subject(run_id);
+        let (last_stream_seq, last_line) = match handle.last_of(run_id).await {
+            Ok(Some(last)) => last,
+            Ok(None) => {
+                return Err(RemoteSubscribeError::UnknownRun {
+                    run_id: run_id.to_owned(),
+                });
+            }
+            Err(e) => return Err(RemoteSubscribeError::Nats(e)),
+        };
+        let latest = seq_of(&last_line).ok_or_else(|| {
+            RemoteSubscribeError::Nats(format!("stream seq {last_stream_seq} is not an event"))
+        })?;
+        if cursor > latest {
+            return Err(SubscribeError::CursorAhead {
+                requested: cursor,
+                latest,
+            }
+            .into());
+        }
+        let first = handle
+            .stream
+            .get_first_raw_message_by_subject(&subject, 1)
+            .await
+            .map_err(|e| RemoteSubscribeError::Nats(e.to_string()))?;
+        let earliest = seq_of(&first.payload).ok_or_else(|| {
+            RemoteSubscribeError::Nats(format!("stream seq {} is not an event", first.sequence))
+        })?;
+        if cursor + 1 < earliest {
+            return Err(SubscribeError::CursorExpired {
+                requested: cursor,
+                earliest,
+                latest,
+                recovery_cursor: earliest - 1,
+            }
+            .into());
+        }
+        // Subject seqs are contiguous, so event `cursor + 1` is the
+        // `(cursor + 1 - earliest)`-th message on the subject; start at
+        // the first one and skip the already-delivered ones.
+        let consumer = handle
+            .stream
+            .create_consumer(consumer::pull::OrderedConfig {
+                filter_subject: subject,
+                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: first.sequence,
+                },
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| RemoteSubscribeError::Nats(e.to_string()))?;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| RemoteSubscribeError::Nats(e.to_string()))?;
+        Ok(RemoteSubscription {
+            run_id: run_id.to_owned(),
+            cursor,
+            finished: false,
+            messages,
+        })
+    }
+
+    /// The last delivered seq.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// The next event; `None` after the run's terminal or after an error.
+    pub async fn next(&mut self) -> Option<Result<Arc<Event>, RemoteSubscriptionError>> {
+        while !self.finished {
+            let msg = match self.messages.next().await {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => return Some(Err(self.fail_nats(e.to_string()))),
+                None => return Some(Err(self.fail_nats("consumer ended".to_owned()))),
+            };
+            let stream_seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+            let event = match std::str::from_utf8(&msg.payload)
+                .map_err(|e| e.to_string())
+                .and_then(|t| Event::decode(t).map_err(|e| e.to_string()))
+            {
+                Ok(e) if e.run_id().as_str() == self.run_id => e,
+                Ok(e) => {
+                    return Some(Err(
+                        self.fail_invalid(stream_seq, format!("belongs to run {}", e.run_id()))
+                    ));
+                }
+                Err(detail) => return Some(Err(self.fail_invalid(stream_seq, detail))),
+            };
+            if event.seq() <= self.cursor {
+                continue;
+            }
+            if event.seq() != self.cursor + 1 {
+                self.finished = true;
+                return Some(Err(RemoteSubscriptionError::Gap {
+                    run_id: self.run_id.clone(),
+                    expected: self.cursor + 1,
+                    found: event.seq(),
+                }));
+            }
+            self.cursor = event.seq();
+            if is_run_terminal(&event) {
+                self.finished = true;
+            }
+            return Some(Ok(Arc::new(event)));
+        }
+        None
+    }
+
+    fn fail_nats(&mut self, detail: String) -> RemoteSubscriptionError {
+        self.finished = true;
+        RemoteSubscriptionError::Nats {
+            detail,
+            recovery_cursor: self.cursor,
+        }
+    }
+
+    fn fail_invalid(&mut self, stream_seq: u64, detail: String) -> RemoteSubscriptionError {
+        self.finished = true;
+        RemoteSubscriptionError::Invalid {
+            run_id: self.run_id.clone(),
+            stream_seq,
+            detail,
+        }
+    }
+}
