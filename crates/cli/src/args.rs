@@ -61,6 +61,11 @@ pub struct RunArgs {
     /// The directory the read_file builtin may read (required to use it).
     #[arg(long, value_name = "DIR")]
     pub files: Option<PathBuf>,
+    /// Also journal every event to NATS JetStream at URL (comma-separated
+    /// servers); each event is acknowledged by the local journal and then
+    /// by JetStream before the run goes on.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
 }
 
 /// `keel events`.
@@ -123,4 +128,8 @@ pub struct ServeArgs {
     /// events are served from the journal).
     #[arg(long, value_name = "N")]
     pub log_max_events: Option<usize>,
+    /// Also serve the events of runs this daemon does not have (neither
+    /// live nor stored) from NATS JetStream at URL (comma-separated servers).
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
 }

@@ -12,6 +12,10 @@
 //! | `keel export RUN_ID [-o FILE]` / `keel import FILE` | a run as JSON Lines with a header line; never renumbered |
 //! | `keel serve [--listen ADDR] [--token-file F]` | the HTTP daemon ([`serve`]): runs, SSE event streams with resume, approvals |
 //!
+//! Multi-host (`--nats URL`, always compiled in): `keel run --nats` also
+//! journals every event to NATS JetStream, and `keel serve --nats` streams
+//! runs it does not have from there ([`jetstream`], `docs/DEPLOYMENT.md`).
+//!
 //! The database is `--db PATH`, else `$KEEL_DB`, else `keel.db`.
 //!
 //! This library holds the binary's logic so that it can be tested: the
@@ -43,6 +47,7 @@ pub mod args;
 pub mod builtins;
 pub mod commands;
 pub mod error;
+pub mod jetstream;
 pub mod render;
 pub mod scenario;
 pub mod screen;

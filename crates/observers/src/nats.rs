@@ -524,10 +524,17 @@ impl RemoteSubscription {
             .messages()
             .await
             .map_err(|e| RemoteSubscribeError::Nats(e.to_string()))?;
+        // A cursor at the run's terminal: nothing can follow, end at once
+        // (the consumer would otherwise wait for events that never come).
+        let finished = cursor == latest
+            && std::str::from_utf8(&last_line)
+                .ok()
+                .and_then(|t| Event::decode(t).ok())
+                .is_some_and(|e| is_run_terminal(&e));
         Ok(RemoteSubscription {
             run_id: run_id.to_owned(),
             cursor,
-            finished: false,
+            finished,
             messages,
         })
     }

@@ -241,8 +241,18 @@ async fn publish_and_read_back_byte_identical_with_resume() {
     assert_eq!(read_all(&mut resumed).await, lines[7..].to_vec());
     assert_eq!(resumed.cursor(), lines.len() as u64);
 
-    // Same typed errors as a local subscription.
+    // A cursor at the run's terminal ends at once (no waiting for more).
     let latest = lines.len() as u64;
+    let mut at_end = RemoteSubscription::open(observer.handle(), "run_roundtrip", latest)
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(2), at_end.next()).await;
+    assert!(
+        matches!(ended, Ok(None)),
+        "a cursor at the terminal must end"
+    );
+
+    // Same typed errors as a local subscription.
     match RemoteSubscription::open(observer.handle(), "run_roundtrip", latest + 1).await {
         Err(RemoteSubscribeError::Cursor(SubscribeError::CursorAhead {
             requested,

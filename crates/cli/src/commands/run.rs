@@ -9,7 +9,7 @@ use crate::screen::Screen;
 use keel_engine::{Engine, RunCanceller, RunOutcome, RunRequest, Tool};
 use keel_eventlog::{SubscriptionBounds, SubscriptionError};
 use keel_message::RunId;
-use keel_observers::{JournalConfig, RequiredObserver, SqliteJournal};
+use keel_observers::{JetStreamObserver, JournalConfig, RequiredObserver, SqliteJournal};
 use keel_providers::{
     ANTHROPIC_BASE_URL, Anthropic, AnthropicConfig, ApiKey, OpenAiCompatible, OpenAiConfig,
 };
@@ -170,6 +170,15 @@ async fn run_async(args: RunArgs) -> Result<i32, CliError> {
         )));
     }
 
+    // `--nats`: the second required observer, after the journal, so every
+    // event is committed locally and then acknowledged by JetStream.
+    let jetstream = match &args.nats {
+        Some(url) => Some(Arc::new(JetStreamObserver::new(
+            crate::jetstream::connect(url).await?,
+        ))),
+        None => None,
+    };
+
     let json = args.json;
     let screen = Screen::new(!json && std::io::stderr().is_terminal());
     let mut builder = Engine::builder()
@@ -178,6 +187,9 @@ async fn run_async(args: RunArgs) -> Result<i32, CliError> {
         .allow_metadata(scenario.allow_metadata.clone())
         .limits(scenario.limits.clone())
         .interaction_handler(Approver::new(args.approve, screen.clone()));
+    if let Some(observer) = jetstream {
+        builder = builder.required_observer(observer as Arc<dyn RequiredObserver>);
+    }
     for tool in tools {
         builder = builder.tool(tool);
     }

@@ -7,7 +7,9 @@
 //! every event some later commit could have evicted (the engine
 //! journals each event before committing the next), so the seam has no
 //! gap and no duplicate. A run that is not live is served from the
-//! journal alone.
+//! journal alone. With `--nats`, a run that is neither live nor stored
+//! here is streamed from JetStream ([`RemoteSubscription`]: history, then
+//! live, no gap, no duplicate), in the same framing.
 
 use super::Daemon;
 use super::problem::Problem;
@@ -17,7 +19,11 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use keel_eventlog::{
-    Event, RunLog, SubscribeError, Subscription, SubscriptionBounds, SubscriptionError,
+    Event, Phase, RunLog, Scope, SubscribeError, Subscription, SubscriptionBounds,
+    SubscriptionError,
+};
+use keel_observers::{
+    JetStreamHandle, RemoteSubscribeError, RemoteSubscription, RemoteSubscriptionError,
 };
 use serde_json::json;
 use std::convert::Infallible;
@@ -166,6 +172,9 @@ async fn stream(
     } else {
         let lookup = id.clone();
         let Some(summary) = daemon.read(move |r| r.run_status(&lookup)).await? else {
+            if let Some(handle) = daemon.nats.as_ref() {
+                return remote(&daemon, handle, id, cursor).await;
+            }
             return Err(Problem::unknown_run(&id));
         };
         if cursor > summary.last_seq {
@@ -399,4 +408,102 @@ async fn page(
         headers.insert("keel-latest", v);
     }
     Ok(response)
+}
+
+fn nats_problem(detail: impl std::fmt::Display) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "jetstream",
+        "JetStream could not be read",
+        detail.to_string(),
+    )
+}
+
+/// The SSE stream of a run this daemon does not have, from JetStream.
+async fn remote(
+    daemon: &Arc<Daemon>,
+    handle: &JetStreamHandle,
+    id: String,
+    cursor: u64,
+) -> Result<Response, Problem> {
+    let sub = match RemoteSubscription::open(handle, &id, cursor).await {
+        Ok(sub) => sub,
+        Err(RemoteSubscribeError::UnknownRun { .. }) => return Err(Problem::unknown_run(&id)),
+        Err(RemoteSubscribeError::Cursor(SubscribeError::CursorAhead { requested, latest })) => {
+            return Err(Problem::cursor_ahead(requested, latest));
+        }
+        Err(RemoteSubscribeError::Cursor(SubscribeError::CursorExpired {
+            requested,
+            earliest,
+            latest,
+            ..
+        })) => return Err(Problem::cursor_expired(requested, earliest, latest)),
+        Err(e) => return Err(nats_problem(e)),
+    };
+    if cursor > 0 && ended_at(handle, &id, cursor).await? {
+        // The client has the terminal: nothing follows (a subscription at
+        // the run's last seq would wait for events that never come).
+        let none = futures_util::stream::empty::<Result<SseEvent, Infallible>>();
+        return Ok(Sse::new(none).into_response());
+    }
+    let events = remote_stream(Arc::clone(daemon), sub);
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
+        .into_response())
+}
+
+fn remote_stream(
+    daemon: Arc<Daemon>,
+    mut sub: RemoteSubscription,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
+    async_stream::stream! {
+        loop {
+            match sub.next().await {
+                Some(Ok(event)) => yield Ok(sse_of(&event)),
+                Some(Err(RemoteSubscriptionError::Gap { expected, found, .. })) => {
+                    yield Ok(error_event(&gap_problem(expected.saturating_sub(1), found)));
+                    return;
+                }
+                Some(Err(RemoteSubscriptionError::Nats { detail, recovery_cursor })) => {
+                    let problem = nats_problem(format!("{detail}; resume after {recovery_cursor}"))
+                        .with("last_delivered", recovery_cursor)
+                        .with("recovery_cursor", recovery_cursor);
+                    yield Ok(error_event(&problem));
+                    return;
+                }
+                Some(Err(e)) => {
+                    yield Ok(error_event(&nats_problem(e)));
+                    return;
+                }
+                None => break,
+            }
+        }
+        if daemon.shutting_down() {
+            yield Ok(shutdown_event(sub.cursor()));
+        }
+    }
+}
+
+/// Whether the run's last event in JetStream is its terminal, at `cursor`.
+async fn ended_at(handle: &JetStreamHandle, id: &str, cursor: u64) -> Result<bool, Problem> {
+    let stream = handle
+        .context()
+        .get_stream(handle.config().stream.as_str())
+        .await
+        .map_err(nats_problem)?;
+    let last = stream
+        .get_last_raw_message_by_subject(&handle.config().subject(id))
+        .await
+        .map_err(nats_problem)?;
+    let Some(event) = std::str::from_utf8(&last.payload)
+        .ok()
+        .and_then(|t| Event::decode(t).ok())
+    else {
+        return Ok(false);
+    };
+    Ok(event.seq() == cursor
+        && matches!(
+            event.kind().lifecycle_parts(),
+            Some((Scope::Run, Phase::Ended(_)))
+        ))
 }

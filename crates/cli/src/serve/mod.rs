@@ -14,6 +14,11 @@
 //! request heads as hyper's HTTP/1 defaults (at most 100 headers and about
 //! 400 KiB of buffered head, else the connection is refused); SSE
 //! subscriptions [`events::DEFAULT_BOUNDS`] per connection.
+//!
+//! With `--nats URL`, `GET /v1/runs/{id}/events` (SSE) of a run that is
+//! neither live here nor in this daemon's journal is streamed from NATS
+//! JetStream (history, then live), with the same cursors, framing and
+//! problems; the other routes stay local.
 
 pub mod auth;
 pub mod events;
@@ -75,6 +80,8 @@ pub struct Daemon {
     shutting_down: AtomicBool,
     token: Option<Vec<u8>>,
     log_config: LogConfig,
+    /// `--nats`: where runs this daemon does not have are read from.
+    nats: Option<keel_observers::JetStreamHandle>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -207,6 +214,10 @@ async fn serve_async(
     let db = args.db.db.clone();
     let journal = Arc::new(SqliteJournal::open(&db, JournalConfig::default())?);
     let reader = Arc::new(journal.reader()?);
+    let nats = match &args.nats {
+        Some(url) => Some(crate::jetstream::connect(url).await?),
+        None => None,
+    };
     let daemon = Arc::new(Daemon {
         journal,
         reader,
@@ -215,6 +226,7 @@ async fn serve_async(
         shutting_down: AtomicBool::new(false),
         token,
         log_config,
+        nats,
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

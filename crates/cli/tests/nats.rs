@@ -1,0 +1,428 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Multi-host (`--nats`): one nats-server (started here on a free loopback
+//! port with temp storage, killed on drop), two `keel run --nats` engines
+//! and two `keel serve --nats` gateways. Without `nats-server` on PATH the
+//! tests that need it print `SKIPPED: nats-server not on PATH` and return.
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+// ------------------------------------------------------------ nats-server
+
+struct NatsServer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn have_nats_server() -> bool {
+    let found = Command::new("nats-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        println!("SKIPPED: nats-server not on PATH");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl NatsServer {
+    fn start() -> NatsServer {
+        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("nats-server")
+            .args(["-js", "-a", "127.0.0.1", "-p"])
+            .arg(port.to_string())
+            .arg("-sd")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "nats-server did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        NatsServer {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ------------------------------------------------------------ keel
+
+struct Gateway {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    fn start(nats: &str) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .arg("serve")
+            .arg("--db")
+            .arg(dir.path().join("keel.db"))
+            .args(["--listen", "127.0.0.1:0", "--nats", nats])
+            .env_remove("KEEL_DB")
+            .env_remove("KEEL_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Gateway {
+            child,
+            base,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `deltas` text deltas, each after a `delay_ms` pause, then stop.
+fn slow_scenario(run_id: &str, deltas: usize, delay_ms: u64) -> String {
+    let mut items: Vec<Value> = Vec::new();
+    for i in 0..deltas {
+        items.push(json!({"delay_ms": delay_ms}));
+        items.push(json!({"text": format!("d{i} ")}));
+    }
+    items.push(json!({"complete": {"finish": "stop"}}));
+    json!({
+        "run_id": run_id,
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "count"}],
+        "provider": {"type": "scripted", "calls": [items]}
+    })
+    .to_string()
+}
+
+/// Spawns `keel run --nats URL --db DB SCENARIO --json`.
+fn engine(dir: &Path, nats: &str, run_id: &str, deltas: usize, delay_ms: u64) -> (Child, PathBuf) {
+    let scenario = dir.join(format!("{run_id}.json"));
+    std::fs::write(&scenario, slow_scenario(run_id, deltas, delay_ms)).unwrap();
+    let db = dir.join(format!("{run_id}.db"));
+    let child = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("run")
+        .arg("--nats")
+        .arg(nats)
+        .arg("--db")
+        .arg(&db)
+        .arg(&scenario)
+        .args(["--json", "--approve", "none"])
+        .env_remove("KEEL_DB")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    (child, db)
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < until, "the engine did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `keel events RUN_ID --db DB`, one line each.
+fn stored_lines(db: &Path, run_id: &str) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["events", run_id, "--db"])
+        .arg(db)
+        .env_remove("KEEL_DB")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "keel events failed");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct Sse {
+    id: Option<u64>,
+    event: String,
+    data: String,
+}
+
+/// Reads SSE messages until the stream ends or `stop` says so.
+async fn read_sse(resp: reqwest::Response, mut stop: impl FnMut(&Sse) -> bool) -> Vec<Sse> {
+    let mut out = Vec::new();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut body = resp.bytes_stream();
+    let (mut id, mut event, mut data) = (None, String::new(), String::new());
+    while let Some(chunk) = body.next().await {
+        let Ok(chunk) = chunk else { break };
+        buf.extend_from_slice(&chunk);
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            let line = String::from_utf8(line).unwrap();
+            let line = line.trim_end_matches('\n');
+            if line.is_empty() {
+                if !event.is_empty() || !data.is_empty() {
+                    let msg = Sse {
+                        id: id.take(),
+                        event: std::mem::take(&mut event),
+                        data: std::mem::take(&mut data),
+                    };
+                    let done = stop(&msg);
+                    out.push(msg);
+                    if done {
+                        return out;
+                    }
+                }
+            } else if let Some(v) = line.strip_prefix("id: ") {
+                id = Some(v.parse().unwrap());
+            } else if let Some(v) = line.strip_prefix("event: ") {
+                event = v.to_owned();
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                data.push_str(v);
+            }
+        }
+    }
+    out
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+/// GETs the run's events from `after` through `g`, retrying 404 while the
+/// engine has not published its first event yet.
+async fn open_stream(c: &reqwest::Client, g: &Gateway, run_id: &str) -> reqwest::Response {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = c
+            .get(g.url(&format!("/v1/runs/{run_id}/events?after=0")))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            return r;
+        }
+        assert_eq!(r.status(), 404, "unexpected status");
+        assert!(
+            Instant::now() < until,
+            "the run never appeared in JetStream"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn problem(r: reqwest::Response, status: u16, kind: &str) -> Value {
+    assert_eq!(r.status(), status);
+    assert_eq!(
+        r.headers()[reqwest::header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], format!("urn:keel:problem:{kind}"));
+    v
+}
+
+// ------------------------------------------------------------ tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_on_one_gateway_resume_on_the_other() {
+    if !have_nats_server() {
+        return;
+    }
+    let started = Instant::now();
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let g1 = Gateway::start(&url);
+    let g2 = Gateway::start(&url);
+    let dir = tempfile::tempdir().unwrap();
+    // Two engines on two journals, concurrently.
+    let (mut engine_a, db_a) = engine(dir.path(), &url, "run_nats_a", 60, 40);
+    let (mut engine_b, db_b) = engine(dir.path(), &url, "run_nats_b", 30, 40);
+    let c = client();
+
+    // Gateway 2 has never seen run A: it follows it from JetStream.
+    let first = open_stream(&c, &g2, "run_nats_a").await;
+    let first = read_sse(first, |m| m.id.is_some_and(|id| id >= 30)).await;
+    let resume = first.last().and_then(|m| m.id).unwrap();
+    assert_eq!(resume, 30);
+    // Disconnected (dropped); resume through gateway 1.
+    let r = c
+        .get(g1.url("/v1/runs/run_nats_a/events"))
+        .header("Last-Event-ID", resume.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let second = read_sse(r, |_| false).await;
+    assert!(
+        wait_exit(&mut engine_a, Duration::from_secs(15)).success(),
+        "engine A failed"
+    );
+
+    let all: Vec<&Sse> = first.iter().chain(second.iter()).collect();
+    let seqs: Vec<u64> = all.iter().map(|m| m.id.unwrap()).collect();
+    let want: Vec<u64> = (1..=seqs.len() as u64).collect();
+    assert_eq!(seqs, want, "a gap or a duplicate across the two gateways");
+    let stored = stored_lines(&db_a, "run_nats_a");
+    let streamed: Vec<&str> = all.iter().map(|m| m.data.as_str()).collect();
+    assert_eq!(streamed, stored, "streamed lines differ from the journal");
+    for m in &all {
+        let v: Value = serde_json::from_str(&m.data).unwrap();
+        assert_eq!(v["seq"].as_u64(), m.id);
+        assert!(!m.event.is_empty());
+    }
+    assert!(stored.len() > 60);
+    // The stream ended after the run's terminal.
+    assert!(all.last().unwrap().event.starts_with("run."));
+
+    // Run B (the other engine), whole, through gateway 1.
+    assert!(
+        wait_exit(&mut engine_b, Duration::from_secs(15)).success(),
+        "engine B failed"
+    );
+    let r = open_stream(&c, &g1, "run_nats_b").await;
+    let b = read_sse(r, |_| false).await;
+    let b: Vec<&str> = b.iter().map(|m| m.data.as_str()).collect();
+    assert_eq!(b, stored_lines(&db_b, "run_nats_b"));
+
+    // Remote cursors and unknown runs are the same problems as local ones.
+    let last = stored.len() as u64;
+    let r = c
+        .get(g2.url(&format!("/v1/runs/run_nats_a/events?after={}", last + 5)))
+        .send()
+        .await
+        .unwrap();
+    let v = problem(r, 400, "cursor-ahead").await;
+    assert_eq!(v["latest"].as_u64(), Some(last));
+    let r = c
+        .get(g2.url("/v1/runs/run_nats_nope/events"))
+        .send()
+        .await
+        .unwrap();
+    problem(r, 404, "run-not-found").await;
+    // From the last seq: an empty stream that ends.
+    let r = c
+        .get(g1.url(&format!("/v1/runs/run_nats_a/events?after={last}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(read_sse(r, |_| false).await.is_empty());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn run_with_an_unreachable_nats_is_exit_2_without_credentials() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.json");
+    std::fs::write(&scenario, slow_scenario("run_nats_down", 1, 0)).unwrap();
+    let url = format!("nats://keeluser:s3cret-pw@127.0.0.1:{port}");
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("run")
+        .args(["--nats", &url, "--db"])
+        .arg(dir.path().join("keel.db"))
+        .arg(&scenario)
+        .args(["--json", "--approve", "none"])
+        .env_remove("KEEL_DB")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{port}")),
+        "stderr: {stderr}"
+    );
+    assert!(!stderr.contains("s3cret-pw"), "stderr: {stderr}");
+    assert!(!stderr.contains("keeluser"), "stderr: {stderr}");
+}
+
+#[test]
+fn serve_with_an_unreachable_nats_is_exit_2_without_credentials() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("nats://keeluser:s3cret-pw@127.0.0.1:{port}");
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0", "--nats", &url, "--db"])
+        .arg(dir.path().join("keel.db"))
+        .env_remove("KEEL_DB")
+        .env_remove("KEEL_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{port}")),
+        "stderr: {stderr}"
+    );
+    assert!(!stderr.contains("s3cret-pw"), "stderr: {stderr}");
+    assert!(!stderr.contains("keeluser"), "stderr: {stderr}");
+}
