@@ -45,11 +45,31 @@ impl NatsServer {
     fn start() -> NatsServer {
         let port = free_port();
         let dir = tempfile::tempdir().unwrap();
+        let child = Self::spawn(port, dir.path());
+        NatsServer {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same port and
+    /// storage, after `down` of downtime.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn restart(&mut self) {
+        self.child = Self::spawn(self.port, self._dir.path());
+    }
+
+    fn spawn(port: u16, dir: &Path) -> Child {
         let child = Command::new("nats-server")
             .args(["-js", "-a", "127.0.0.1", "-p"])
             .arg(port.to_string())
             .arg("-sd")
-            .arg(dir.path())
+            .arg(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -62,11 +82,7 @@ impl NatsServer {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        NatsServer {
-            child,
-            port,
-            _dir: dir,
-        }
+        child
     }
 
     fn url(&self) -> String {
@@ -425,4 +441,60 @@ fn serve_with_an_unreachable_nats_is_exit_2_without_credentials() {
     );
     assert!(!stderr.contains("s3cret-pw"), "stderr: {stderr}");
     assert!(!stderr.contains("keeluser"), "stderr: {stderr}");
+}
+
+/// nats-server is killed mid-run: the JetStream observer fails with a typed
+/// error at its deadline, the run ends `failed` with the observer as cause
+/// (exit 1), the SQLite journal holds the whole truthful history, and after
+/// a restart the JetStream stream holds a contiguous prefix of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_killed_mid_run_fails_the_run_truthfully() {
+    if !have_nats_server() {
+        return;
+    }
+    let mut nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, db) = engine(dir.path(), &nats.url(), "run_killed", 80, 30);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    nats.kill();
+    let status = wait_exit(&mut child, Duration::from_secs(40));
+    assert_eq!(status.code(), Some(1), "the run fails");
+    let stored = stored_lines(&db, "run_killed");
+    let last = stored.last().unwrap();
+    assert!(last.contains(r#""kind":"run.failed""#), "{last}");
+    assert!(
+        last.contains(r#""observer":"#),
+        "the cause names the observer: {last}"
+    );
+    let verify = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("verify")
+        .arg("--db")
+        .arg(&db)
+        .env_remove("KEEL_DB")
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "verify is clean");
+
+    nats.restart();
+    let handle =
+        keel_observers::JetStreamHandle::connect(keel_observers::JetStreamConfig::new(nats.url()))
+            .await
+            .unwrap();
+    let mut sub = keel_observers::RemoteSubscription::open(&handle, "run_killed", 0)
+        .await
+        .unwrap();
+    let mut remote = Vec::new();
+    while let Ok(Some(next)) = tokio::time::timeout(Duration::from_secs(2), sub.next()).await {
+        remote.push(next.unwrap().line().to_owned());
+    }
+    assert!(!remote.is_empty(), "JetStream acked events before the kill");
+    assert!(
+        remote.len() < stored.len(),
+        "the tail after the kill is not in JetStream"
+    );
+    assert_eq!(
+        &stored[..remote.len()],
+        &remote[..],
+        "a contiguous prefix, byte for byte, no seq reused"
+    );
 }

@@ -142,11 +142,11 @@ impl Runner {
             Some(Ok(outcome)) => {
                 // The run's terminal is in the log; offer observers anything
                 // they have not acknowledged yet (a refused terminal, say).
-                self.close(None).await;
+                self.close(None, None).await;
                 outcome
             }
             None => {
-                self.close(None).await;
+                self.close(None, None).await;
                 RunOutcome::Cancelled
             }
             Some(Err(Interrupt::Observer(e))) => {
@@ -155,14 +155,14 @@ impl Runner {
                     seq: Some(e.seq),
                     ..Cause::default()
                 };
-                self.close(Some((ErrorText::new(&e.to_string()), cause)))
+                self.close(Some((ErrorText::new(&e.to_string()), cause)), Some(e.index))
                     .await;
                 RunOutcome::Failed {
                     cause: FailureCause::Observer(e),
                 }
             }
             Some(Err(Interrupt::Commit(e))) => {
-                self.close(Some((ErrorText::new(&e), Cause::default())))
+                self.close(Some((ErrorText::new(&e), Cause::default())), None)
                     .await;
                 RunOutcome::Failed {
                     cause: FailureCause::Internal(e),
@@ -826,7 +826,7 @@ impl Runner {
     /// `failure` is given — cancelled children and failed turn and run.
     /// Commits always reach the log; observers get them (and anything they
     /// had not acknowledged yet, in order) within the closing deadline.
-    async fn close(&self, failure: Option<(ErrorText, Cause)>) {
+    async fn close(&self, failure: Option<(ErrorText, Cause)>, failed_observer: Option<usize>) {
         let _gate = self.gate.lock().await;
         for key in self.log.open_scopes() {
             let payload = self.closing_payload(&key, failure.as_ref());
@@ -834,22 +834,36 @@ impl Runner {
             // the log stays consistent either way.
             let _ = self.log.commit(&payload);
         }
+        // Offer observers everything they have not acknowledged, in order.
+        // An observer that fails here is skipped for the rest, so the
+        // others (the local journal, say) still get the whole history,
+        // closing terminals included.
         let deadline = self.engine.limits.closing_deadline;
-        let pending = self.log.retained_after(self.acked.load(Ordering::SeqCst));
         let until = tokio::time::Instant::now() + deadline;
+        let mut skip: Vec<usize> = failed_observer.into_iter().collect();
+        let pending = self.log.retained_after(self.acked.load(Ordering::SeqCst));
         for event in pending {
-            let left = until.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero()
-                || self
+            loop {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                match self
                     .engine
                     .pipeline
-                    .dispatch_within(&event, left)
+                    .dispatch_skipping(&event, left, &skip)
                     .await
-                    .is_err()
-            {
-                break;
+                {
+                    Ok(()) => {
+                        if skip.is_empty() {
+                            self.acked.store(event.seq(), Ordering::SeqCst);
+                        }
+                        break;
+                    }
+                    Err(e) if !skip.contains(&e.index) => skip.push(e.index),
+                    Err(_) => break,
+                }
             }
-            self.acked.store(event.seq(), Ordering::SeqCst);
         }
     }
 

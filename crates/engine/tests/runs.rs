@@ -755,7 +755,9 @@ async fn cancel_during_a_tool_cancels_the_tool_future() {
 #[tokio::test]
 async fn required_observer_failure_fails_the_run_without_reusing_a_sequence() {
     let provider = ScriptedProvider::new(vec![done()]);
-    let faulty = Arc::new(FaultyObserver::new(Fault::FailOn(3)));
+    // Fails from the 3rd offer on, so closing must skip it to complete the
+    // first observer's history.
+    let faulty = Arc::new(FaultyObserver::new(Fault::FailFrom(3)));
     let recorder = Arc::new(RecordingObserver::new());
     let engine = builder(provider)
         .required_observer(recorder.clone())

@@ -282,7 +282,25 @@ impl Pipeline {
         event: &Arc<Event>,
         deadline: Duration,
     ) -> Result<(), DispatchError> {
+        self.dispatch_skipping(event, deadline, &[]).await
+    }
+
+    /// Like [`dispatch_within`](Self::dispatch_within), but without calling
+    /// the required observers whose construction index is in `skip` (those
+    /// that already failed while a run is being closed), so the others still
+    /// receive the whole history. An event dispatched with a non-empty `skip`
+    /// is not offered to best-effort observers: not every required observer
+    /// acknowledged it.
+    pub async fn dispatch_skipping(
+        &self,
+        event: &Arc<Event>,
+        deadline: Duration,
+        skip: &[usize],
+    ) -> Result<(), DispatchError> {
         for (index, observer) in self.required.iter().enumerate() {
+            if skip.contains(&index) {
+                continue;
+            }
             let outcome = tokio::time::timeout(
                 deadline,
                 AssertUnwindSafe(observer.observe(event)).catch_unwind(),
@@ -306,8 +324,10 @@ impl Pipeline {
                 });
             }
         }
-        self.acknowledged.fetch_add(1, Ordering::Relaxed);
-        self.offer_best_effort(event);
+        if skip.is_empty() {
+            self.acknowledged.fetch_add(1, Ordering::Relaxed);
+            self.offer_best_effort(event);
+        }
         Ok(())
     }
 
