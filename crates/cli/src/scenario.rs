@@ -267,7 +267,11 @@ pub fn parse(file: &Path, text: &str) -> Result<Scenario, ScenarioError> {
 }
 
 fn shape_error(file: &Path, e: serde_path_to_error::Error<serde_json::Error>) -> ScenarioError {
-    let path = e.path().to_string();
+    let path = match e.path().to_string() {
+        // The empty member name at the top level.
+        p if p.is_empty() => "\"\"".to_owned(),
+        p => p,
+    };
     let inner = e.into_inner();
     if inner.is_syntax() || inner.is_eof() || path == "." {
         return shape_error_plain(file, inner);
@@ -300,11 +304,14 @@ fn shape_error_plain(file: &Path, e: serde_json::Error) -> ScenarioError {
     }
 }
 
-/// serde_json's message without its trailing " at line L column C".
+/// serde_json's message without its trailing " at line L column C", and
+/// with the input's values elided (`invalid type: string "…"`): a refusal
+/// names members and positions, never what was written there (the same
+/// loader answers HTTP clients).
 fn strip_position(e: &serde_json::Error) -> String {
     let text = e.to_string();
     let suffix = format!(" at line {} column {}", e.line(), e.column());
-    text.strip_suffix(&suffix).unwrap_or(&text).to_owned()
+    keel_message::decode::elide_values(text.strip_suffix(&suffix).unwrap_or(&text))
 }
 
 fn check(file: &Path, w: ScenarioWire) -> Result<Scenario, ScenarioError> {
@@ -463,7 +470,7 @@ fn check_tool(i: usize, t: ToolWire) -> Result<ToolEntry, RuleError> {
             rule(
                 &at("builtin"),
                 format!(
-                    "unknown builtin {id:?} (expected one of {})",
+                    "unknown builtin (expected one of {})",
                     Builtin::ALL
                         .iter()
                         .map(|b| b.id())
@@ -532,10 +539,8 @@ fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
         _ => {
             return Err(rule(
                 "provider.type",
-                format!(
-                    "unknown provider type {:?} (expected scripted, openai-compatible or anthropic)",
-                    p.kind
-                ),
+                "unknown provider type (expected scripted, openai-compatible or anthropic)"
+                    .to_owned(),
             ));
         }
     };
@@ -628,6 +633,45 @@ mod tests {
         assert!(msg.starts_with("s.json:2:"), "{msg}");
         assert!(msg.contains("provider.calls[0][0].complete"), "{msg}");
         assert!(msg.contains("finsh"), "{msg}");
+    }
+
+    /// Found by the `scenario` fuzz target: an empty member name gave a
+    /// shape error with an empty path.
+    #[test]
+    fn an_empty_member_name_is_named() {
+        for text in [r#"{"""#, r#"{"":1}"#] {
+            match load_str(text).unwrap_err() {
+                ScenarioError::Shape { path, .. } => assert_eq!(path, "\"\"", "{text}"),
+                ScenarioError::Syntax { .. } => {}
+                other => panic!("{text}: {other}"),
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_do_not_echo_values() {
+        let secret = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789";
+        for text in [
+            MINIMAL.replacen("\"model\":\"m\"", &format!("\"model\":[\"{secret}\"]"), 1),
+            MINIMAL.replacen(
+                "\"type\":\"scripted\"",
+                &format!("\"type\":\"{secret}\""),
+                1,
+            ),
+            MINIMAL.replacen(
+                "\"finish\":\"stop\"",
+                &format!("\"finish\":\"{secret}\""),
+                1,
+            ),
+            MINIMAL.replacen(
+                "\"text\":\"a\"",
+                &format!("\"text\":7,\"x\":\"{secret}\""),
+                1,
+            ),
+        ] {
+            let msg = load_str(&text).unwrap_err().to_string();
+            assert!(!msg.contains("sk-proj"), "{msg}");
+        }
     }
 
     #[test]

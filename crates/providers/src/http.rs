@@ -3,7 +3,7 @@
 //! events into raw items.
 
 use crate::key::ApiKey;
-use crate::sse::{EventError, Events};
+use crate::sse::{Event, EventError, Events};
 use bytes::Bytes;
 use futures_core::Stream;
 use futures_util::StreamExt;
@@ -462,13 +462,8 @@ pub(crate) fn pump<D: Decoder>(response: reqwest::Response, http: &Http, decoder
     };
     Box::pin(futures_util::stream::unfold(state, |mut st| async move {
         loop {
-            if let Some(mut item) = st.out.pop_front() {
-                if let (RawItem::Failure(problem), Some(key)) = (&mut item, &st.key)
-                    && let std::borrow::Cow::Owned(clean) = key.scrub(&problem.message)
-                {
-                    problem.message = clean;
-                }
-                return Some((item, st));
+            if let Some(item) = st.out.pop_front() {
+                return Some((scrubbed(item, st.key.as_ref()), st));
             }
             let Some(events) = st.events.as_mut() else {
                 if let Some(mut tail) = st.tail.take() {
@@ -476,41 +471,76 @@ pub(crate) fn pump<D: Decoder>(response: reqwest::Response, http: &Http, decoder
                 }
                 return None;
             };
-            match events.next().await {
-                Some(Ok(event)) => {
-                    if st
-                        .decoder
-                        .event(event.name.as_deref(), &event.data, &mut st.out)
-                        == Flow::Done
-                    {
-                        st.tail = st.events.take();
-                    }
-                }
-                Some(Err(error)) => {
-                    st.events = None;
-                    st.out.push_back(RawItem::Failure(match error {
-                        EventError::Oversized { max } => RawProblem::new(
-                            ProblemKind::Protocol,
-                            format!("oversized chunk: an SSE event is larger than {max} bytes (max_chunk_bytes)"),
-                            false,
-                        ),
-                        EventError::Transport(e) => {
-                            transport_problem(&e, "reading the event stream")
-                        }
-                        EventError::Framing => RawProblem::new(
-                            ProblemKind::Protocol,
-                            "the event stream is not valid UTF-8 SSE",
-                            false,
-                        ),
-                    }));
-                }
-                None => {
-                    st.events = None;
-                    st.decoder.end(&mut st.out);
-                }
+            let next = events.next().await;
+            match step(&mut st.decoder, next, &mut st.out) {
+                Step::More => {}
+                Step::Terminal => st.tail = st.events.take(),
+                Step::Ended => st.events = None,
             }
         }
     }))
+}
+
+/// What [`step`] left the event stream in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Read the next event.
+    More,
+    /// The decoder pushed its terminal: read nothing more (a tail may
+    /// still be drained).
+    Terminal,
+    /// The body ended or failed; its terminal is in `out`.
+    Ended,
+}
+
+/// One result of the event stream, given to the decoder: an event is
+/// decoded, an early end becomes its failure, the body's end lets the
+/// decoder close the stream. The one place both the pump and
+/// [`crate::fuzzing`] turn events into raw items.
+pub(crate) fn step<D: Decoder>(
+    decoder: &mut D,
+    next: Option<Result<Event, EventError>>,
+    out: &mut VecDeque<RawItem>,
+) -> Step {
+    match next {
+        Some(Ok(event)) => match decoder.event(event.name.as_deref(), &event.data, out) {
+            Flow::Done => Step::Terminal,
+            Flow::More => Step::More,
+        },
+        Some(Err(error)) => {
+            out.push_back(RawItem::Failure(match error {
+                EventError::Oversized { max } => RawProblem::new(
+                    ProblemKind::Protocol,
+                    format!(
+                        "oversized chunk: an SSE event is larger than {max} bytes (max_chunk_bytes)"
+                    ),
+                    false,
+                ),
+                EventError::Transport(e) => transport_problem(&e, "reading the event stream"),
+                EventError::Framing => RawProblem::new(
+                    ProblemKind::Protocol,
+                    "the event stream is not valid UTF-8 SSE",
+                    false,
+                ),
+            }));
+            Step::Ended
+        }
+        None => {
+            decoder.end(out);
+            Step::Ended
+        }
+    }
+}
+
+/// `item` with the API key scrubbed from a failure's message (a server
+/// may echo the request's credentials in an error).
+pub(crate) fn scrubbed(mut item: RawItem, key: Option<&ApiKey>) -> RawItem {
+    if let (RawItem::Failure(problem), Some(key)) = (&mut item, key)
+        && let std::borrow::Cow::Owned(clean) = key.scrub(&problem.message)
+    {
+        problem.message = clean;
+    }
+    item
 }
 
 // ----------------------------------------------------- shared helpers ----

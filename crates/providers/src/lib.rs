@@ -109,6 +109,8 @@
 #![deny(missing_docs)]
 
 mod anthropic;
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod key;
 mod openai;

@@ -39,6 +39,21 @@ pub enum ProblemKind {
 }
 
 impl ProblemKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ProblemKind; 11] = [
+        ProblemKind::RateLimited,
+        ProblemKind::Overloaded,
+        ProblemKind::Unavailable,
+        ProblemKind::Timeout,
+        ProblemKind::Auth,
+        ProblemKind::InvalidRequest,
+        ProblemKind::ContentFilter,
+        ProblemKind::ContextLength,
+        ProblemKind::Protocol,
+        ProblemKind::Cancelled,
+        ProblemKind::Other,
+    ];
+
     /// The wire name, e.g. `"rate_limited"`.
     pub fn as_str(self) -> &'static str {
         match self {

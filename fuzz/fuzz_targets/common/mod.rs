@@ -20,6 +20,7 @@
 /// The scan follows JSON's lexing of strings, which agrees with any parser
 /// up to the first syntax error; bytes after that point may be classified
 /// differently, but the parser's verdict does not depend on them.
+#[allow(dead_code)]
 pub fn rotate_string_values(input: &str, only_values_of: Option<&[&str]>) -> String {
     let bytes = input.as_bytes();
     let mut out = bytes.to_vec();
@@ -80,6 +81,21 @@ pub fn rotate_string_values(input: &str, only_values_of: Option<&[&str]>) -> Str
     String::from_utf8(out).unwrap_or_else(|_| unreachable!("rotation keeps UTF-8"))
 }
 
+/// Rotates every ASCII letter and digit of plain (non-JSON) text, as
+/// [`rotate_string_values`] does inside strings.
+#[allow(dead_code)]
+pub fn rotate_all(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            'a'..='y' | 'A'..='Y' | '0'..='8' => char::from(c as u8 + 1),
+            'z' => 'a',
+            'Z' => 'A',
+            '9' => '0',
+            other => other,
+        })
+        .collect()
+}
+
 fn rotate_range(src: &[u8], dst: &mut [u8]) {
     let mut k = 0;
     while k < src.len() {
@@ -107,8 +123,11 @@ pub const CONTENT: &[&str] = &["text", "content", "description", "arguments"];
 /// decodes back equal (through `decode` and through serde), and re-encodes
 /// byte for byte; a rejected input's error does not depend on content.
 #[allow(dead_code)]
-pub fn check_value<T, E>(data: &[u8], what: &str, decode: fn(&str, &keel_message::Limits) -> Result<T, E>)
-where
+pub fn check_value<T, E>(
+    data: &[u8],
+    what: &str,
+    decode: fn(&str, &keel_message::Limits) -> Result<T, E>,
+) where
     T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
     E: std::fmt::Display,
 {
@@ -125,14 +144,23 @@ where
     let back = decode(&json, &limits).unwrap_or_else(|e| {
         panic!("encoded {what} does not decode: {e}\ninput: {s:?}\nencoded: {json}")
     });
-    assert_eq!(back, m, "round trip changed the {what}\ninput: {s:?}\nencoded: {json}");
+    assert_eq!(
+        back, m,
+        "round trip changed the {what}\ninput: {s:?}\nencoded: {json}"
+    );
     let via_serde: T = serde_json::from_str(&json).unwrap_or_else(|e| {
         panic!("serde Deserialize rejects the encoding: {e}\ninput: {s:?}\nencoded: {json}")
     });
-    assert_eq!(via_serde, m, "serde Deserialize disagrees\ninput: {s:?}\nencoded: {json}");
+    assert_eq!(
+        via_serde, m,
+        "serde Deserialize disagrees\ninput: {s:?}\nencoded: {json}"
+    );
     let again = serde_json::to_string(&back)
         .unwrap_or_else(|e| panic!("decoded {what} does not encode: {e}\ninput: {s:?}"));
-    assert_eq!(again, json, "re-encoding is not byte-identical\ninput: {s:?}");
+    assert_eq!(
+        again, json,
+        "re-encoding is not byte-identical\ninput: {s:?}"
+    );
 }
 
 #[allow(dead_code)]

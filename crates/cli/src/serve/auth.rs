@@ -23,6 +23,16 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// Whether `headers` carry `Authorization: Bearer <token>` with exactly
+/// this token (one space after the scheme, nothing around the token; a
+/// second `Authorization` header is not looked at).
+pub fn bearer_matches(headers: &axum::http::HeaderMap, token: &[u8]) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .is_some_and(|presented| constant_time_eq(presented, token))
+}
+
 /// Rejects a request without `Authorization: Bearer <token>` when the
 /// daemon has a token.
 pub async fn require_token(
@@ -33,26 +43,21 @@ pub async fn require_token(
     let Some(token) = daemon.token.as_deref() else {
         return next.run(request).await;
     };
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-    match presented {
-        Some(p) if constant_time_eq(p, token) => next.run(request).await,
-        _ => {
-            let mut response = Problem::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "Missing or wrong bearer token",
-                "this daemon requires Authorization: Bearer <token>",
-            )
-            .into_response();
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                axum::http::HeaderValue::from_static("Bearer"),
-            );
-            response
-        }
+    if bearer_matches(request.headers(), token) {
+        next.run(request).await
+    } else {
+        let mut response = Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "Missing or wrong bearer token",
+            "this daemon requires Authorization: Bearer <token>",
+        )
+        .into_response();
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer"),
+        );
+        response
     }
 }
 

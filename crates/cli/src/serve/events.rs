@@ -14,7 +14,7 @@
 use super::Daemon;
 use super::problem::Problem;
 use axum::extract::{Path as UrlPath, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
@@ -49,7 +49,7 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The query string.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct EventsQuery {
+struct EventsQuery {
     after: Option<u64>,
     format: Option<String>,
     limit: Option<usize>,
@@ -66,42 +66,99 @@ fn bad_request(detail: String) -> Problem {
     )
 }
 
+/// How the events are delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventsFormat {
+    /// `text/event-stream`, following the run (the default).
+    Sse,
+    /// One page of JSON Lines (`?format=jsonl`).
+    Jsonl,
+}
+
+/// A checked `GET /v1/runs/{id}/events` request: where to start, how to
+/// deliver, and the bounds, clamped to what the daemon allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsRequest {
+    cursor: u64,
+    format: EventsFormat,
+    limit: Option<usize>,
+    bounds: SubscriptionBounds,
+}
+
+impl EventsRequest {
+    /// Reads the query string of `uri` (`after`, `format`, `limit`,
+    /// `max_events`, `max_bytes`; anything else is refused) and the
+    /// `Last-Event-ID` header, which wins over `?after=` (a reconnecting
+    /// EventSource sends it and keeps the URL's `after`). A 400 problem
+    /// names the parameter, never its value.
+    pub fn parse(uri: &Uri, headers: &HeaderMap) -> Result<EventsRequest, Problem> {
+        let Query(query) = Query::<EventsQuery>::try_from_uri(uri)
+            .map_err(|e| bad_request(keel_message::decode::elide_values(&e.body_text())))?;
+        let header_cursor = match headers.get("last-event-id") {
+            Some(v) => Some(
+                v.to_str()
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        bad_request("Last-Event-ID is not a sequence number".to_owned())
+                    })?,
+            ),
+            None => None,
+        };
+        let format = match query.format.as_deref() {
+            None | Some("sse") => EventsFormat::Sse,
+            Some("jsonl") => EventsFormat::Jsonl,
+            Some(_) => return Err(bad_request("format is not one of sse, jsonl".to_owned())),
+        };
+        Ok(EventsRequest {
+            cursor: header_cursor.or(query.after).unwrap_or(0),
+            format,
+            limit: query.limit,
+            bounds: SubscriptionBounds {
+                max_events: query
+                    .max_events
+                    .unwrap_or(DEFAULT_BOUNDS.max_events)
+                    .clamp(1, DEFAULT_BOUNDS.max_events),
+                max_bytes: query
+                    .max_bytes
+                    .unwrap_or(DEFAULT_BOUNDS.max_bytes)
+                    .clamp(MIN_BYTES, DEFAULT_BOUNDS.max_bytes),
+            },
+        })
+    }
+
+    /// The last sequence the client has: events after it are sent.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// SSE or a JSON Lines page.
+    pub fn format(&self) -> EventsFormat {
+        self.format
+    }
+
+    /// The page size asked for (JSON Lines; clamped when the page is read).
+    pub fn limit(&self) -> Option<usize> {
+        self.limit
+    }
+
+    /// The subscription bounds of an SSE stream, clamped.
+    pub fn bounds(&self) -> SubscriptionBounds {
+        self.bounds
+    }
+}
+
 /// The handler.
 pub async fn events(
     State(daemon): State<Arc<Daemon>>,
     UrlPath(id): UrlPath<String>,
-    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    let Query(query) = query.map_err(|e| bad_request(e.body_text()))?;
-    // `Last-Event-ID` (what a reconnecting EventSource sends) wins over
-    // `?after=` (which stays in the URL it reconnects to).
-    let header_cursor = match headers.get("last-event-id") {
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .ok_or_else(|| bad_request("Last-Event-ID is not a sequence number".to_owned()))?,
-        ),
-        None => None,
-    };
-    let cursor = header_cursor.or(query.after).unwrap_or(0);
-    let bounds = SubscriptionBounds {
-        max_events: query
-            .max_events
-            .unwrap_or(DEFAULT_BOUNDS.max_events)
-            .clamp(1, DEFAULT_BOUNDS.max_events),
-        max_bytes: query
-            .max_bytes
-            .unwrap_or(DEFAULT_BOUNDS.max_bytes)
-            .clamp(MIN_BYTES, DEFAULT_BOUNDS.max_bytes),
-    };
-    match query.format.as_deref() {
-        None | Some("sse") => stream(daemon, id, cursor, bounds).await,
-        Some("jsonl") => page(daemon, id, cursor, query.limit).await,
-        Some(other) => Err(bad_request(format!(
-            "format {other:?} is not one of sse, jsonl"
-        ))),
+    let request = EventsRequest::parse(&uri, &headers)?;
+    match request.format {
+        EventsFormat::Sse => stream(daemon, id, request.cursor, request.bounds).await,
+        EventsFormat::Jsonl => page(daemon, id, request.cursor, request.limit).await,
     }
 }
 

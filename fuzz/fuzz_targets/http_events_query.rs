@@ -1,0 +1,170 @@
+//! Fuzzes what `keel serve` reads from an untrusted client on
+//! `GET /v1/runs/{id}/events`: the query string, `Last-Event-ID`, and the
+//! `Authorization` header, through `EventsRequest::parse` and
+//! `bearer_matches` (the functions the handler and the token layer call).
+//!
+//! Properties:
+//! - the verdict matches an independent reading of the query with
+//!   `form_urlencoded`: accepted exactly when every key is one of `after`,
+//!   `format`, `limit`, `max_events`, `max_bytes`, none repeats, the
+//!   numbers parse, `format` is `sse` or `jsonl`, and `Last-Event-ID` (if
+//!   sent) is a sequence number; an accepted request has the cursor of the
+//!   header, else of `after`, else 0, and bounds clamped to
+//!   [1, 4096] events and [4 KiB, 8 MiB] bytes;
+//! - a refusal is a 400 whose problem JSON does not change when the
+//!   letters of the query's values are rotated: it names parameters,
+//!   never their values;
+//! - the token check accepts exactly `Bearer <token>`.
+#![no_main]
+
+use http::{HeaderMap, HeaderValue, Uri};
+use keel_cli::serve::auth::bearer_matches;
+use keel_cli::serve::events::{EventsFormat, EventsRequest};
+use libfuzzer_sys::arbitrary::{Result, Unstructured};
+use libfuzzer_sys::fuzz_target;
+use std::collections::HashSet;
+
+const KNOWN: &[&str] = &["after", "format", "limit", "max_events", "max_bytes"];
+
+fn headers(last_event_id: Option<&[u8]>, authorization: Option<&[u8]>) -> Option<HeaderMap> {
+    let mut map = HeaderMap::new();
+    if let Some(v) = last_event_id {
+        map.insert("last-event-id", HeaderValue::from_bytes(v).ok()?);
+    }
+    if let Some(v) = authorization {
+        map.insert("authorization", HeaderValue::from_bytes(v).ok()?);
+    }
+    Some(map)
+}
+
+/// What the request must be, read independently.
+fn expected(
+    query: &str,
+    last_event_id: Option<&[u8]>,
+) -> Option<(u64, EventsFormat, usize, usize)> {
+    let mut seen = HashSet::new();
+    let (mut after, mut format, mut max_events, mut max_bytes) =
+        (None, EventsFormat::Sse, None, None);
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        if !KNOWN.contains(&key.as_ref()) || !seen.insert(key.clone().into_owned()) {
+            return None;
+        }
+        match key.as_ref() {
+            "after" => after = Some(value.parse::<u64>().ok()?),
+            "limit" => drop(value.parse::<usize>().ok()?),
+            "max_events" => max_events = Some(value.parse::<usize>().ok()?),
+            "max_bytes" => max_bytes = Some(value.parse::<usize>().ok()?),
+            _ => {
+                format = match value.as_ref() {
+                    "sse" => EventsFormat::Sse,
+                    "jsonl" => EventsFormat::Jsonl,
+                    _ => return None,
+                }
+            }
+        }
+    }
+    let header = match last_event_id {
+        None => None,
+        Some(v) => Some(std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok()?),
+    };
+    Some((
+        header.or(after).unwrap_or(0),
+        format,
+        max_events.unwrap_or(4096).clamp(1, 4096),
+        max_bytes.unwrap_or(8 << 20).clamp(4096, 8 << 20),
+    ))
+}
+
+fn rotate_letters(c: char) -> char {
+    match c {
+        'a'..='y' | 'A'..='Y' => char::from(c as u8 + 1),
+        'z' => 'a',
+        'Z' => 'A',
+        other => other,
+    }
+}
+
+/// The query with the letters of every value (after `=`, up to `&`)
+/// rotated: keys, separators and digits stay.
+fn rotate_values(query: &str) -> String {
+    let mut in_value = false;
+    query
+        .chars()
+        .map(|c| match c {
+            '&' | ';' => {
+                in_value = false;
+                c
+            }
+            '=' if !in_value => {
+                in_value = true;
+                c
+            }
+            c if in_value => rotate_letters(c),
+            c => c,
+        })
+        .collect()
+}
+
+fn run(u: &mut Unstructured<'_>) -> Result<()> {
+    let query: String = u.arbitrary()?;
+    let last_event_id: Option<Vec<u8>> = u.arbitrary()?;
+    let authorization: Option<Vec<u8>> = u.arbitrary()?;
+    let token: Vec<u8> = u.arbitrary()?;
+    let Ok(uri) = format!("/v1/runs/run_1/events?{query}").parse::<Uri>() else {
+        return Ok(());
+    };
+    let Some(map) = headers(last_event_id.as_deref(), authorization.as_deref()) else {
+        return Ok(());
+    };
+    // The query as the server sees it (the URI parser may normalise nothing
+    // here, but read it back to be sure).
+    let query = uri.query().unwrap_or("").to_owned();
+
+    let parsed = EventsRequest::parse(&uri, &map);
+    match (&parsed, expected(&query, last_event_id.as_deref())) {
+        (Ok(request), Some((cursor, format, max_events, max_bytes))) => {
+            assert_eq!(request.cursor(), cursor, "cursor\nquery: {query:?}");
+            assert_eq!(request.format(), format, "format\nquery: {query:?}");
+            assert_eq!(
+                (request.bounds().max_events, request.bounds().max_bytes),
+                (max_events, max_bytes),
+                "bounds\nquery: {query:?}"
+            );
+        }
+        (Err(problem), None) => {
+            assert_eq!(problem.status().as_u16(), 400);
+            let rotated = rotate_values(&query);
+            if let Ok(twin_uri) = format!("/v1/runs/run_1/events?{rotated}").parse::<Uri>()
+                && let Err(twin) = EventsRequest::parse(&twin_uri, &map)
+            {
+                assert_eq!(
+                    problem.to_json(),
+                    twin.to_json(),
+                    "the problem depends on a value (echo)\nquery: {query:?}\nrotated: {rotated:?}"
+                );
+            }
+        }
+        (Ok(request), None) => {
+            panic!("accepted, expected a refusal: {request:?}\nquery: {query:?}")
+        }
+        (Err(problem), Some(e)) => {
+            panic!(
+                "refused ({}), expected {e:?}\nquery: {query:?}",
+                problem.to_json()
+            )
+        }
+    }
+
+    let mut wanted = b"Bearer ".to_vec();
+    wanted.extend_from_slice(&token);
+    assert_eq!(
+        bearer_matches(&map, &token),
+        authorization.as_deref() == Some(wanted.as_slice()),
+        "token check"
+    );
+    Ok(())
+}
+
+fuzz_target!(|data: &[u8]| {
+    let _ = run(&mut Unstructured::new(data));
+});
