@@ -132,4 +132,11 @@ pub struct ServeArgs {
     /// live nor stored) from NATS JetStream at URL (comma-separated servers).
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
+    /// A network provider posted scenarios may use: its type
+    /// (openai-compatible or anthropic), the environment variable holding
+    /// its key, and its base URL (default: the type's own endpoint). The
+    /// scenario must name all three exactly. Repeatable; without it, only
+    /// scripted providers run.
+    #[arg(long, value_name = "TYPE,KEY_ENV[,BASE_URL]")]
+    pub allow_provider: Vec<String>,
 }

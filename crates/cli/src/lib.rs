@@ -35,7 +35,7 @@
 //! `keel-testkit` (the scripted provider and tools that scenario files
 //! describe, and the lifecycle checker `verify` uses). Depending on the
 //! testkit is a recorded decision: see
-//! `docs/rfc/proposed/2026-11-30-cli-scripted-provider.md`.
+//! `docs/rfc/implemented/2026-11-30-cli-scripted-provider.md`.
 //!
 //! Live output comes only from the run's log, through a subscription: the
 //! transcript and `--json` show exactly what was committed, in order, and

@@ -30,6 +30,7 @@ impl Daemon {
             .args(extra)
             .env_remove("KEEL_DB")
             .env_remove("KEEL_TOKEN")
+            .env("KEEL_TEST_PROVIDER_KEY", PROVIDER_KEY)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -666,18 +667,28 @@ async fn sigterm_cancels_runs_and_closes_streams() {
     assert_eq!(stored, "cancelled");
 }
 
+/// The key the daemons under test have in their environment.
+const PROVIDER_KEY: &str = "sk-test-serve-0123456789abcdefghij";
+
+fn network_scenario(run: &str, base: &str, env: &str) -> String {
+    format!(
+        r#"{{"run_id": "{run}", "model": "gpt-5-mini", "messages": [{{"role": "user", "text": "hi"}}],
+            "provider": {{"type": "openai-compatible", "base_url": "{base}", "api_key_env": "{env}"}}}}"#
+    )
+}
+
 #[tokio::test]
 async fn a_network_provider_runs_in_the_daemon() {
-    // The key variable must exist in the daemon's environment; HOME always
-    // does (the replay server ignores the key).
     let (base, recorded) = common_replay::replay(&["text_only"]);
-    let d = Daemon::start(&[], None);
+    let allow = format!("openai-compatible,KEEL_TEST_PROVIDER_KEY,{base}");
+    let d = Daemon::start(&["--allow-provider", &allow], None);
     let c = client();
-    let body = format!(
-        r#"{{"run_id": "net_1", "model": "gpt-5-mini", "messages": [{{"role": "user", "text": "hi"}}],
-            "provider": {{"type": "openai-compatible", "base_url": "{base}", "api_key_env": "HOME"}}}}"#
-    );
-    let run = create(&c, &d, body).await;
+    let run = create(
+        &c,
+        &d,
+        network_scenario("net_1", &base, "KEEL_TEST_PROVIDER_KEY"),
+    )
+    .await;
     assert_eq!(run, "net_1");
     wait_status(&c, &d, &run, "completed").await;
     let page = c
@@ -693,6 +704,62 @@ async fn a_network_provider_runs_in_the_daemon() {
         "{page}"
     );
     assert_eq!(recorded.lock().unwrap().requests.len(), 1);
+}
+
+/// A posted scenario cannot pick the key variable or the endpoint: only
+/// the operator's `--allow-provider` triples run, and a refusal is the
+/// same whether or not the variable exists (nothing is read, nothing is
+/// sent).
+#[tokio::test]
+async fn network_providers_run_only_as_the_operator_allowed() {
+    let (base, recorded) = common_replay::replay(&["text_only"]);
+    let (other, _) = common_replay::replay(&["text_only"]);
+    let allow = format!("openai-compatible,KEEL_TEST_PROVIDER_KEY,{base}");
+    let plain = Daemon::start(&[], None);
+    let allowing = Daemon::start(&["--allow-provider", &allow], None);
+    let c = client();
+    let cases = [
+        // No allowance at all.
+        (
+            &plain,
+            network_scenario("n1", &base, "KEEL_TEST_PROVIDER_KEY"),
+        ),
+        // Another variable (set or not), another endpoint.
+        (&allowing, network_scenario("n2", &base, "HOME")),
+        (
+            &allowing,
+            network_scenario("n3", &base, "KEEL_NO_SUCH_VARIABLE"),
+        ),
+        (
+            &allowing,
+            network_scenario("n4", &other, "KEEL_TEST_PROVIDER_KEY"),
+        ),
+    ];
+    let mut bodies = Vec::new();
+    for (daemon, body) in cases {
+        let r = c
+            .post(daemon.url("/v1/runs"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["type"], "urn:keel:problem:provider-not-allowed", "{v}");
+        assert_eq!(v["path"], "provider", "{v}");
+        let text = v.to_string();
+        assert!(!text.contains(PROVIDER_KEY), "{text}");
+        bodies.push(v["detail"].clone());
+    }
+    assert!(
+        bodies.windows(2).all(|w| w[0] == w[1]),
+        "refusals differ: {bodies:?}"
+    );
+    assert_eq!(
+        recorded.lock().unwrap().requests.len(),
+        0,
+        "a refused provider sent a request"
+    );
 }
 
 #[path = "common/mod.rs"]

@@ -15,7 +15,7 @@
 //!   the server's `PubAck` for the event (or after it found the same bytes
 //!   already stored under the same run and seq). What a `PubAck` means for
 //!   durability depends on the stream's storage, replicas and the server's
-//!   sync settings: see `docs/rfc/proposed/2026-11-30-jetstream.md`.
+//!   sync settings: see `docs/rfc/implemented/2026-11-30-jetstream.md`.
 //! - **Deduplication.** Each message carries `Nats-Msg-Id: <run_id>:<seq>`.
 //!   A retried publish (e.g. after the pipeline's deadline dropped a
 //!   future whose publish did land) is answered by the server as a

@@ -8,7 +8,7 @@
 //! come from its log, with any prefix the log no longer retains read from
 //! the journal; a finished run's come from the journal. The contract
 //! (routes, cursors, problems, bounds) is
-//! `docs/rfc/proposed/2026-11-30-http-contract.md`.
+//! `docs/rfc/implemented/2026-11-30-http-contract.md`.
 //!
 //! Bounds: request bodies at most [`MAX_BODY_BYTES`] (413 beyond);
 //! request heads as hyper's HTTP/1 defaults (at most 100 headers and about
@@ -23,6 +23,7 @@
 pub mod auth;
 pub mod events;
 pub mod problem;
+pub mod providers;
 
 use crate::args::ServeArgs;
 use crate::error::{CliError, EXIT_OK};
@@ -82,6 +83,8 @@ pub struct Daemon {
     log_config: LogConfig,
     /// `--nats`: where runs this daemon does not have are read from.
     nats: Option<keel_observers::JetStreamHandle>,
+    /// `--allow-provider`: the network providers posted scenarios may use.
+    providers: Vec<providers::ProviderAllowance>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -170,12 +173,18 @@ pub fn serve(args: ServeArgs) -> Result<i32, CliError> {
     log_config
         .validate()
         .map_err(|e| CliError::bad_input(format!("--log-max-events: {e}")))?;
+    let providers = args
+        .allow_provider
+        .iter()
+        .map(|a| providers::ProviderAllowance::parse(a))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CliError::bad_input(e.to_string()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("keel-serve")
         .build()
         .map_err(|e| CliError::failure(format!("cannot start the async runtime: {e}")))?;
-    let result = rt.block_on(serve_async(args, token, log_config));
+    let result = rt.block_on(serve_async(args, token, log_config, providers));
     rt.shutdown_timeout(Duration::from_secs(1));
     result
 }
@@ -210,6 +219,7 @@ async fn serve_async(
     args: ServeArgs,
     token: Option<Vec<u8>>,
     log_config: LogConfig,
+    providers: Vec<providers::ProviderAllowance>,
 ) -> Result<i32, CliError> {
     let db = args.db.db.clone();
     let journal = Arc::new(SqliteJournal::open(&db, JournalConfig::default())?);
@@ -227,6 +237,7 @@ async fn serve_async(
         token,
         log_config,
         nats,
+        providers,
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -348,7 +359,7 @@ async fn not_found() -> Problem {
         StatusCode::NOT_FOUND,
         "not-found",
         "No such resource",
-        "see docs/rfc/proposed/2026-11-30-http-contract.md for the routes",
+        "see docs/rfc/implemented/2026-11-30-http-contract.md for the routes",
     )
 }
 
@@ -457,7 +468,18 @@ async fn create_run(
     let scenario =
         scenario::parse(Path::new("request body"), &text).map_err(|e| scenario_problem(&e))?;
     // The same providers as `keel run`: scripted, or a network adapter
-    // whose key comes from the daemon's environment (never echoed).
+    // whose key comes from the daemon's environment (never echoed) — only
+    // one the operator allowed, checked before the variable is read, so the
+    // answer says nothing about the environment.
+    if !providers::permitted(&scenario.provider, &daemon.providers) {
+        return Err(Problem::new(
+            StatusCode::FORBIDDEN,
+            "provider-not-allowed",
+            "Provider not allowed",
+            "this daemon runs network providers only as listed with --allow-provider TYPE,KEY_ENV[,BASE_URL]",
+        )
+        .with("path", "provider"));
+    }
     let provider =
         crate::commands::run::build_provider(&scenario.provider, Path::new("request body"))
             .map_err(|e| bad_scenario(e.message).with("path", "provider"))?;
