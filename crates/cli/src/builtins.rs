@@ -249,6 +249,13 @@ pub fn read_under(root: &Path, relative: &str) -> Result<String, ToolError> {
             "{relative} resolves outside the files directory (a symlink?); refused"
         )));
     }
+    // Checked before opening too: opening a FIFO blocks until a writer
+    // comes, which would hold a thread past the tool's timeout.
+    match std::fs::metadata(&canonical) {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return Err(refuse(format!("{relative} is not a regular file"))),
+        Err(e) => return Err(refuse(format!("cannot stat {relative}: {e}"))),
+    }
     let file = std::fs::File::open(&canonical)
         .map_err(|e| refuse(format!("cannot open {relative}: {e}")))?;
     let meta = file
@@ -569,6 +576,23 @@ mod tests {
         {
             std::os::unix::fs::symlink(dir.join("secret.txt"), dir.join("root/link.txt")).unwrap();
             assert!(msg("link.txt").contains("outside"));
+            // A FIFO is refused before it is opened (opening would block
+            // until a writer comes).
+            let made = std::process::Command::new("mkfifo")
+                .arg(dir.join("root/pipe"))
+                .status()
+                .is_ok_and(|s| s.success());
+            if made {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let root = root.clone();
+                std::thread::spawn(move || {
+                    let _ = tx.send(read_under(&root, "pipe").map_err(|e| e.message));
+                });
+                let got = rx
+                    .recv_timeout(std::time::Duration::from_secs(10))
+                    .expect("read_file blocked on a FIFO");
+                assert!(got.unwrap_err().contains("not a regular file"));
+            }
         }
         let e = read_under(&root, "../secret.txt").unwrap_err();
         assert_eq!(e.outcome, Some(ToolOutcome::Definitive));

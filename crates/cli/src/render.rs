@@ -185,7 +185,14 @@ impl Transcript {
                 if !self.in_text && !self.at_line_start {
                     out.push('\n');
                 }
-                out.push_str(&p.text);
+                // Model text is untrusted: an escape sequence or carriage
+                // return could rewrite the terminal, so control characters
+                // other than newline and tab are shown as U+FFFD.
+                out.extend(p.text.chars().map(|c| match c {
+                    '\n' | '\t' => c,
+                    c if c.is_control() => '\u{FFFD}',
+                    c => c,
+                }));
                 self.in_text = true;
                 self.at_line_start = p.text.ends_with('\n');
             }
@@ -458,6 +465,34 @@ mod tests {
             1_000_000 * seq
         );
         Event::decode(&line).unwrap()
+    }
+
+    #[test]
+    fn model_text_cannot_drive_the_terminal() {
+        let hostile = keel_message::CanonicalJson::from_value(&serde_json::json!({
+            "operation_id": "op_1",
+            "text": "a\u{1b}]0;pwned\u{7}b\rc\u{9b}d\te\n",
+            "turn": 1
+        }))
+        .unwrap();
+        let mut t = Transcript::new(false);
+        let mut out = String::new();
+        for e in [
+            ev(1, "run.started", r#"{"model":"m"}"#),
+            ev(2, "turn.started", r#"{"turn":1}"#),
+            ev(3, "model.text_delta", hostile.as_str()),
+        ] {
+            out.push_str(&t.render(&e));
+        }
+        assert!(
+            !out.chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{out:?}"
+        );
+        assert!(
+            out.contains("a\u{FFFD}]0;pwned\u{FFFD}b\u{FFFD}c\u{FFFD}d\te\n"),
+            "{out:?}"
+        );
     }
 
     #[test]

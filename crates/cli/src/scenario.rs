@@ -43,6 +43,14 @@ pub enum ScenarioError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is larger than [`SCENARIO_MAX_BYTES`].
+    #[error("{file}: the scenario is over {max} bytes (rule scenario.max_bytes)")]
+    TooLarge {
+        /// The file.
+        file: PathBuf,
+        /// The bound.
+        max: u64,
+    },
     /// The text is not JSON.
     #[error("{file}:{line}:{column}: invalid JSON: {message}")]
     Syntax {
@@ -244,11 +252,37 @@ struct ProviderWire {
     api_key_env: Option<String>,
 }
 
+/// The largest scenario file `keel run` reads (16 MiB; `keel serve`
+/// bounds request bodies at 1 MiB before the loader sees them).
+pub const SCENARIO_MAX_BYTES: u64 = 16 << 20;
+
 /// Loads and checks the scenario at `path`.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+    use std::io::Read;
+    let read = |source| ScenarioError::Read {
         file: path.to_path_buf(),
         source,
+    };
+    let file = std::fs::File::open(path).map_err(read)?;
+    // One byte past the bound tells a file that is too large (or grew).
+    let mut bytes = Vec::new();
+    file.take(SCENARIO_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read)?;
+    if bytes.len() as u64 > SCENARIO_MAX_BYTES {
+        return Err(ScenarioError::TooLarge {
+            file: path.to_path_buf(),
+            max: SCENARIO_MAX_BYTES,
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        read(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        ))
     })?;
     parse(path, &text)
 }
@@ -637,6 +671,19 @@ mod tests {
 
     /// Found by the `scenario` fuzz target: an empty member name gave a
     /// shape error with an empty path.
+    #[test]
+    fn oversized_files_are_refused_without_reading_them_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.json");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(SCENARIO_MAX_BYTES + 1).unwrap();
+        let e = load(&path).unwrap_err();
+        assert!(matches!(e, ScenarioError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("scenario.max_bytes"), "{e}");
+        std::fs::write(&path, MINIMAL).unwrap();
+        assert!(load(&path).is_ok());
+    }
+
     #[test]
     fn an_empty_member_name_is_named() {
         for text in [r#"{"""#, r#"{"":1}"#] {

@@ -667,6 +667,60 @@ async fn sigterm_cancels_runs_and_closes_streams() {
     assert_eq!(stored, "cancelled");
 }
 
+/// A stored line that was changed on disk (not canonical any more, or
+/// moved to another run) is never served: a JSON Lines page refuses with
+/// a `journal` problem, an SSE stream ends with one, wherever the line
+/// sits in the page.
+#[tokio::test]
+async fn tampered_journal_lines_are_not_served() {
+    let d = Daemon::start(&[], None);
+    let c = client();
+    let run = create(&c, &d, plain("run_tamper")).await;
+    let last = wait_status(&c, &d, &run, "completed").await["last_seq"]
+        .as_u64()
+        .unwrap();
+    assert!(last >= 4);
+    let conn = rusqlite::Connection::open(&d.db).unwrap();
+    let rewrite = |seq: i64, from: &str, to: &str| {
+        conn.execute(
+            "UPDATE events SET line = replace(line, ?2, ?3) WHERE run_id = ?1 AND seq = ?4",
+            rusqlite::params![run, from, to, seq],
+        )
+        .unwrap();
+    };
+    // What a JSON Lines page and an SSE stream serve now.
+    let serve = || async {
+        let page = c
+            .get(d.url(&format!("/v1/runs/{run}/events?format=jsonl")))
+            .send()
+            .await
+            .unwrap();
+        let status = page.status().as_u16();
+        let problem: Value = page.json().await.unwrap();
+        let r = c
+            .get(d.url(&format!("/v1/runs/{run}/events")))
+            .send()
+            .await
+            .unwrap();
+        (status, problem, read_sse(r, |_| false).await)
+    };
+
+    // A middle line: an extra space makes it non-canonical.
+    rewrite(3, "\"payload\":", "\"payload\": ");
+    let (status, problem, msgs) = serve().await;
+    assert_eq!(status, 500);
+    assert_eq!(problem["type"], "urn:keel:problem:journal", "{problem}");
+    assert_eq!(seqs(&msgs), vec![1, 2], "served past the tampered line");
+    assert_eq!(msgs.last().unwrap().event, "error");
+
+    // Another run's line under this run's key.
+    rewrite(3, "\"payload\": ", "\"payload\":");
+    rewrite(2, "\"run_id\":\"run_tamper\"", "\"run_id\":\"run_other\"");
+    let (status, _, msgs) = serve().await;
+    assert_eq!(status, 500);
+    assert_eq!(seqs(&msgs), vec![1], "served another run's line");
+}
+
 /// The key the daemons under test have in their environment.
 const PROVIDER_KEY: &str = "sk-test-serve-0123456789abcdefghij";
 

@@ -22,7 +22,8 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// Backoff before the first retry. Default 200 ms.
     pub initial_backoff: Duration,
-    /// Backoff cap. Default 10 s.
+    /// The longest wait before a retry. Default 10 s. A provider that asks
+    /// for a longer wait (retry-after) is not retried: the failure stands.
     pub max_backoff: Duration,
     /// Growth per retry. Default 2.0.
     pub multiplier: f64,
@@ -57,8 +58,23 @@ impl RetryPolicy {
 
     /// The wait before attempt `attempt + 1` (attempt counts from 1),
     /// with jitter drawn from `seed`, and never less than a provider's
-    /// retry-after.
-    pub fn backoff(&self, attempt: u32, seed: u64, retry_after: Option<Duration>) -> Duration {
+    /// retry-after; `None` when that retry-after is longer than
+    /// `max_backoff` (the policy will not wait that long, so no retry).
+    ///
+    /// ```
+    /// use keel_engine::RetryPolicy;
+    /// use std::time::Duration;
+    /// let policy = RetryPolicy::default();
+    /// assert!(policy.backoff(1, 7, None).unwrap() <= Duration::from_millis(200));
+    /// assert_eq!(policy.backoff(1, 7, Some(Duration::from_secs(3))), Some(Duration::from_secs(3)));
+    /// assert_eq!(policy.backoff(1, 7, Some(Duration::from_secs(3600))), None);
+    /// ```
+    pub fn backoff(
+        &self,
+        attempt: u32,
+        seed: u64,
+        retry_after: Option<Duration>,
+    ) -> Option<Duration> {
         let exp = self
             .multiplier
             .max(1.0)
@@ -76,8 +92,9 @@ impl RetryPolicy {
         let wait = capped * (1.0 - jitter * unit);
         let wait = Duration::from_secs_f64(wait);
         match retry_after {
-            Some(after) if after > wait => after.min(self.max_backoff.max(after)),
-            _ => wait,
+            Some(after) if after > self.max_backoff => None,
+            Some(after) => Some(after.max(wait)),
+            None => Some(wait),
         }
     }
 }

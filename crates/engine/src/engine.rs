@@ -168,6 +168,16 @@ impl EngineBuilder {
         if l.max_parallel_tools == 0 {
             return invalid("max_parallel_tools", "0".into(), "at least 1");
         }
+        if l.max_parallel_tools.saturating_add(2) > self.log_config.max_open_scopes {
+            // Each running tool (or its approval) is a scope, beside the
+            // run and the turn; more would break `limits.open_scopes`
+            // mid-run.
+            return invalid(
+                "max_parallel_tools",
+                l.max_parallel_tools.to_string(),
+                "at most log.max_open_scopes - 2",
+            );
+        }
         if l.max_tool_calls_per_turn == 0 {
             return invalid("max_tool_calls_per_turn", "0".into(), "at least 1");
         }

@@ -37,6 +37,11 @@ enum Interrupt {
 
 type Step<T> = Result<T, Interrupt>;
 
+/// The largest event envelope around a payload: `{"kind":"…","payload":`,
+/// `,"run_id":"…","seq":…,"ts":…}` with a 64-byte kind, a 128-byte run id
+/// and 20-digit numbers.
+const ENVELOPE_MAX_BYTES: usize = 64 + 128 + 20 + 20 + 48;
+
 /// Each usage total is capped at 2^52 so their sum stays within 2^53 − 1.
 const USAGE_CAP: u64 = 1 << 52;
 
@@ -336,9 +341,12 @@ impl Runner {
                         RetryPosition::Pristine => true,
                         RetryPosition::Partial => retry.partial == PartialRetry::Restart,
                     };
-                    if problem.retryable() && allowed && attempt < retry.max_attempts {
-                        let seed = hash_seed(self.request.run_id.as_str(), turn);
-                        let wait = retry.backoff(attempt, seed, problem.retry_after());
+                    let seed = hash_seed(self.request.run_id.as_str(), turn);
+                    if problem.retryable()
+                        && allowed
+                        && attempt < retry.max_attempts
+                        && let Some(wait) = retry.backoff(attempt, seed, problem.retry_after())
+                    {
                         tokio::time::sleep(wait).await;
                         continue;
                     }
@@ -628,6 +636,24 @@ impl Runner {
         Ok(())
     }
 
+    /// Why `payload` would not fit in one event line, if it would not.
+    /// `limits.part_bytes` bounds a tool's output in bytes, but the line
+    /// holds it JSON-escaped (a control character takes six bytes), so an
+    /// output within the part bound can still pass `log.max_event_bytes`;
+    /// that is the tool's failure, not the run's. The envelope (kind, run
+    /// id, seq, ts) is counted at its largest.
+    fn encoded_over_bound(&self, payload: &Payload) -> Option<String> {
+        let max = self.engine.log_config.max_event_bytes;
+        match payload.to_canonical() {
+            Ok(json) if json.len().saturating_add(ENVELOPE_MAX_BYTES) <= max => None,
+            Ok(json) => Some(format!(
+                "tool output encodes to {} bytes, over log.max_event_bytes {max}",
+                json.len()
+            )),
+            Err(e) => Some(format!("tool output cannot be recorded: {e}")),
+        }
+    }
+
     /// One tool call: approval if the tool needs it, then the tool scope.
     async fn tool_call(&self, turn: u64, call: &ToolCallPart) -> Step<ToolEnd> {
         let tool = self.engine.tools.get(call.name()).cloned();
@@ -762,16 +788,26 @@ impl Runner {
                 }
             }
         };
+        let outcome = outcome.and_then(|output| {
+            let payload = Payload::ToolCompleted(ToolCompleted {
+                turn,
+                call_id: call.call_id().clone(),
+                tool: tool_name.clone(),
+                output: output.clone(),
+                extra: Extra::new(),
+            });
+            match self.encoded_over_bound(&payload) {
+                None => Ok((output, payload)),
+                Some(message) => Err((
+                    message,
+                    Some(keel_eventlog::ToolOutcome::Uncertain),
+                    Some(keel_eventlog::ToolRetry::NotRetryable),
+                )),
+            }
+        });
         let end = match outcome {
-            Ok(output) => {
-                self.record(Payload::ToolCompleted(ToolCompleted {
-                    turn,
-                    call_id: call.call_id().clone(),
-                    tool: tool_name.clone(),
-                    output: output.clone(),
-                    extra: Extra::new(),
-                }))
-                .await?;
+            Ok((output, payload)) => {
+                self.record(payload).await?;
                 ToolEnd {
                     part: result(&output, false).map_err(|e| Interrupt::Commit(e.to_string()))?,
                     ends_run: None,

@@ -60,6 +60,16 @@ async fn run_to_end(engine: &Engine, id: &str) -> (RunOutcome, Vec<Arc<Event>>) 
     (outcome, events)
 }
 
+/// A run whose only model attempt failed and was not retried.
+const ONE_FAILED_ATTEMPT: &[&str] = &[
+    "run.started",
+    "turn.started",
+    "model.started",
+    "model.failed",
+    "turn.failed",
+    "run.failed",
+];
+
 fn payload(events: &[Arc<Event>], kind: &str) -> Payload {
     events
         .iter()
@@ -139,17 +149,7 @@ async fn non_retryable_model_failure_fails_model_turn_and_run() {
     )]]);
     let engine = builder(provider).build().unwrap();
     let (outcome, events) = run_to_end(&engine, "run_auth").await;
-    assert_kinds(
-        &events,
-        &[
-            "run.started",
-            "turn.started",
-            "model.started",
-            "model.failed",
-            "turn.failed",
-            "run.failed",
-        ],
-    );
+    assert_kinds(&events, ONE_FAILED_ATTEMPT);
     let RunOutcome::Failed {
         cause: FailureCause::Model {
             problem, position, ..
@@ -215,6 +215,22 @@ async fn pristine_retryable_failures_are_retried_as_new_model_scopes() {
         })
         .collect();
     assert_eq!(attempts, [1, 2, 3]);
+}
+
+/// A provider that asks for a longer wait than `max_backoff` is not
+/// retried: the run does not sleep on a provider's say-so past the
+/// policy's bound.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_beyond_max_backoff_is_not_waited_for() {
+    let mut fail = ScriptFail::new(ProblemKind::RateLimited, "come back in an hour", true);
+    fail.retry_after_ms = Some(3_600_000);
+    let provider = ScriptedProvider::new(vec![vec![ScriptItem::Fail(fail)], done()]);
+    let engine = builder(provider).build().unwrap();
+    let started = tokio::time::Instant::now();
+    let (outcome, events) = run_to_end(&engine, "run_long_wait").await;
+    assert!(matches!(outcome, RunOutcome::Failed { .. }), "{outcome:?}");
+    assert_kinds(&events, ONE_FAILED_ATTEMPT);
+    assert!(started.elapsed() < Duration::from_secs(1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -932,6 +948,16 @@ fn build_errors_are_typed() {
             "engine.limits",
         ),
         (
+            "more parallel tools than open scopes",
+            builder(ScriptedProvider::new(vec![]))
+                .limits(EngineLimits {
+                    max_parallel_tools: 63,
+                    ..EngineLimits::default()
+                })
+                .build(),
+            "at most log.max_open_scopes - 2",
+        ),
+        (
             "bad retention",
             builder(ScriptedProvider::new(vec![]))
                 .log_config(keel_eventlog::LogConfig {
@@ -946,6 +972,44 @@ fn build_errors_are_typed() {
         let err = got.err().unwrap_or_else(|| panic!("row {row}: built"));
         assert!(err.to_string().contains(rule), "row {row}: {err}");
     }
+}
+
+/// A tool output within `limits.part_bytes` whose escaped form passes
+/// `log.max_event_bytes` (control characters take six bytes in JSON) is
+/// the tool's failure, fed back to the model; the run goes on. Before,
+/// the commit was refused and the run failed as "internal".
+#[tokio::test]
+async fn an_output_that_escapes_past_the_event_bound_fails_the_tool_not_the_run() {
+    let provider = ScriptedProvider::new(vec![
+        vec![call("c1"), ScriptItem::complete(FinishReason::ToolCalls)],
+        done(),
+    ]);
+    // 400,000 bytes raw (under part_bytes, 1 MiB); 2.4 MB escaped (over
+    // max_event_bytes, 2 MiB).
+    let output = "\u{1}".repeat(400_000);
+    let engine = builder(provider)
+        .tool(Arc::new(weather(vec![ToolStep::ok(json!(output))])))
+        .build()
+        .unwrap();
+    let (outcome, events) = run_to_end(&engine, "run_escape").await;
+    assert!(
+        matches!(outcome, RunOutcome::Completed { .. }),
+        "{outcome:?}"
+    );
+    let Payload::ToolFailed(failed) = payload(&events, "tool.failed") else {
+        panic!("not tool.failed")
+    };
+    assert!(
+        failed.error.as_str().contains("over log.max_event_bytes"),
+        "{}",
+        failed.error.as_str()
+    );
+    assert_eq!(failed.outcome, Some(ToolOutcome::Uncertain));
+    assert!(
+        events
+            .iter()
+            .all(|e| e.kind().to_string() != "tool.completed")
+    );
 }
 
 #[tokio::test]

@@ -430,7 +430,7 @@ pub enum RemoteSubscribeError {
     /// stream): the same errors as a local subscription.
     #[error(transparent)]
     Cursor(#[from] SubscribeError),
-    /// The stream holds no event of this run.
+    /// The stream holds no event of this run, or the id is not a run id.
     #[error("run {run_id} is not in the stream")]
     UnknownRun {
         /// The run.
@@ -469,6 +469,13 @@ impl RemoteSubscription {
         run_id: &str,
         cursor: u64,
     ) -> Result<RemoteSubscription, RemoteSubscribeError> {
+        // The id becomes part of a subject: one that is not a run id
+        // (`*`, `>`, spaces) could be a wildcard over other runs.
+        if keel_message::RunId::parse(run_id).is_err() {
+            return Err(RemoteSubscribeError::UnknownRun {
+                run_id: run_id.to_owned(),
+            });
+        }
         let subject = handle.config.subject(run_id);
         let (last_stream_seq, last_line) = match handle.last_of(run_id).await {
             Ok(Some(last)) => last,

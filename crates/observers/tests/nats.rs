@@ -264,6 +264,16 @@ async fn publish_and_read_back_byte_identical_with_resume() {
         RemoteSubscription::open(observer.handle(), "run_nobody", 0).await,
         Err(RemoteSubscribeError::UnknownRun { .. })
     ));
+    // Not run ids: wildcards would match the stored run's subject.
+    for id in ["*", ">", "run_roundtrip.>", "run *"] {
+        assert!(
+            matches!(
+                RemoteSubscription::open(observer.handle(), id, 0).await,
+                Err(RemoteSubscribeError::UnknownRun { .. })
+            ),
+            "{id}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

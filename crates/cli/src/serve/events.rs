@@ -389,6 +389,10 @@ fn sse_stream(
                         yield Ok(error_event(&gap_problem(last, event.seq())));
                         return;
                     }
+                    if event.run_id().as_str() != id {
+                        yield Ok(error_event(&Problem::journal(format!("stored seq {} belongs to another run", event.seq()))));
+                        return;
+                    }
                     last = event.seq();
                     yield Ok(sse_of(&event));
                 }
@@ -428,13 +432,27 @@ async fn page(
     let mut lines = daemon
         .read(move |r| r.events_after(&lookup, cursor, limit))
         .await?;
+    // Every stored line is checked as the SSE path checks it: it decodes
+    // (canonical, lifecycle-valid kinds), belongs to this run, and follows
+    // the previous one; a page never carries a line it would not stream.
     let mut last = cursor;
-    if let Some(first) = lines.first() {
-        let seq = seq_of(first)?;
-        if seq != cursor + 1 {
-            return Err(Problem::cursor_expired(cursor, seq, latest));
+    for line in &lines {
+        let event = Event::decode(line)
+            .map_err(|e| Problem::journal(format!("a stored line does not decode: {e}")))?;
+        if event.seq() != last + 1 {
+            return Err(if last == cursor {
+                Problem::cursor_expired(cursor, event.seq(), latest)
+            } else {
+                gap_problem(last, event.seq())
+            });
         }
-        last = seq_of(lines.last().map_or(first, |l| l))?;
+        if event.run_id().as_str() != id {
+            return Err(Problem::journal(format!(
+                "stored seq {} belongs to another run",
+                event.seq()
+            )));
+        }
+        last = event.seq();
     }
     if let Some(run) = live.as_ref().filter(|_| lines.len() < limit) {
         // Events committed but not yet journaled.

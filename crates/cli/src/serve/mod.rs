@@ -405,6 +405,7 @@ fn scenario_problem(e: &ScenarioError) -> Problem {
     };
     match e {
         ScenarioError::Read { source, .. } => base(source.to_string()),
+        e @ ScenarioError::TooLarge { .. } => base(e.to_string()),
         ScenarioError::Syntax {
             line,
             column,
