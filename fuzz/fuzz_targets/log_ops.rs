@@ -118,8 +118,8 @@ fn config(u: &mut Unstructured<'_>) -> Result<LogConfig> {
     let max_event_bytes = u.int_in_range(256..=4096)?;
     let reserve = max_open_scopes * (max_terminal_bytes + ENTRY_OVERHEAD_BYTES);
     Ok(LogConfig {
-        max_events: max_open_scopes + 1 + u.int_in_range(0..=12)?,
-        max_bytes: max_event_bytes + ENTRY_OVERHEAD_BYTES + reserve + u.int_in_range(0..=16384)?,
+        max_events: max_open_scopes + 1 + u.int_in_range(0..=40)?,
+        max_bytes: max_event_bytes + ENTRY_OVERHEAD_BYTES + reserve + u.int_in_range(0..=4096)?,
         max_event_bytes,
         max_terminal_bytes,
         max_open_scopes,
@@ -135,6 +135,81 @@ fn text(u: &mut Unstructured<'_>) -> Result<String> {
     };
     let fill = *u.choose(&["a", "é", "\"", "\n", "\u{1F600}", "\\"])?;
     Ok(fill.repeat((len / fill.len()).max(1)))
+}
+
+/// Text of 1 to about `max + 64` bytes: most fit an event, some do not.
+fn sized_text(u: &mut Unstructured<'_>, max: usize) -> Result<String> {
+    let len = u.int_in_range(1..=max + 64)?;
+    let fill = *u.choose(&["a", "é", "\n"])?;
+    Ok(fill.repeat((len / fill.len()).max(1)))
+}
+
+/// Where the run is, from what was committed, so that most generated
+/// commits are the valid next step and logs grow deep enough to evict
+/// by bytes and by count.
+#[derive(Debug, Default)]
+struct Progress {
+    run: bool,
+    /// The open turn (0: none).
+    turn: u64,
+    last_turn: u64,
+    /// The open model operation.
+    model: Option<String>,
+    next_op: u64,
+}
+
+impl Progress {
+    fn committed(&mut self, p: &Payload) {
+        match p {
+            Payload::RunStarted(_) => self.run = true,
+            Payload::TurnStarted(t) => {
+                self.turn = t.turn;
+                self.last_turn = self.last_turn.max(t.turn);
+            }
+            Payload::ModelStarted(m) => self.model = Some(m.operation_id.to_string()),
+            Payload::ModelCompleted(_) | Payload::ModelFailed(_) | Payload::ModelCancelled(_) => {
+                self.model = None
+            }
+            Payload::TurnCompleted(_) | Payload::TurnFailed(_) | Payload::TurnCancelled(_) => {
+                self.turn = 0;
+                self.model = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// The natural next event.
+    fn next(&mut self, u: &mut Unstructured<'_>, max_event_bytes: usize) -> Result<Payload> {
+        let (kind, value) = if !self.run {
+            ("run.started", json!({}))
+        } else if self.turn == 0 {
+            ("turn.started", json!({ "turn": self.last_turn + 1 }))
+        } else if let Some(op) = self.model.clone() {
+            match u.int_in_range(0..=19)? {
+                0 => (
+                    "model.completed",
+                    json!({ "turn": self.turn, "operation_id": op, "finish": "stop" }),
+                ),
+                1 => ("turn.completed", json!({ "turn": self.turn })),
+                _ => (
+                    "model.text_delta",
+                    json!({ "turn": self.turn, "operation_id": op, "text": sized_text(u, max_event_bytes)? }),
+                ),
+            }
+        } else if u.ratio(1, 3)? {
+            ("turn.completed", json!({ "turn": self.turn }))
+        } else {
+            self.next_op += 1;
+            let op = format!("op_{}", self.next_op);
+            (
+                "model.started",
+                json!({ "turn": self.turn, "operation_id": op, "model": "m", "attempt": 1 }),
+            )
+        };
+        let kind = EventKind::parse(kind).expect("a known kind");
+        Ok(Payload::from_json(&kind, value)
+            .unwrap_or_else(|e| panic!("next payload {kind:?}: {e}")))
+    }
 }
 
 /// A payload from a menu of lifecycle events around a few turns and
@@ -214,6 +289,7 @@ fuzz_target!(|data: &[u8]| {
         config: config.clone(),
     };
     let mut subs: Vec<Sub> = Vec::new();
+    let mut progress = Progress::default();
 
     while !u.is_empty() {
         let Ok(op) = u.int_in_range(0..=15u8) else {
@@ -222,7 +298,12 @@ fuzz_target!(|data: &[u8]| {
         match op {
             // Commit (the most common operation).
             0..=6 => {
-                let Ok(p) = payload(&mut u) else { break };
+                let p = if op <= 4 {
+                    progress.next(&mut u, config.max_event_bytes)
+                } else {
+                    payload(&mut u)
+                };
+                let Ok(p) = p else { break };
                 if let Ok(step) = u.int_in_range(0..=3u64) {
                     // Mostly forward, sometimes backwards.
                     let now = clock.0.load(Ordering::SeqCst);
@@ -253,6 +334,7 @@ fuzz_target!(|data: &[u8]| {
                             model.terminal = Some(event.seq());
                         }
                         model.append(event.line().to_owned());
+                        progress.committed(&p);
                     }
                     Err(e) => {
                         assert_eq!(log.stats(), before, "a refused commit changed the log: {e}");
