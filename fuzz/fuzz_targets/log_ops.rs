@@ -9,7 +9,8 @@
 //!
 //! Properties:
 //! - a commit that succeeds gets the next sequence, a timestamp that is
-//!   `max(clock, previous)`, and a line within its bound; the window then
+//!   `max(min(clock, 2^53 - 1), previous)`, and a canonical line within its
+//!   bound; the window then
 //!   equals the model's (oldest-first eviction until both bounds hold), and
 //!   `stats()` agrees on every counter;
 //! - a commit that fails changes nothing (stats identical) and is refused
@@ -39,6 +40,9 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// 2^53 − 1: the largest `seq` or `ts`.
+const MAX_SAFE: u64 = (1 << 53) - 1;
 
 #[derive(Debug, Default)]
 struct FuzzClock(AtomicU64);
@@ -304,13 +308,14 @@ fuzz_target!(|data: &[u8]| {
                     payload(&mut u)
                 };
                 let Ok(p) = p else { break };
-                if let Ok(step) = u.int_in_range(0..=3u64) {
-                    // Mostly forward, sometimes backwards.
+                if let Ok(step) = u.int_in_range(0..=15u64) {
+                    // Mostly forward, sometimes backwards, rarely past
+                    // the largest safe integer.
                     let now = clock.0.load(Ordering::SeqCst);
-                    let next = if step == 0 {
-                        now.saturating_sub(5)
-                    } else {
-                        now + step
+                    let next = match step {
+                        0 => now.saturating_sub(5),
+                        15 => u64::MAX - 3,
+                        _ => now.saturating_add(step),
                     };
                     clock.0.store(next, Ordering::SeqCst);
                 }
@@ -323,11 +328,18 @@ fuzz_target!(|data: &[u8]| {
                             "a commit after the run's terminal"
                         );
                         assert_eq!(event.seq(), model.last() + 1, "not the next sequence");
-                        let ts = clock.0.load(Ordering::SeqCst).max(model.last_ts);
+                        let ts = clock
+                            .0
+                            .load(Ordering::SeqCst)
+                            .min(MAX_SAFE)
+                            .max(model.last_ts);
                         assert_eq!(event.ts(), ts, "timestamp is not max(clock, previous)");
                         model.last_ts = ts;
                         let bound = config.max_event_bytes.max(config.max_terminal_bytes);
                         assert!(event.line().len() <= bound, "a line over every bound");
+                        let canonical = keel_message::CanonicalJson::parse(event.line())
+                            .unwrap_or_else(|e| panic!("a committed line is not I-JSON: {e}"));
+                        assert_eq!(canonical.as_str(), event.line(), "not canonical");
                         if event.kind().to_string().starts_with("run.")
                             && event.kind().to_string() != "run.started"
                         {

@@ -51,6 +51,13 @@ pub enum EventDecodeError {
         /// The value found.
         seq: u64,
     },
+    /// `ts` is not a safe integer (JSON readers that use doubles would
+    /// round it).
+    #[error("ts {ts} is out of range (rule event.ts: 0..=2^53-1)")]
+    Ts {
+        /// The value found.
+        ts: u64,
+    },
     /// The payload does not match its kind's schema.
     #[error(transparent)]
     Payload(#[from] PayloadError),
@@ -66,7 +73,8 @@ pub enum EventDecodeError {
     },
 }
 
-const MAX_SAFE: u64 = (1 << 53) - 1;
+/// The largest `seq` and `ts`: 2^53 − 1, so lines stay I-JSON.
+pub(crate) const MAX_SAFE: u64 = (1 << 53) - 1;
 
 /// `{"kind":"","payload":,"run_id":"","seq":,"ts":}` without its variable parts.
 const ENVELOPE_FIXED_BYTES: usize = 47;
@@ -148,6 +156,9 @@ impl Event {
             return Err(EventDecodeError::Seq { seq });
         }
         let ts = take_u64(&mut map, "ts", "ts must be a non-negative integer")?;
+        if ts > MAX_SAFE {
+            return Err(EventDecodeError::Ts { ts });
+        }
         let payload_value = map.remove("payload").ok_or(EventDecodeError::Envelope {
             detail: "payload is missing",
         })?;
@@ -180,7 +191,7 @@ impl Event {
         self.seq
     }
     /// Microseconds since the Unix epoch, from the engine's clock;
-    /// non-decreasing within a run.
+    /// non-decreasing within a run, at most 2^53 − 1.
     pub fn ts(&self) -> u64 {
         self.ts
     }

@@ -385,7 +385,9 @@ impl RunLog {
         }
         state.tracker.check(&transition)?;
         let seq = state.next_seq;
-        let ts = now.max(state.last_ts);
+        // Saturates at 2^53 − 1 (a clock past it would make the line
+        // unreadable as I-JSON); still non-decreasing.
+        let ts = now.min(crate::event::MAX_SAFE).max(state.last_ts);
         let event = Event::assemble(self.shared.run_id.clone(), seq, ts, kind, payload_json);
         self.check_size(&event, &transition)?;
         state.tracker.apply(&transition)?;

@@ -82,6 +82,10 @@ fn decoding_rules() {
         ("missing payload", r#"{"kind":"run.started","run_id":"run_1","seq":3,"ts":1}"#.into(), Some("payload is missing")),
         ("extra envelope member", r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":3,"ts":1,"x":1}"#.into(), Some("unknown envelope member")),
         ("seq zero", r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":0,"ts":1}"#.into(), Some("rule event.seq")),
+        // Found by the event_line fuzz target (a ts serde_json reads as u64
+        // but I-JSON readers would round).
+        ("ts not a safe integer", r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":1,"ts":9007199254740992}"#.into(), Some("rule event.ts")),
+        ("ts of the fuzz finding", r#"{"kind":"model.started","payload":{"attempt":1,"model":"m","operation_id":"op_1","turn":1},"run_id":"run_1","seq":3,"ts":17916025394244158}"#.into(), Some("rule event.ts")),
         ("negative ts", r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":1,"ts":-1}"#.into(), Some("ts must be")),
         ("bad run id", r#"{"kind":"run.started","payload":{},"run_id":"run 1","seq":1,"ts":1}"#.into(), Some("ids.charset")),
         ("payload not an object", line("run.started", "[]"), Some("rule payload.object")),

@@ -47,6 +47,21 @@ fn sequences_are_contiguous_and_time_never_goes_back() {
 }
 
 /// Config validation, one row per rule.
+/// Found by the `event_line` fuzz target: a `ts` past 2^53 − 1 made a
+/// line that decoded but was not I-JSON. A clock past it saturates, and
+/// the line stays canonical and decodable.
+#[test]
+fn timestamps_saturate_at_the_largest_safe_integer() {
+    let (log, clock) = log_with(LogConfig::default());
+    clock.set(u64::MAX);
+    let e = log.commit(&run_started()).unwrap();
+    assert_eq!(e.ts(), (1 << 53) - 1);
+    assert_eq!(Event::decode(e.line()).unwrap().line(), e.line());
+    keel_message::CanonicalJson::parse(e.line()).unwrap();
+    clock.set(5);
+    assert_eq!(log.commit(&turn_started(1)).unwrap().ts(), (1 << 53) - 1);
+}
+
 #[test]
 fn config_reserve_rule() {
     let check = |row: &str, c: LogConfig, want: Option<&str>| match (c.validate(), want) {
