@@ -85,22 +85,35 @@ fn rotate_letters(c: char) -> char {
 }
 
 /// The query with the letters of every value (after `=`, up to `&`)
-/// rotated: keys, separators and digits stay.
+/// rotated: keys, separators, digits and percent escapes stay (rotating a
+/// hex digit of `%2A` would change the decoded character, and with it the
+/// verdict).
 fn rotate_values(query: &str) -> String {
     let mut in_value = false;
+    let mut escape = 0;
     query
         .chars()
-        .map(|c| match c {
-            '&' | ';' => {
-                in_value = false;
-                c
+        .map(|c| {
+            if escape > 0 {
+                escape -= 1;
+                return c;
             }
-            '=' if !in_value => {
-                in_value = true;
-                c
+            match c {
+                '&' | ';' => {
+                    in_value = false;
+                    c
+                }
+                '=' if !in_value => {
+                    in_value = true;
+                    c
+                }
+                '%' => {
+                    escape = 2;
+                    c
+                }
+                c if in_value => rotate_letters(c),
+                c => c,
             }
-            c if in_value => rotate_letters(c),
-            c => c,
         })
         .collect()
 }
