@@ -87,35 +87,38 @@ fn rotate_letters(c: char) -> char {
 /// The query with the letters of every value (after `=`, up to `&`)
 /// rotated: keys, separators, digits and percent escapes stay (rotating a
 /// hex digit of `%2A` would change the decoded character, and with it the
-/// verdict).
+/// verdict). As in `form_urlencoded`, only `%` and two hex digits is an
+/// escape; `&` always separates pairs.
 fn rotate_values(query: &str) -> String {
+    let chars: Vec<char> = query.chars().collect();
+    let mut out = String::with_capacity(query.len());
     let mut in_value = false;
-    let mut escape = 0;
-    query
-        .chars()
-        .map(|c| {
-            if escape > 0 {
-                escape -= 1;
-                return c;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let escape = c == '%'
+            && chars.get(i + 1).is_some_and(char::is_ascii_hexdigit)
+            && chars.get(i + 2).is_some_and(char::is_ascii_hexdigit);
+        if escape {
+            out.extend(&chars[i..i + 3]);
+            i += 3;
+            continue;
+        }
+        out.push(match c {
+            '&' => {
+                in_value = false;
+                c
             }
-            match c {
-                '&' | ';' => {
-                    in_value = false;
-                    c
-                }
-                '=' if !in_value => {
-                    in_value = true;
-                    c
-                }
-                '%' => {
-                    escape = 2;
-                    c
-                }
-                c if in_value => rotate_letters(c),
-                c => c,
+            '=' if !in_value => {
+                in_value = true;
+                c
             }
-        })
-        .collect()
+            c if in_value => rotate_letters(c),
+            c => c,
+        });
+        i += 1;
+    }
+    out
 }
 
 fn run(u: &mut Unstructured<'_>) -> Result<()> {
