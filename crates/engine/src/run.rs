@@ -42,6 +42,10 @@ type Step<T> = Result<T, Interrupt>;
 /// and 20-digit numbers.
 const ENVELOPE_MAX_BYTES: usize = 64 + 128 + 20 + 20 + 48;
 
+/// The largest `tool.completed` payload apart from its output: member
+/// names, a 128-byte call id, a 64-byte tool name, a 20-digit turn.
+const PAYLOAD_FIXED_MAX_BYTES: usize = 64 + 128 + 64 + 20;
+
 /// Each usage total is capped at 2^52 so their sum stays within 2^53 − 1.
 const USAGE_CAP: u64 = 1 << 52;
 
@@ -642,8 +646,17 @@ impl Runner {
     /// output within the part bound can still pass `log.max_event_bytes`;
     /// that is the tool's failure, not the run's. The envelope (kind, run
     /// id, seq, ts) is counted at its largest.
-    fn encoded_over_bound(&self, payload: &Payload) -> Option<String> {
+    fn encoded_over_bound(&self, payload: &Payload, output_len: usize) -> Option<String> {
         let max = self.engine.log_config.max_event_bytes;
+        // Escaping at most sextuples a byte (`\u00XX`), and ids, names and
+        // the envelope fit in the slack: most outputs need no trial encoding.
+        if output_len
+            .saturating_mul(6)
+            .saturating_add(ENVELOPE_MAX_BYTES + PAYLOAD_FIXED_MAX_BYTES)
+            <= max
+        {
+            return None;
+        }
         match payload.to_canonical() {
             Ok(json) if json.len().saturating_add(ENVELOPE_MAX_BYTES) <= max => None,
             Ok(json) => Some(format!(
@@ -796,7 +809,7 @@ impl Runner {
                 output: output.clone(),
                 extra: Extra::new(),
             });
-            match self.encoded_over_bound(&payload) {
+            match self.encoded_over_bound(&payload, output.len()) {
                 None => Ok((output, payload)),
                 Some(message) => Err((
                     message,

@@ -227,3 +227,30 @@ impl<'de> Deserialize<'de> for ProviderProblem {
             .with_retry_after(w.retry_after_ms.map(Duration::from_millis)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ProblemKind;
+
+    /// `ALL` is every kind once, in order: the match is exhaustive, so a
+    /// new kind does not compile until it has a place here and in `ALL`.
+    #[test]
+    fn all_lists_every_kind_once() {
+        for (i, kind) in ProblemKind::ALL.iter().enumerate() {
+            let index = match kind {
+                ProblemKind::RateLimited => 0,
+                ProblemKind::Overloaded => 1,
+                ProblemKind::Unavailable => 2,
+                ProblemKind::Timeout => 3,
+                ProblemKind::Auth => 4,
+                ProblemKind::InvalidRequest => 5,
+                ProblemKind::ContentFilter => 6,
+                ProblemKind::ContextLength => 7,
+                ProblemKind::Protocol => 8,
+                ProblemKind::Cancelled => 9,
+                ProblemKind::Other => 10,
+            };
+            assert_eq!(index, i, "{kind:?}");
+        }
+    }
+}

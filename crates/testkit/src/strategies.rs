@@ -301,18 +301,13 @@ fn finish() -> impl Strategy<Value = FinishReason> {
 }
 
 fn problem_kind() -> impl Strategy<Value = ProblemKind> {
-    select(vec![
-        ProblemKind::RateLimited,
-        ProblemKind::Overloaded,
-        ProblemKind::Unavailable,
-        ProblemKind::Timeout,
-        ProblemKind::Auth,
-        ProblemKind::InvalidRequest,
-        ProblemKind::ContentFilter,
-        ProblemKind::ContextLength,
-        ProblemKind::Protocol,
-        ProblemKind::Other,
-    ])
+    // `cancelled` is the host's word for a dropped call, not a provider's.
+    select(
+        ProblemKind::ALL
+            .into_iter()
+            .filter(|k| *k != ProblemKind::Cancelled)
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// A terminal raw item: a completion (any finish, usage absent, normal or
