@@ -255,6 +255,23 @@ fn spawn_worker(mut observer: Box<dyn BestEffortObserver>, capacity: usize) -> B
     }
 }
 
+/// Calls `observer.observe(event)` and awaits the future it returns, with
+/// both parts under one unwind guard: a panic in the synchronous call that
+/// builds the future and a panic while the future is polled both become
+/// [`ObserverError::Panicked`] instead of unwinding into the caller's task.
+/// The call is deferred into the first poll of the guarded future, so it
+/// also runs under the caller's deadline.
+async fn observe_guarded(
+    observer: &dyn RequiredObserver,
+    event: &Arc<Event>,
+) -> Result<(), ObserverError> {
+    let call = async move { observer.observe(event).await };
+    match AssertUnwindSafe(call).catch_unwind().await {
+        Ok(result) => result,
+        Err(_panic) => Err(ObserverError::Panicked),
+    }
+}
+
 impl Pipeline {
     /// A pipeline with no observers.
     pub fn empty() -> Pipeline {
@@ -277,6 +294,12 @@ impl Pipeline {
     /// gets at most `deadline` (the operation's remaining budget, when the
     /// caller has a tighter one). Dropping the returned future cancels the
     /// dispatch: best-effort observers then do not see the event.
+    ///
+    /// A required observer that panics, either in `observe` itself (before
+    /// returning its future) or while that future is polled, refuses the
+    /// event with [`ObserverError::Panicked`]; the panic never reaches the
+    /// caller's task. A best-effort observer's panic (in `observe` or
+    /// `flush`) stays on its own thread and is counted.
     pub async fn dispatch_within(
         &self,
         event: &Arc<Event>,
@@ -301,18 +324,12 @@ impl Pipeline {
             if skip.contains(&index) {
                 continue;
             }
-            let outcome = tokio::time::timeout(
-                deadline,
-                AssertUnwindSafe(observer.observe(event)).catch_unwind(),
-            )
-            .await;
-            let result = match outcome {
-                Err(_) => Err(ObserverError::DeadlineExceeded {
+            let outcome = tokio::time::timeout(deadline, observe_guarded(&**observer, event)).await;
+            let result = outcome.unwrap_or_else(|_elapsed| {
+                Err(ObserverError::DeadlineExceeded {
                     deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
-                }),
-                Ok(Err(_panic)) => Err(ObserverError::Panicked),
-                Ok(Ok(r)) => r,
-            };
+                })
+            });
             if let Err(source) = result {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 return Err(DispatchError {

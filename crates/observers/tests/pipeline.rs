@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Records what it acknowledged; fails on the Nth event (1-based) or
-/// panics or hangs there, as configured.
+/// panics (in `observe` itself or in its future) or hangs there, as
+/// configured.
 struct Scripted {
     name: String,
     seen: Mutex<Vec<u64>>,
@@ -21,7 +22,10 @@ struct Scripted {
 #[derive(Clone, Copy, Debug)]
 enum Fault {
     Fail,
+    /// Panics while the returned future is polled.
     Panic,
+    /// Panics in `observe` itself, before returning a future.
+    PanicSync,
     Hang,
 }
 
@@ -45,12 +49,15 @@ impl RequiredObserver for Scripted {
         &self.name
     }
     fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        self.order
+            .lock()
+            .unwrap()
+            .push(format!("{}:{}", self.name, event.seq()));
+        if matches!(self.fault, Some((at, Fault::PanicSync)) if at == n) {
+            panic!("observer bug before its future");
+        }
         Box::pin(async move {
-            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            self.order
-                .lock()
-                .unwrap()
-                .push(format!("{}:{}", self.name, event.seq()));
             match self.fault {
                 Some((at, Fault::Fail)) if at == n => {
                     return Err(ObserverError::Failed("disk full".into()));
@@ -75,6 +82,7 @@ struct Recorder {
     panic_on: Option<u64>,
     flushed: Arc<AtomicBool>,
     slow_flush: Option<Duration>,
+    panic_in_flush: bool,
 }
 
 impl BestEffortObserver for Recorder {
@@ -99,6 +107,9 @@ impl BestEffortObserver for Recorder {
             std::thread::sleep(d);
         }
         self.flushed.store(true, Ordering::SeqCst);
+        if self.panic_in_flush {
+            panic!("best-effort flush bug");
+        }
     }
 }
 
@@ -112,6 +123,7 @@ fn recorder() -> (Recorder, Arc<Mutex<Vec<u64>>>, Arc<AtomicBool>) {
             panic_on: None,
             flushed: flushed.clone(),
             slow_flush: None,
+            panic_in_flush: false,
         },
         seen,
         flushed,
@@ -161,6 +173,9 @@ async fn faults_are_typed_and_lose_nothing() {
             |e| matches!(e, ObserverError::Failed(m) if m == "disk full"),
         ),
         ("panics on 3rd", Fault::Panic, |e| {
+            matches!(e, ObserverError::Panicked)
+        }),
+        ("panics synchronously on 3rd", Fault::PanicSync, |e| {
             matches!(e, ObserverError::Panicked)
         }),
         ("hangs on 3rd", Fault::Hang, |e| {
@@ -227,6 +242,75 @@ async fn faults_are_typed_and_lose_nothing() {
         // A retry of the refused event goes through (at-least-once delivery).
         assert!(pipeline.dispatch(&evs[2]).await.is_ok(), "row {row}");
     }
+}
+
+/// A required observer panicking in either part of `observe` (the call
+/// that builds the future, or polling it) refuses the event with
+/// `Panicked` from inside the dispatch: the dispatching task lives on, the
+/// observers after it do not see the event, best-effort ones do not either,
+/// and the next dispatch goes through.
+#[tokio::test]
+async fn required_panics_sync_or_async_never_reach_the_caller() {
+    for fault in [Fault::PanicSync, Fault::Panic] {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let faulty = Scripted::new("faulty", Some((1, fault)), &order);
+        let last = Scripted::new("last", None, &order);
+        let (rec, best_seen, _) = recorder();
+        let pipeline = Arc::new(
+            PipelineBuilder::new()
+                .config(config(1000, 64))
+                .required(faulty.clone())
+                .required(last.clone())
+                .best_effort(Box::new(rec))
+                .build(),
+        );
+        let (_log, evs) = events(2);
+        let evs = Arc::new(evs);
+        let task = {
+            let (pipeline, evs) = (Arc::clone(&pipeline), Arc::clone(&evs));
+            // A spawned task: a panic escaping the dispatch would make the
+            // join fail instead of returning the dispatch's result.
+            tokio::spawn(async move {
+                let first = pipeline.dispatch(&evs[0]).await;
+                let second = pipeline.dispatch(&evs[1]).await;
+                (first, second)
+            })
+        };
+        let (first, second) = task
+            .await
+            .unwrap_or_else(|e| panic!("{fault:?}: the panic escaped the dispatch: {e}"));
+        let err = first.expect_err("the panicking offer is refused");
+        assert_eq!(
+            (err.observer.as_str(), err.index, err.seq, &err.source),
+            ("faulty", 0, 1, &ObserverError::Panicked),
+            "{fault:?}"
+        );
+        assert!(second.is_ok(), "{fault:?}: {second:?}");
+        assert_eq!(faulty.seen(), vec![2], "{fault:?}");
+        assert_eq!(last.seen(), vec![2], "{fault:?}");
+        pipeline.shutdown(Duration::from_secs(5));
+        assert_eq!(*best_seen.lock().unwrap(), vec![2], "{fault:?}");
+        let stats = pipeline.stats();
+        assert_eq!((stats.acknowledged, stats.refused), (1, 1), "{fault:?}");
+    }
+}
+
+/// The best-effort side is guarded on its own thread: a panic in
+/// `observe` is counted (see below) and one in `flush` still lets shutdown
+/// report the observer as flushed.
+#[tokio::test]
+async fn best_effort_flush_panic_still_finishes_shutdown() {
+    let (mut rec, seen, flushed) = recorder();
+    rec.panic_in_flush = true;
+    let pipeline = PipelineBuilder::new().best_effort(Box::new(rec)).build();
+    let (_log, evs) = events(2);
+    for e in &evs {
+        pipeline.dispatch(e).await.unwrap();
+    }
+    let report = pipeline.shutdown(Duration::from_secs(5));
+    assert_eq!(report.flushed, vec!["recorder".to_string()]);
+    assert!(flushed.load(Ordering::SeqCst));
+    assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
 }
 
 #[tokio::test]
