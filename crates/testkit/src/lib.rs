@@ -8,8 +8,9 @@
 //! - [`ScriptedProvider`] plays back model calls written as [`ScriptItem`]s,
 //!   the stream items of a scenario file (`text`, `tool_call`, `complete`,
 //!   `fail`, `delay_ms`, `disconnect`), malformed ones included; its
-//!   [`ProviderHandle`] counts starts, keeps requests and counts streams
-//!   dropped mid-way (cancellation).
+//!   [`ProviderHandle`] counts starts and streams dropped mid-way
+//!   (cancellation), and keeps the requests only when asked to
+//!   ([`ScriptedProvider::recording_requests`]).
 //! - [`ScriptedTool`] answers tool invocations from [`ToolStep`]s (`ok`,
 //!   `error`, `delay_ms`, and for fault tests `panic` and `hang`); its
 //!   [`ToolHandle`] keeps invocations and counts cancelled futures.

@@ -44,9 +44,13 @@ pub const SCRIPT_EXHAUSTED: &str = "script exhausted";
 /// - The stream is a plain state machine: no task is spawned, so dropping
 ///   it (or the start future) stops it and nothing runs afterwards.
 ///
-/// A [`ProviderHandle`] ([`handle`](Self::handle)) counts starts, keeps the
-/// requests, and counts streams dropped before they finished, which is how
-/// a test sees that cancellation dropped the provider stream.
+/// A [`ProviderHandle`] ([`handle`](Self::handle)) counts starts and
+/// counts streams dropped before they finished, which is how a test sees
+/// that cancellation dropped the provider stream. It keeps the requests
+/// themselves only when asked to with
+/// [`recording_requests`](Self::recording_requests): a long-lived provider
+/// (the `keel` daemon serving a scripted scenario) would otherwise hold
+/// every history it was ever sent.
 ///
 /// ```
 /// use keel_testkit::{ScriptItem, ScriptedProvider};
@@ -58,7 +62,8 @@ pub const SCRIPT_EXHAUSTED: &str = "script exhausted";
 ///     ScriptItem::text("Hi"),
 ///     ScriptItem::DelayMs(50),
 ///     ScriptItem::complete(FinishReason::Stop),
-/// ]]);
+/// ]])
+/// .recording_requests();
 /// let handle = provider.handle();
 /// let history: Arc<[Message]> = vec![Message::text(MessageId::parse("m1")?, Role::User, "Hello")?].into();
 /// let request = ModelRequest::new(OperationIdIssuer::new().issue(), ModelName::parse("scripted-1")?, history, Arc::from([]))?;
@@ -109,6 +114,8 @@ struct Shared {
 #[derive(Debug, Default)]
 struct State {
     calls: VecDeque<Vec<ScriptItem>>,
+    /// Whether `start` keeps its requests (off unless asked for).
+    recording: bool,
     requests: Vec<ModelRequest>,
     started: usize,
     dropped: usize,
@@ -116,7 +123,8 @@ struct State {
 }
 
 impl ScriptedProvider {
-    /// A provider that answers the `i`-th start with `calls[i]`.
+    /// A provider that answers the `i`-th start with `calls[i]`. It keeps
+    /// no requests; see [`recording_requests`](Self::recording_requests).
     pub fn new(calls: Vec<Vec<ScriptItem>>) -> ScriptedProvider {
         ScriptedProvider {
             shared: Arc::new(Shared {
@@ -165,6 +173,24 @@ impl ScriptedProvider {
         self
     }
 
+    /// Makes `start` keep a copy of every [`ModelRequest`] it receives, for
+    /// [`ProviderHandle::requests`]. Off by default, because the copies
+    /// live as long as the provider: a test that inspects requests asks for
+    /// them, a host serving scripted runs does not pay for them. Clones and
+    /// handles share the setting.
+    ///
+    /// ```
+    /// use keel_testkit::ScriptedProvider;
+    /// let quiet = ScriptedProvider::new(vec![]);
+    /// assert!(!quiet.handle().is_recording());
+    /// let recording = ScriptedProvider::new(vec![]).recording_requests();
+    /// assert!(recording.handle().is_recording());
+    /// ```
+    pub fn recording_requests(self) -> ScriptedProvider {
+        lock(&self.shared.state).recording = true;
+        self
+    }
+
     /// A handle on this provider's activity.
     pub fn handle(&self) -> ProviderHandle {
         ProviderHandle {
@@ -177,7 +203,9 @@ impl ModelProvider for ScriptedProvider {
     fn start(&self, request: ModelRequest) -> StartFuture {
         let script = {
             let mut state = lock(&self.shared.state);
-            state.requests.push(request);
+            if state.recording {
+                state.requests.push(request);
+            }
             state.started += 1;
             state.calls.pop_front()
         };
@@ -235,9 +263,23 @@ impl ProviderHandle {
         lock(&self.shared.state).started
     }
 
-    /// The requests `start` received, in order.
+    /// The requests `start` received, in order, when the provider was
+    /// built with [`ScriptedProvider::recording_requests`]; always empty
+    /// otherwise (count starts with [`started`](Self::started)).
     pub fn requests(&self) -> Vec<ModelRequest> {
         lock(&self.shared.state).requests.clone()
+    }
+
+    /// How many requests are kept (without copying them): equal to
+    /// [`started`](Self::started) when recording, 0 otherwise.
+    pub fn recorded(&self) -> usize {
+        lock(&self.shared.state).requests.len()
+    }
+
+    /// Whether the provider keeps its requests
+    /// ([`ScriptedProvider::recording_requests`]).
+    pub fn is_recording(&self) -> bool {
+        lock(&self.shared.state).recording
     }
 
     /// Streams (or start futures) dropped before they finished. A stream

@@ -40,7 +40,8 @@ async fn calls_play_in_order_and_delays_use_tokio_time() {
             ScriptItem::DelayMs(50),
             ScriptItem::complete(FinishReason::Length),
         ],
-    ]);
+    ])
+    .recording_requests();
     let handle = provider.handle();
     let t0 = Instant::now();
     let mut first = provider.start(request(1)).await.unwrap();
@@ -80,7 +81,49 @@ async fn an_exhausted_script_fails_to_start() {
     assert_eq!(problem.message, SCRIPT_EXHAUSTED);
     assert!(!problem.retryable);
     assert_eq!(provider.handle().started(), 1);
-    assert_eq!(provider.handle().requests().len(), 1);
+    assert_eq!(provider.handle().requests().len(), 0, "not recording");
+}
+
+/// By default the provider keeps no request: a long-lived scripted
+/// provider must not hold every history it was sent. The handle still
+/// counts the starts.
+#[tokio::test]
+async fn a_default_provider_keeps_no_requests() {
+    let provider = ScriptedProvider::new(vec![
+        vec![ScriptItem::complete(FinishReason::Stop)],
+        vec![ScriptItem::complete(FinishReason::Stop)],
+    ]);
+    let handle = provider.handle();
+    for n in 1..=3 {
+        // Two scripted calls and one past the end of the script.
+        if let Ok(mut stream) = provider.start(request(n)).await {
+            collect(&mut stream).await;
+        }
+    }
+    assert!(!handle.is_recording());
+    assert_eq!(handle.started(), 3);
+    assert_eq!((handle.recorded(), handle.requests().len()), (0, 0));
+}
+
+/// `recording_requests` keeps every request, in order, exhausted starts
+/// included; clones of the provider share the record.
+#[tokio::test]
+async fn a_recording_provider_keeps_every_request_in_order() {
+    let provider = ScriptedProvider::new(vec![vec![ScriptItem::complete(FinishReason::Stop)]])
+        .recording_requests();
+    let clone = provider.clone();
+    let handle = provider.handle();
+    let mut stream = provider.start(request(1)).await.unwrap();
+    collect(&mut stream).await;
+    assert!(clone.start(request(2)).await.is_err(), "exhausted");
+    assert!(handle.is_recording());
+    assert_eq!((handle.started(), handle.recorded()), (2, 2));
+    let ops: Vec<String> = handle
+        .requests()
+        .iter()
+        .map(|r| r.operation_id().to_string())
+        .collect();
+    assert_eq!(ops, ["op_1", "op_2"]);
 }
 
 #[tokio::test]
