@@ -91,7 +91,8 @@ async fn completed_run_with_a_tool_round_trip() {
             ScriptItem::text("3 °C."),
             ScriptItem::complete_with_usage(FinishReason::Stop, 20, 3),
         ],
-    ]);
+    ])
+    .recording_requests();
     let handle = provider.handle();
     let tool = weather(vec![ToolStep::ok(json!({"temp_c": 3}))]);
     let engine = builder(provider).tool(Arc::new(tool)).build().unwrap();
@@ -180,7 +181,8 @@ async fn pristine_retryable_failures_are_retried_as_new_model_scopes() {
             true,
         )],
         done(),
-    ]);
+    ])
+    .recording_requests();
     let handle = provider.handle();
     let engine = builder(provider).build().unwrap();
     let (outcome, events) = run_to_end(&engine, "run_retry").await;
@@ -413,7 +415,8 @@ async fn tool_failures_feed_back_by_default_with_full_correlation() {
             ScriptItem::complete(FinishReason::ToolCalls),
         ],
         done(),
-    ]);
+    ])
+    .recording_requests();
     let handle = provider.handle();
     let tool = weather(vec![
         ToolStep::typed_error(
