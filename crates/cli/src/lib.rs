@@ -48,6 +48,7 @@ pub mod builtins;
 pub mod commands;
 pub mod error;
 pub mod jetstream;
+pub mod launch;
 pub mod render;
 pub mod scenario;
 pub mod screen;

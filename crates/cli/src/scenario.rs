@@ -106,6 +106,9 @@ pub struct Scenario {
     pub allow_metadata_names: Vec<String>,
     /// Engine limits, defaults where the scenario is silent.
     pub limits: EngineLimits,
+    /// Whether the scenario set `limits.approval_timeout_ms` (otherwise a
+    /// daemon applies its own default).
+    pub approval_timeout_set: bool,
     /// The tools, in file order.
     pub tools: Vec<ToolEntry>,
     /// The provider.
@@ -200,6 +203,7 @@ struct LimitsWire {
     model_timeout_ms: Option<u64>,
     tool_timeout_ms: Option<u64>,
     closing_deadline_ms: Option<u64>,
+    approval_timeout_ms: Option<u64>,
     retry: Option<RetryWire>,
 }
 
@@ -380,6 +384,7 @@ fn check(file: &Path, w: ScenarioWire) -> Result<Scenario, ScenarioError> {
         invalid(&format!("allow_metadata{at}"), e.kind().to_string())
     })?;
     let limits = check_limits(&w.limits).map_err(|(path, message)| invalid(&path, message))?;
+    let approval_timeout_set = w.limits.approval_timeout_ms.is_some();
     let mut tools = Vec::with_capacity(w.tools.len());
     let mut names: HashSet<String> = HashSet::new();
     for (i, t) in w.tools.into_iter().enumerate() {
@@ -404,6 +409,7 @@ fn check(file: &Path, w: ScenarioWire) -> Result<Scenario, ScenarioError> {
         allow_metadata,
         allow_metadata_names: w.allow_metadata,
         limits,
+        approval_timeout_set,
         tools,
         provider,
     })
@@ -442,8 +448,21 @@ fn check_limits(w: &LimitsWire) -> Result<EngineLimits, RuleError> {
     if let Some(v) = nonzero(w.tool_timeout_ms, "limits.tool_timeout_ms")? {
         limits.tool_call_timeout = Duration::from_millis(v);
     }
-    if let Some(v) = nonzero(w.closing_deadline_ms, "limits.closing_deadline_ms")? {
+    if let Some(v) = w.closing_deadline_ms {
+        let floor = keel_engine::MIN_CLOSING_DEADLINE;
+        if u128::from(v) < floor.as_millis() {
+            return Err(rule(
+                "limits.closing_deadline_ms",
+                format!(
+                    "is {v}, must be at least {} (MIN_CLOSING_DEADLINE, rule engine.limits)",
+                    floor.as_millis()
+                ),
+            ));
+        }
         limits.closing_deadline = Duration::from_millis(v);
+    }
+    if let Some(v) = nonzero(w.approval_timeout_ms, "limits.approval_timeout_ms")? {
+        limits.approval_timeout = Duration::from_millis(v);
     }
     if let Some(r) = &w.retry {
         let mut retry = RetryPolicy::default();

@@ -26,12 +26,12 @@ impl ModelProvider for Deltas {
 }
 
 fn request(n: u64) -> RunRequest {
-    RunRequest {
-        run_id: RunId::parse(&format!("run_{n}")).unwrap(),
-        provider: "deltas".into(),
-        model: ModelName::parse("bench").unwrap(),
-        history: vec![Message::text(MessageId::parse("m1").unwrap(), Role::User, "go").unwrap()],
-    }
+    RunRequest::new(
+        RunId::parse(&format!("run_{n}")).unwrap(),
+        ModelName::parse("bench").unwrap(),
+        vec![Message::text(MessageId::parse("m1").unwrap(), Role::User, "go").unwrap()],
+    )
+    .provider_named("deltas")
 }
 
 fn bench(c: &mut Criterion) {

@@ -99,6 +99,35 @@ impl RetryPolicy {
     }
 }
 
+/// The floor of [`EngineLimits::closing_deadline`]: enough for a local
+/// journal to take a run's closing terminals (a few fsyncs) under load.
+pub const MIN_CLOSING_DEADLINE: Duration = Duration::from_millis(500);
+
+/// A limit that makes no sense (zero turns, zero parallelism, a closing
+/// deadline under its floor, …): which field, its value, the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("limits.{field} is {value} (rule engine.limits: {rule})")]
+pub struct LimitError {
+    field: &'static str,
+    value: String,
+    rule: &'static str,
+}
+
+impl LimitError {
+    /// The field, e.g. `max_turns`.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+    /// The offending value, rendered.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+    /// What the field must be.
+    pub fn rule(&self) -> &'static str {
+        self.rule
+    }
+}
+
 /// Bounds on what one run may do.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineLimits {
@@ -113,8 +142,12 @@ pub struct EngineLimits {
     /// Time for one tool call, unless its policy says otherwise. Default 60 s.
     pub tool_call_timeout: Duration,
     /// How long cancellation waits for observers to take the closing
-    /// terminals. Default 2 s.
+    /// terminals. Default 2 s; at least [`MIN_CLOSING_DEADLINE`], so no
+    /// configuration can store a cancelled run without its terminals.
     pub closing_deadline: Duration,
+    /// How long an approval may stay unanswered before the interaction
+    /// fails (`interaction.failed`, the tool is not run). Default 10 min.
+    pub approval_timeout: Duration,
     /// Retries of failed model calls.
     pub retry: RetryPolicy,
 }
@@ -128,7 +161,63 @@ impl Default for EngineLimits {
             model_call_timeout: Duration::from_secs(120),
             tool_call_timeout: Duration::from_secs(60),
             closing_deadline: Duration::from_secs(2),
+            approval_timeout: Duration::from_secs(600),
             retry: RetryPolicy::default(),
         }
+    }
+}
+
+impl EngineLimits {
+    /// Checks every field against its rule and, where the log bounds it,
+    /// against `log` (each running tool or approval is a scope beside the
+    /// run and the turn).
+    ///
+    /// ```
+    /// use keel_engine::EngineLimits;
+    /// use std::time::Duration;
+    /// let log = keel_eventlog::LogConfig::default();
+    /// assert!(EngineLimits::default().validate(&log).is_ok());
+    /// let low = EngineLimits { closing_deadline: Duration::from_millis(1), ..EngineLimits::default() };
+    /// assert_eq!(low.validate(&log).unwrap_err().field(), "closing_deadline");
+    /// ```
+    pub fn validate(&self, log: &keel_eventlog::LogConfig) -> Result<(), LimitError> {
+        let invalid = |field, value: String, rule| Err(LimitError { field, value, rule });
+        let ms = |d: Duration| format!("{} ms", d.as_millis());
+        if self.max_turns == 0 {
+            return invalid("max_turns", "0".into(), "at least 1");
+        }
+        if self.max_parallel_tools == 0 {
+            return invalid("max_parallel_tools", "0".into(), "at least 1");
+        }
+        if self.max_parallel_tools.saturating_add(2) > log.max_open_scopes {
+            return invalid(
+                "max_parallel_tools",
+                self.max_parallel_tools.to_string(),
+                "at most log.max_open_scopes - 2",
+            );
+        }
+        if self.max_tool_calls_per_turn == 0 {
+            return invalid("max_tool_calls_per_turn", "0".into(), "at least 1");
+        }
+        if self.retry.max_attempts == 0 {
+            return invalid("retry.max_attempts", "0".into(), "at least 1");
+        }
+        if !(self.retry.multiplier.is_finite() && self.retry.jitter.is_finite()) {
+            return invalid("retry", "non-finite".into(), "finite multiplier and jitter");
+        }
+        if self.model_call_timeout.is_zero() || self.tool_call_timeout.is_zero() {
+            return invalid("timeouts", "0".into(), "non-zero");
+        }
+        if self.approval_timeout.is_zero() {
+            return invalid("approval_timeout", "0 ms".into(), "non-zero");
+        }
+        if self.closing_deadline < MIN_CLOSING_DEADLINE {
+            return invalid(
+                "closing_deadline",
+                ms(self.closing_deadline),
+                "at least 500 ms (MIN_CLOSING_DEADLINE)",
+            );
+        }
+        Ok(())
     }
 }

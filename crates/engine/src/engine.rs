@@ -1,221 +1,26 @@
-//! `EngineBuilder`, `Engine` and `RunHandle`.
+//! [`Engine`]: the registry of live runs, starting a run, lookup by run
+//! id, and shutdown.
 
 use crate::cancel::CancelToken;
+use crate::compose::compose;
 use crate::config::EngineLimits;
-use crate::error::{BuildError, FailureCause, StartError};
+use crate::error::StartError;
 use crate::interaction::InteractionHandler;
-use crate::run::Runner;
+use crate::request::{RunCanceller, RunHandle, RunRequest};
+use crate::run::{Runner, commit_cancelled_terminals};
 use crate::tool::Tool;
-use keel_eventlog::{
-    Clock, LogConfig, RunLog, SubscribeError, Subscription, SubscriptionBounds, SystemClock,
-};
-use keel_message::{Limits, Message, ModelName, RunId, ToolDefinition, ToolName};
-use keel_observers::{
-    BestEffortObserver, Pipeline, PipelineBuilder, PipelineConfig, RequiredObserver, ShutdownReport,
-};
-use keel_stream::{MetadataAllowlist, ModelProvider, Usage, ValidatorConfig};
+use keel_eventlog::{Clock, LogConfig, RunLog};
+use keel_message::{Limits, Message, RunId, ToolDefinition, ToolName};
+use keel_observers::{Pipeline, ShutdownReport};
+use keel_stream::{MetadataAllowlist, ModelProvider, ValidatorConfig};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-/// Composes an [`Engine`]: providers, tools, observers (in order), the
-/// metadata allowlist, the clock, limits and log retention.
-pub struct EngineBuilder {
-    providers: Vec<(String, Arc<dyn ModelProvider>)>,
-    tools: Vec<Arc<dyn Tool>>,
-    pipeline: PipelineBuilder,
-    allowlist: MetadataAllowlist,
-    clock: Arc<dyn Clock>,
-    limits: EngineLimits,
-    message_limits: Limits,
-    log_config: LogConfig,
-    validator: ValidatorConfig,
-    interactions: Option<Arc<dyn InteractionHandler>>,
-}
-
-impl std::fmt::Debug for EngineBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EngineBuilder")
-            .field(
-                "providers",
-                &self.providers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-            )
-            .field("tools", &self.tools.len())
-            .field("limits", &self.limits)
-            .finish()
-    }
-}
-
-impl Default for EngineBuilder {
-    fn default() -> Self {
-        EngineBuilder {
-            providers: Vec::new(),
-            tools: Vec::new(),
-            pipeline: PipelineBuilder::new(),
-            allowlist: MetadataAllowlist::empty(),
-            clock: Arc::new(SystemClock),
-            limits: EngineLimits::default(),
-            message_limits: Limits::default(),
-            log_config: LogConfig::default(),
-            validator: ValidatorConfig::default(),
-            interactions: None,
-        }
-    }
-}
-
-impl EngineBuilder {
-    /// A builder with defaults: system clock, default limits and retention,
-    /// no metadata namespaces allowed.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Registers a provider under `name`.
-    pub fn provider(mut self, name: impl Into<String>, provider: Arc<dyn ModelProvider>) -> Self {
-        self.providers.push((name.into(), provider));
-        self
-    }
-    /// Registers a tool.
-    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
-        self.tools.push(tool);
-        self
-    }
-    /// Adds a required observer after those already added.
-    pub fn required_observer(mut self, observer: Arc<dyn RequiredObserver>) -> Self {
-        self.pipeline = self.pipeline.required(observer);
-        self
-    }
-    /// Adds a best-effort observer after those already added.
-    pub fn best_effort_observer(mut self, observer: Box<dyn BestEffortObserver>) -> Self {
-        self.pipeline = self.pipeline.best_effort(observer);
-        self
-    }
-    /// Observer deadlines and queue sizes.
-    pub fn pipeline_config(mut self, config: PipelineConfig) -> Self {
-        self.pipeline = self.pipeline.config(config);
-        self
-    }
-    /// Provider metadata namespaces allowed into events.
-    pub fn allow_metadata(mut self, allowlist: MetadataAllowlist) -> Self {
-        self.allowlist = allowlist;
-        self
-    }
-    /// The clock events are stamped with.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-    /// Run limits and the retry policy.
-    pub fn limits(mut self, limits: EngineLimits) -> Self {
-        self.limits = limits;
-        self
-    }
-    /// Message, request and stream bounds.
-    pub fn message_limits(mut self, limits: Limits) -> Self {
-        self.message_limits = limits;
-        self
-    }
-    /// Per-run log retention.
-    pub fn log_config(mut self, config: LogConfig) -> Self {
-        self.log_config = config;
-        self
-    }
-    /// Stream validation policy.
-    pub fn validator_config(mut self, config: ValidatorConfig) -> Self {
-        self.validator = config;
-        self
-    }
-    /// The interaction handler (needed when a tool requires approval).
-    pub fn interaction_handler(mut self, handler: Arc<dyn InteractionHandler>) -> Self {
-        self.interactions = Some(handler);
-        self
-    }
-
-    /// Checks the composition and builds the engine. Starts one thread per
-    /// best-effort observer.
-    pub fn build(self) -> Result<Engine, BuildError> {
-        if self.providers.is_empty() {
-            return Err(BuildError::NoProvider);
-        }
-        let mut providers = HashMap::new();
-        for (name, p) in self.providers {
-            if providers.insert(name.clone(), p).is_some() {
-                return Err(BuildError::DuplicateProvider { name });
-            }
-        }
-        let mut tools: HashMap<ToolName, Arc<dyn Tool>> = HashMap::new();
-        let mut definitions: Vec<ToolDefinition> = Vec::new();
-        for tool in self.tools {
-            let def = tool.definition().clone();
-            if tool.policy().requires_approval && self.interactions.is_none() {
-                return Err(BuildError::ApprovalWithoutHandler {
-                    name: def.name().clone(),
-                });
-            }
-            if tools.insert(def.name().clone(), tool).is_some() {
-                return Err(BuildError::DuplicateTool {
-                    name: def.name().clone(),
-                });
-            }
-            definitions.push(def);
-        }
-        let l = &self.limits;
-        let invalid =
-            |field, value: String, rule| Err(BuildError::InvalidLimit { field, value, rule });
-        if l.max_turns == 0 {
-            return invalid("max_turns", l.max_turns.to_string(), "at least 1");
-        }
-        if l.max_parallel_tools == 0 {
-            return invalid("max_parallel_tools", "0".into(), "at least 1");
-        }
-        if l.max_parallel_tools.saturating_add(2) > self.log_config.max_open_scopes {
-            // Each running tool (or its approval) is a scope, beside the
-            // run and the turn; more would break `limits.open_scopes`
-            // mid-run.
-            return invalid(
-                "max_parallel_tools",
-                l.max_parallel_tools.to_string(),
-                "at most log.max_open_scopes - 2",
-            );
-        }
-        if l.max_tool_calls_per_turn == 0 {
-            return invalid("max_tool_calls_per_turn", "0".into(), "at least 1");
-        }
-        if l.retry.max_attempts == 0 {
-            return invalid("retry.max_attempts", "0".into(), "at least 1");
-        }
-        if !(l.retry.multiplier.is_finite() && l.retry.jitter.is_finite()) {
-            return invalid("retry", "non-finite".into(), "finite multiplier and jitter");
-        }
-        if l.model_call_timeout.is_zero() || l.tool_call_timeout.is_zero() {
-            return invalid("timeouts", "0".into(), "non-zero");
-        }
-        self.log_config.validate()?;
-        Ok(Engine {
-            inner: Arc::new(EngineInner {
-                providers,
-                tools,
-                definitions: definitions.into(),
-                pipeline: self.pipeline.build(),
-                allowlist: self.allowlist,
-                clock: self.clock,
-                limits: self.limits,
-                message_limits: self.message_limits,
-                log_config: self.log_config,
-                validator: self.validator,
-                interactions: self.interactions,
-                runs: Mutex::new(HashMap::new()),
-                shutting_down: std::sync::atomic::AtomicBool::new(false),
-            }),
-        })
-    }
-}
-
-pub(crate) struct EngineInner {
-    pub(crate) providers: HashMap<String, Arc<dyn ModelProvider>>,
-    pub(crate) tools: HashMap<ToolName, Arc<dyn Tool>>,
-    pub(crate) definitions: Arc<[ToolDefinition]>,
-    pub(crate) pipeline: Pipeline,
+/// Engine-wide settings, and the defaults a request may replace.
+pub(crate) struct Shared {
     pub(crate) allowlist: MetadataAllowlist,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) limits: EngineLimits,
@@ -223,18 +28,142 @@ pub(crate) struct EngineInner {
     pub(crate) log_config: LogConfig,
     pub(crate) validator: ValidatorConfig,
     pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
-    runs: Mutex<HashMap<RunId, LiveRun>>,
-    shutting_down: std::sync::atomic::AtomicBool,
 }
 
-struct LiveRun {
+/// Tools by name, and their definitions in registration order (the order
+/// the model is shown them).
+#[derive(Default, Clone)]
+pub(crate) struct ToolSet {
+    by_name: HashMap<ToolName, Arc<dyn Tool>>,
+    definitions: Vec<ToolDefinition>,
+}
+
+impl ToolSet {
+    /// Adds `tool`; false (and nothing added) when its name is taken.
+    pub(crate) fn insert(&mut self, tool: Arc<dyn Tool>) -> bool {
+        let definition = tool.definition().clone();
+        if self.by_name.contains_key(definition.name()) {
+            return false;
+        }
+        self.by_name.insert(definition.name().clone(), tool);
+        self.definitions.push(definition);
+        true
+    }
+    pub(crate) fn get(&self, name: &ToolName) -> Option<&Arc<dyn Tool>> {
+        self.by_name.get(name)
+    }
+    pub(crate) fn tools(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
+        self.by_name.values()
+    }
+    pub(crate) fn definitions(&self) -> Arc<[ToolDefinition]> {
+        self.definitions.clone().into()
+    }
+    fn names(&self) -> Vec<&ToolName> {
+        self.definitions.iter().map(|d| d.name()).collect()
+    }
+}
+
+/// How a run task ended, as the registry learns it.
+#[derive(Debug, Clone, Copy)]
+struct RunEnded {
+    /// Every required observer acknowledged every event, terminals
+    /// included.
+    acknowledged: bool,
+}
+
+struct LiveEntry {
     cancel: CancelToken,
     log: RunLog,
-    done: watch::Receiver<bool>,
+    ended: watch::Receiver<Option<RunEnded>>,
 }
 
-/// Hosts many runs at once over one set of providers, tools and
-/// observers. Cloning gives another handle to the same engine.
+#[derive(Default)]
+struct Registry {
+    runs: HashMap<RunId, LiveEntry>,
+    shutting_down: bool,
+}
+
+pub(crate) struct EngineInner {
+    pub(crate) providers: HashMap<String, Arc<dyn ModelProvider>>,
+    pub(crate) tools: Arc<ToolSet>,
+    pub(crate) definitions: Arc<[ToolDefinition]>,
+    pub(crate) pipeline: Pipeline,
+    pub(crate) shared: Shared,
+    registry: Mutex<Registry>,
+    /// Set by shutdown: closing runs may re-offer their terminals until
+    /// then, even past their own closing deadline.
+    shutdown_until: Mutex<Option<Instant>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl EngineInner {
+    pub(crate) fn new(
+        providers: HashMap<String, Arc<dyn ModelProvider>>,
+        tools: Arc<ToolSet>,
+        pipeline: Pipeline,
+        shared: Shared,
+    ) -> EngineInner {
+        EngineInner {
+            providers,
+            definitions: tools.definitions(),
+            tools,
+            pipeline,
+            shared,
+            registry: Mutex::new(Registry::default()),
+            shutdown_until: Mutex::new(None),
+        }
+    }
+
+    /// The latest instant a closing run may re-offer its terminals until.
+    pub(crate) fn closing_until(&self, closing_deadline: Duration) -> Instant {
+        let own = Instant::now() + closing_deadline;
+        match *lock(&self.shutdown_until) {
+            Some(shutdown) => own.max(shutdown),
+            None => own,
+        }
+    }
+
+    fn retire(&self, run_id: &RunId) {
+        lock(&self.registry).runs.remove(run_id);
+    }
+}
+
+/// A run the engine is executing, found by [`Engine::live_run`].
+#[derive(Debug, Clone)]
+pub struct LiveRun {
+    run_id: RunId,
+    log: RunLog,
+    canceller: RunCanceller,
+    ended: watch::Receiver<Option<RunEnded>>,
+}
+
+impl LiveRun {
+    /// The run's id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+    /// The run's authoritative log.
+    pub fn log(&self) -> &RunLog {
+        &self.log
+    }
+    /// A canceller for the run.
+    pub fn canceller(&self) -> RunCanceller {
+        self.canceller.clone()
+    }
+    /// Waits until the run task has ended: its terminals are committed and
+    /// were offered to the observers.
+    pub async fn ended(&self) {
+        let mut ended = self.ended.clone();
+        let _ = ended.wait_for(Option::is_some).await;
+    }
+}
+
+/// Hosts many runs at once over one observer pipeline; each run is
+/// composed from its [`RunRequest`] and the builder's defaults. Cloning
+/// gives another handle to the same engine.
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<EngineInner>,
@@ -247,102 +176,9 @@ impl std::fmt::Debug for Engine {
                 "providers",
                 &self.inner.providers.keys().collect::<Vec<_>>(),
             )
-            .field("tools", &self.inner.tools.keys().collect::<Vec<_>>())
+            .field("tools", &self.inner.tools.names())
             .field("live_runs", &self.live_runs())
             .finish()
-    }
-}
-
-/// What a run is asked to do.
-#[derive(Debug, Clone)]
-pub struct RunRequest {
-    /// The run's id (unique among live runs).
-    pub run_id: RunId,
-    /// Which registered provider to call.
-    pub provider: String,
-    /// The model name passed to it.
-    pub model: ModelName,
-    /// The starting history.
-    pub history: Vec<Message>,
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunOutcome {
-    /// The model stopped calling tools.
-    Completed {
-        /// The last assistant message.
-        final_message: Message,
-        /// Usage summed over every model call that reported it.
-        usage: Usage,
-    },
-    /// It failed; `cause` says why.
-    Failed {
-        /// Why.
-        cause: FailureCause,
-    },
-    /// It was cancelled.
-    Cancelled,
-}
-
-/// A handle on one run: its id, its log, cancellation and the outcome.
-#[derive(Debug)]
-pub struct RunHandle {
-    run_id: RunId,
-    log: RunLog,
-    cancel: CancelToken,
-    task: tokio::task::JoinHandle<RunOutcome>,
-}
-
-impl RunHandle {
-    /// The run's id.
-    pub fn run_id(&self) -> &RunId {
-        &self.run_id
-    }
-    /// The run's authoritative log.
-    pub fn log(&self) -> &RunLog {
-        &self.log
-    }
-    /// Subscribes to the run's events after `after` with default bounds.
-    pub fn subscribe(&self, after: u64) -> Result<Subscription, SubscribeError> {
-        self.log.subscribe(after, SubscriptionBounds::default())
-    }
-    /// Subscribes with explicit bounds.
-    pub fn subscribe_with(
-        &self,
-        after: u64,
-        bounds: SubscriptionBounds,
-    ) -> Result<Subscription, SubscribeError> {
-        self.log.subscribe(after, bounds)
-    }
-    /// Cancels the run: in-flight provider streams and tool futures are
-    /// dropped, and cancelled terminals are committed innermost first.
-    pub fn cancel(&self) {
-        self.cancel.cancel();
-    }
-    /// A cloneable canceller, for handing to another task.
-    pub fn canceller(&self) -> RunCanceller {
-        RunCanceller(self.cancel.clone())
-    }
-    /// Waits for the run to end.
-    pub async fn join(self) -> RunOutcome {
-        match self.task.await {
-            Ok(outcome) => outcome,
-            Err(e) => RunOutcome::Failed {
-                cause: FailureCause::Internal(format!("run task ended abnormally: {e}")),
-            },
-        }
-    }
-}
-
-/// Cancels one run; cheap to clone.
-#[derive(Debug, Clone)]
-pub struct RunCanceller(CancelToken);
-
-impl RunCanceller {
-    /// Cancels the run.
-    pub fn cancel(&self) {
-        self.0.cancel();
     }
 }
 
@@ -351,106 +187,125 @@ impl RunCanceller {
 pub struct EngineShutdown {
     /// Runs that ended within the deadline.
     pub runs_ended: usize,
-    /// Runs still running at the deadline (their logs were shut down).
+    /// Runs still running at the deadline: their terminals were committed
+    /// to their logs, which were then shut down.
     pub runs_abandoned: usize,
+    /// Runs whose history some required observer did not acknowledge in
+    /// full (abandoned runs included): their stores hold a prefix without
+    /// the terminals, to be recovered.
+    pub unacknowledged: Vec<RunId>,
     /// What the observer pipeline achieved.
     pub observers: ShutdownReport,
 }
 
 impl Engine {
-    /// A builder.
-    pub fn builder() -> EngineBuilder {
-        EngineBuilder::new()
+    pub(crate) fn from_inner(inner: EngineInner) -> Engine {
+        Engine {
+            inner: Arc::new(inner),
+        }
     }
 
-    /// Starts a run on the current Tokio runtime.
+    /// A builder.
+    pub fn builder() -> crate::EngineBuilder {
+        crate::EngineBuilder::new()
+    }
+
+    /// Starts a run on the current Tokio runtime. Refused, with nothing
+    /// committed, when the engine is shutting down, the id is live, or the
+    /// request does not compose (see [`StartError`]).
     pub fn start(&self, request: RunRequest) -> Result<RunHandle, StartError> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| StartError::NoRuntime)?;
-        if self
-            .inner
-            .shutting_down
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            return Err(StartError::ShuttingDown);
-        }
-        let provider = self
-            .inner
-            .providers
-            .get(&request.provider)
-            .cloned()
-            .ok_or_else(|| StartError::UnknownProvider {
-                name: request.provider.clone(),
-            })?;
-        if request.history.is_empty() {
-            return Err(StartError::EmptyHistory);
-        }
-        for (i, m) in request.history.iter().enumerate() {
-            Message::new_with(
-                m.id().clone(),
-                m.role(),
-                m.parts().to_vec(),
-                &self.inner.message_limits,
-            )
-            .map_err(|e| StartError::InvalidHistory(e.within(&format!("$.history[{i}]"))))?;
-        }
+        let context = compose(&self.inner, &request)?;
+        self.check_history(&request.history)?;
         let log = RunLog::new(
             request.run_id.clone(),
-            self.inner.log_config.clone(),
-            Arc::clone(&self.inner.clock),
+            self.inner.shared.log_config.clone(),
+            Arc::clone(&self.inner.shared.clock),
         )
         .map_err(StartError::Log)?;
         let cancel = CancelToken::default();
-        let (done_tx, done_rx) = watch::channel(false);
+        let (ended_tx, ended_rx) = watch::channel(None);
         {
-            let mut runs = self.inner.runs.lock().unwrap_or_else(|e| e.into_inner());
-            if runs.contains_key(&request.run_id) {
+            // One lock for the shutdown flag and the registry: a run is
+            // either refused or seen (and cancelled) by shutdown.
+            let mut registry = lock(&self.inner.registry);
+            if registry.shutting_down {
+                return Err(StartError::ShuttingDown);
+            }
+            if registry.runs.contains_key(&request.run_id) {
                 return Err(StartError::DuplicateRun {
                     run_id: request.run_id,
                 });
             }
-            runs.insert(
+            registry.runs.insert(
                 request.run_id.clone(),
-                LiveRun {
+                LiveEntry {
                     cancel: cancel.clone(),
                     log: log.clone(),
-                    done: done_rx,
+                    ended: ended_rx,
                 },
             );
         }
-        let runner = Runner::new(
-            Arc::clone(&self.inner),
-            log.clone(),
-            provider,
-            request.clone(),
-        );
+        let run_id = request.run_id.clone();
+        let runner = Runner::new(Arc::clone(&self.inner), context, log.clone(), request);
         let engine = Arc::clone(&self.inner);
         let run_cancel = cancel.clone();
-        let run_id = request.run_id.clone();
         let task = handle.spawn(async move {
-            let outcome = runner.run(run_cancel).await;
-            engine
-                .runs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&run_id);
-            let _ = done_tx.send(true);
-            outcome
+            let ended = runner.run(run_cancel).await;
+            engine.retire(ended.run_id());
+            let _ = ended_tx.send(Some(RunEnded {
+                acknowledged: ended.acknowledged(),
+            }));
+            ended.into_outcome()
         });
         Ok(RunHandle {
-            run_id: request.run_id,
+            run_id,
             log,
             cancel,
             task,
         })
     }
 
+    fn check_history(&self, history: &[Message]) -> Result<(), StartError> {
+        if history.is_empty() {
+            return Err(StartError::EmptyHistory);
+        }
+        let limits = &self.inner.shared.message_limits;
+        for (i, m) in history.iter().enumerate() {
+            Message::new_with(m.id().clone(), m.role(), m.parts().to_vec(), limits)
+                .map_err(|e| StartError::InvalidHistory(e.within(&format!("$.history[{i}]"))))?;
+        }
+        Ok(())
+    }
+
     /// How many runs are live.
     pub fn live_runs(&self) -> usize {
-        self.inner
+        lock(&self.inner.registry).runs.len()
+    }
+
+    /// The live run with this id, if any.
+    pub fn live_run(&self, run_id: &str) -> Option<LiveRun> {
+        let registry = lock(&self.inner.registry);
+        registry
             .runs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+            .iter()
+            .find(|(id, _)| id.as_str() == run_id)
+            .map(|(id, entry)| LiveRun {
+                run_id: id.clone(),
+                log: entry.log.clone(),
+                canceller: RunCanceller(entry.cancel.clone()),
+                ended: entry.ended.clone(),
+            })
+    }
+
+    /// The ids of every live run.
+    pub fn live_run_ids(&self) -> Vec<RunId> {
+        lock(&self.inner.registry).runs.keys().cloned().collect()
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) has begun (new runs are refused).
+    pub fn is_shutting_down(&self) -> bool {
+        lock(&self.inner.registry).shutting_down
     }
 
     /// Observer counters.
@@ -458,38 +313,55 @@ impl Engine {
         self.inner.pipeline.stats()
     }
 
-    /// Stops taking runs, cancels every live run, waits (until `deadline`)
-    /// for them to commit their cancelled terminals, shuts down any log
-    /// still open (its subscribers get a typed end), then drains and
-    /// flushes the best-effort observers with what time is left.
+    /// Stops taking runs, cancels every live run and waits (until
+    /// `deadline`) for them to commit their cancelled terminals and offer
+    /// them to the observers. A run still going at the deadline gets its
+    /// terminals committed to its log all the same, then the log is shut
+    /// down (its subscribers get a typed end). Then the best-effort
+    /// observers are drained with what time is left. The report names
+    /// every run whose observers did not acknowledge its whole history.
     pub async fn shutdown(&self, deadline: Duration) -> EngineShutdown {
-        let until = tokio::time::Instant::now() + deadline;
-        self.inner
-            .shutting_down
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let live: Vec<(CancelToken, RunLog, watch::Receiver<bool>)> = self
-            .inner
-            .runs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .map(|r| (r.cancel.clone(), r.log.clone(), r.done.clone()))
-            .collect();
-        for (cancel, _, _) in &live {
-            cancel.cancel();
+        let until = Instant::now() + deadline;
+        *lock(&self.inner.shutdown_until) = Some(until);
+        let live: Vec<(RunId, LiveEntry)> = {
+            let mut registry = lock(&self.inner.registry);
+            registry.shutting_down = true;
+            let runs = registry.runs.iter();
+            runs.map(|(id, e)| (id.clone(), e.clone_entry())).collect()
+        };
+        for (_, entry) in &live {
+            entry.cancel.cancel();
         }
         let mut report = EngineShutdown::default();
-        for (_, log, mut done) in live {
-            let ended = tokio::time::timeout_at(until, done.wait_for(|d| *d)).await;
-            if matches!(ended, Ok(Ok(_))) {
-                report.runs_ended += 1;
-            } else {
-                report.runs_abandoned += 1;
+        for (run_id, mut entry) in live {
+            let ended = tokio::time::timeout_at(until, entry.ended.wait_for(Option::is_some)).await;
+            match ended.ok().and_then(|r| r.ok().and_then(|e| *e)) {
+                Some(RunEnded { acknowledged }) => {
+                    report.runs_ended += 1;
+                    if !acknowledged {
+                        report.unacknowledged.push(run_id);
+                    }
+                }
+                None => {
+                    report.runs_abandoned += 1;
+                    commit_cancelled_terminals(&entry.log);
+                    report.unacknowledged.push(run_id);
+                }
             }
-            log.shutdown();
+            entry.log.shutdown();
         }
-        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let left = until.saturating_duration_since(Instant::now());
         report.observers = self.inner.pipeline.shutdown(left);
         report
+    }
+}
+
+impl LiveEntry {
+    fn clone_entry(&self) -> LiveEntry {
+        LiveEntry {
+            cancel: self.cancel.clone(),
+            log: self.log.clone(),
+            ended: self.ended.clone(),
+        }
     }
 }

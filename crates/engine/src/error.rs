@@ -4,13 +4,12 @@ use keel_message::{CallId, MessageError, OperationId, RunId, ToolName};
 use keel_observers::DispatchError;
 use keel_stream::{ProviderProblem, RetryPosition};
 
+use crate::config::LimitError;
+
 /// A composition the engine refuses at build time.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// No provider was registered.
-    #[error("no provider registered (rule engine.provider_required)")]
-    NoProvider,
     /// Two providers under one name.
     #[error("provider {name} registered twice (rule engine.unique_providers)")]
     DuplicateProvider {
@@ -32,15 +31,8 @@ pub enum BuildError {
         name: ToolName,
     },
     /// A limit that makes no sense (zero turns, zero parallelism, …).
-    #[error("limits.{field} is {value} (rule engine.limits: {rule})")]
-    InvalidLimit {
-        /// The field.
-        field: &'static str,
-        /// Its value, rendered.
-        value: String,
-        /// What it must be.
-        rule: &'static str,
-    },
+    #[error(transparent)]
+    InvalidLimit(#[from] LimitError),
     /// The log configuration breaks the reserve rule.
     #[error(transparent)]
     LogConfig(#[from] keel_eventlog::ConfigError),
@@ -65,6 +57,34 @@ pub enum StartError {
     /// The engine is shutting down.
     #[error("the engine is shutting down (rule engine.open)")]
     ShuttingDown,
+    /// The request brings no provider and does not name one, and the
+    /// builder has not exactly one to default to.
+    #[error(
+        "the request names no provider and the engine has {registered} (rule run.provider_required)"
+    )]
+    NoProvider {
+        /// How many providers the builder registered.
+        registered: usize,
+    },
+    /// A tool of the request has the name of another of its tools or of
+    /// one the builder registered.
+    #[error("tool {name} given twice (rule run.unique_tools)")]
+    DuplicateTool {
+        /// The name.
+        name: ToolName,
+    },
+    /// A tool needs approval, but neither the request nor the builder set
+    /// an interaction handler.
+    #[error(
+        "tool {name} requires approval but no interaction handler is set (rule run.approval_handler)"
+    )]
+    ApprovalWithoutHandler {
+        /// The tool.
+        name: ToolName,
+    },
+    /// The request's limits break a rule.
+    #[error(transparent)]
+    InvalidLimit(#[from] LimitError),
     /// The history is empty.
     #[error("the run has no messages (rule run.history_nonempty)")]
     EmptyHistory,
@@ -111,8 +131,9 @@ pub enum FailureCause {
         /// What happened.
         detail: String,
     },
-    /// The log refused a commit the engine made (a bug, reported rather
-    /// than hidden).
+    /// The log refused a commit the engine made, or the run task panicked
+    /// outside every guarded extension point (a bug, reported rather than
+    /// hidden).
     Internal(String),
 }
 

@@ -39,12 +39,11 @@
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
 //! let engine = Engine::builder().provider("hello", Arc::new(Hello)).build()?;
-//! let run = engine.start(RunRequest {
-//!     run_id: RunId::parse("run_1")?,
-//!     provider: "hello".into(),
-//!     model: ModelName::parse("m")?,
-//!     history: vec![Message::text(MessageId::parse("m1")?, Role::User, "Hi")?],
-//! })?;
+//! let run = engine.start(RunRequest::new(
+//!     RunId::parse("run_1")?,
+//!     ModelName::parse("m")?,
+//!     vec![Message::text(MessageId::parse("m1")?, Role::User, "Hi")?],
+//! ))?;
 //! let log = run.log().clone();
 //! match run.join().await {
 //!     RunOutcome::Completed { final_message, .. } => assert_eq!(final_message.joined_text(), "Hello!"),
@@ -59,23 +58,27 @@
 //! ```
 #![deny(missing_docs)]
 
+mod builder;
 mod cancel;
+mod compose;
 mod config;
 mod engine;
 mod error;
+mod guard;
 mod interaction;
+mod request;
 mod run;
 mod tool;
 
-pub use config::{EngineLimits, PartialRetry, RetryPolicy};
-pub use engine::{
-    Engine, EngineBuilder, EngineShutdown, RunCanceller, RunHandle, RunOutcome, RunRequest,
-};
+pub use builder::EngineBuilder;
+pub use config::{EngineLimits, LimitError, MIN_CLOSING_DEADLINE, PartialRetry, RetryPolicy};
+pub use engine::{Engine, EngineShutdown, LiveRun};
 pub use error::{BuildError, FailureCause, StartError};
 pub use interaction::{
     InteractionDecision, InteractionError, InteractionFuture, InteractionHandler, InteractionKind,
     InteractionRequest,
 };
+pub use request::{RunCanceller, RunHandle, RunOutcome, RunRequest};
 pub use tool::{
     OnToolFailure, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolPolicy, ToolRetry,
 };

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn request(id: &str) -> RunRequest {
-    RunRequest {
-        run_id: RunId::parse(id).unwrap(),
-        provider: "scripted".into(),
-        model: ModelName::parse("scripted-1").unwrap(),
-        history: vec![Message::text(MessageId::parse("u1").unwrap(), Role::User, "go").unwrap()],
-    }
+    RunRequest::new(
+        RunId::parse(id).unwrap(),
+        ModelName::parse("scripted-1").unwrap(),
+        vec![Message::text(MessageId::parse("u1").unwrap(), Role::User, "go").unwrap()],
+    )
+    .provider_named("scripted")
 }
 
 /// encode → decode → re-encode, and snapshot → JSON Lines → restore, are
@@ -167,8 +167,7 @@ fn one_engine_hosts_a_thousand_concurrent_runs() {
             .unwrap();
         let mut handles = Vec::new();
         for i in 0..RUNS {
-            let mut req = request(&format!("run_{i}"));
-            req.provider = format!("p{i}");
+            let req = request(&format!("run_{i}")).provider_named(format!("p{i}"));
             let run = engine.start(req).unwrap();
             let sub = run
                 .subscribe_with(

@@ -22,12 +22,12 @@ fn user(text: &str) -> Vec<Message> {
 }
 
 fn request(id: &str) -> RunRequest {
-    RunRequest {
-        run_id: RunId::parse(id).unwrap(),
-        provider: "scripted".into(),
-        model: ModelName::parse("scripted-1").unwrap(),
-        history: user("Weather in Oslo?"),
-    }
+    RunRequest::new(
+        RunId::parse(id).unwrap(),
+        ModelName::parse("scripted-1").unwrap(),
+        user("Weather in Oslo?"),
+    )
+    .provider_named("scripted")
 }
 
 fn weather(steps: Vec<ToolStep>) -> ScriptedTool {
@@ -819,7 +819,7 @@ async fn cancel_works_while_a_required_observer_applies_backpressure() {
     let provider = ScriptedProvider::new(vec![done()]);
     let slow = Arc::new(FaultyObserver::new(Fault::Slow(Duration::from_secs(30))));
     let limits = EngineLimits {
-        closing_deadline: Duration::from_millis(100),
+        closing_deadline: MIN_CLOSING_DEADLINE,
         ..EngineLimits::default()
     };
     let engine = builder(provider)
@@ -907,11 +907,6 @@ async fn shutdown_cancels_live_runs_and_ends_subscriptions() {
 fn build_errors_are_typed() {
     let tool = || Arc::new(weather(vec![]));
     let rows: Vec<(&str, Result<Engine, BuildError>, &str)> = vec![
-        (
-            "no provider",
-            Engine::builder().build(),
-            "engine.provider_required",
-        ),
         (
             "duplicate tool",
             builder(ScriptedProvider::new(vec![]))
@@ -1003,7 +998,7 @@ async fn an_output_that_escapes_past_the_event_bound_fails_the_tool_not_the_run(
         panic!("not tool.failed")
     };
     assert!(
-        failed.error.as_str().contains("over log.max_event_bytes"),
+        failed.error.as_str().contains("rule log.max_event_bytes"),
         "{}",
         failed.error.as_str()
     );
@@ -1020,14 +1015,16 @@ async fn start_errors_are_typed_and_commit_nothing() {
     let engine = builder(ScriptedProvider::new(vec![done(), done()]))
         .build()
         .unwrap();
-    let mut req = request("run_x");
-    req.provider = "nope".into();
+    let req = request("run_x").provider_named("nope");
     assert!(matches!(
         engine.start(req),
         Err(StartError::UnknownProvider { .. })
     ));
-    let mut req = request("run_x");
-    req.history.clear();
+    let req = RunRequest::new(
+        RunId::parse("run_x").unwrap(),
+        ModelName::parse("m").unwrap(),
+        vec![],
+    );
     assert!(matches!(engine.start(req), Err(StartError::EmptyHistory)));
     let first = engine.start(request("run_x")).unwrap();
     assert!(matches!(

@@ -3,25 +3,18 @@
 use crate::approval::Approver;
 use crate::args::RunArgs;
 use crate::error::{CliError, EXIT_CANCELLED, EXIT_FAILED, EXIT_OK};
+use crate::launch::{self, Launch};
 use crate::render::Transcript;
-use crate::scenario::{self, ProviderSpec, Scenario, ToolEntry};
+use crate::scenario::{self, Scenario};
 use crate::screen::Screen;
-use keel_engine::{Engine, RunCanceller, RunOutcome, RunRequest, Tool};
+use keel_engine::{Engine, RunCanceller, RunHandle, RunOutcome, RunRequest};
 use keel_eventlog::{SubscriptionBounds, SubscriptionError};
 use keel_message::RunId;
 use keel_observers::{JetStreamObserver, JournalConfig, RequiredObserver, SqliteJournal};
-use keel_providers::{
-    ANTHROPIC_BASE_URL, Anthropic, AnthropicConfig, ApiKey, OpenAiCompatible, OpenAiConfig,
-};
-use keel_stream::ModelProvider;
-use keel_testkit::{ScriptedProvider, ScriptedTool};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// The provider name the scenario's provider is registered under.
-const PROVIDER: &str = "scenario";
 
 /// Runs `keel run` on a runtime of its own; returns the exit code.
 pub fn run(args: RunArgs) -> Result<i32, CliError> {
@@ -106,117 +99,172 @@ impl Interrupts {
     }
 }
 
-/// The scenario's provider: scripted, or a network adapter whose key is read
-/// from the named environment variable (never printed).
-pub(crate) fn build_provider(
-    spec: &ProviderSpec,
-    file: &Path,
-) -> Result<Arc<dyn ModelProvider>, CliError> {
-    let (kind, base_url, api_key_env) = match spec {
-        ProviderSpec::Scripted { calls } => {
-            return Ok(Arc::new(ScriptedProvider::new(calls.clone())));
-        }
-        ProviderSpec::Network {
-            kind,
-            base_url,
-            api_key_env,
-        } => (*kind, base_url, api_key_env),
-    };
-    let bad = |what: String| CliError::bad_input(format!("{}: provider: {what}", file.display()));
-    let key = ApiKey::from_env(api_key_env).map_err(|e| bad(e.to_string()))?;
-    let provider: Arc<dyn ModelProvider> = match kind {
-        "anthropic" => Arc::new(
-            Anthropic::new(AnthropicConfig::new(
-                base_url
-                    .clone()
-                    .unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned()),
-                Some(key),
-            ))
-            .map_err(|e| bad(e.to_string()))?,
-        ),
-        _ => Arc::new(
-            OpenAiCompatible::new(OpenAiConfig::new(
-                base_url.clone().unwrap_or_default(),
-                Some(key),
-            ))
-            .map_err(|e| bad(e.to_string()))?,
-        ),
-    };
-    Ok(provider)
+/// A scenario made ready to run: checked, with its request built, before
+/// any store is opened (a bad provider or tool is bad input, exit 2).
+struct Prepared {
+    scenario: Scenario,
+    request: RunRequest,
+    run_id: RunId,
 }
 
-async fn run_async(args: RunArgs) -> Result<i32, CliError> {
-    let interrupts = Interrupts::install()?;
+fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
     let file = args.scenario.as_path();
     let scenario = scenario::load(file).map_err(|e| CliError::bad_input(e.to_string()))?;
-    // Built before the database is opened: a bad provider is bad input.
-    let provider = build_provider(&scenario.provider, file)?;
     let files = match &args.files {
         Some(dir) => Some(files_dir(dir)?),
         None => None,
     };
-    let tools = build_tools(&scenario, file, files.as_deref())?;
-    let db = args.db.db.clone();
-    let journal = Arc::new(SqliteJournal::open(&db, JournalConfig::default())?);
     let run_id = match &scenario.run_id {
         Some(id) => id.clone(),
         None => new_run_id()?,
     };
+    let launch = Launch {
+        files: files.as_deref(),
+        approvals: Approver::new(args.approve, screen.clone()),
+        default_approval_timeout: None,
+    };
+    let request = launch::run_request(&scenario, run_id.clone(), &launch)
+        .map_err(|e| CliError::bad_input(format!("{}: {e}", file.display())))?;
+    Ok(Prepared {
+        scenario,
+        request,
+        run_id,
+    })
+}
+
+/// Opens the journal (and `--nats`), refusing a run id already stored,
+/// and builds the engine with them as its required observers.
+async fn open_engine(
+    args: &RunArgs,
+    run_id: &RunId,
+) -> Result<(Engine, Arc<SqliteJournal>), CliError> {
+    let db = &args.db.db;
+    let journal = Arc::new(SqliteJournal::open(db, JournalConfig::default())?);
     if journal.reader()?.run_status(run_id.as_str())?.is_some() {
         return Err(CliError::bad_input(format!(
             "{}: run {run_id} is already stored in {}; give the scenario another run_id, or leave it out to generate one",
-            file.display(),
+            args.scenario.display(),
             db.display()
         )));
     }
-
+    let mut builder =
+        Engine::builder().required_observer(Arc::clone(&journal) as Arc<dyn RequiredObserver>);
     // `--nats`: the second required observer, after the journal, so every
     // event is committed locally and then acknowledged by JetStream.
-    let jetstream = match &args.nats {
-        Some(url) => Some(Arc::new(JetStreamObserver::new(
-            crate::jetstream::connect(url).await?,
-        ))),
-        None => None,
-    };
-
-    let json = args.json;
-    let screen = Screen::new(!json && std::io::stderr().is_terminal());
-    let mut builder = Engine::builder()
-        .provider(PROVIDER, provider)
-        .required_observer(Arc::clone(&journal) as Arc<dyn RequiredObserver>)
-        .allow_metadata(scenario.allow_metadata.clone())
-        .limits(scenario.limits.clone())
-        .interaction_handler(Approver::new(args.approve, screen.clone()));
-    if let Some(observer) = jetstream {
-        builder = builder.required_observer(observer as Arc<dyn RequiredObserver>);
-    }
-    for tool in tools {
-        builder = builder.tool(tool);
+    if let Some(url) = &args.nats {
+        let observer = JetStreamObserver::new(crate::jetstream::connect(url).await?);
+        builder = builder.required_observer(Arc::new(observer) as Arc<dyn RequiredObserver>);
     }
     let engine = builder
         .build()
-        .map_err(|e| CliError::bad_input(format!("{}: {e}", file.display())))?;
-    let handle = engine
-        .start(RunRequest {
-            run_id: run_id.clone(),
-            provider: PROVIDER.to_owned(),
-            model: scenario.model.clone(),
-            history: scenario.messages.clone(),
-        })
-        .map_err(|e| CliError::bad_input(format!("{}: {e}", file.display())))?;
-    let bounds = SubscriptionBounds {
-        max_events: usize::MAX,
-        max_bytes: usize::MAX,
-    };
-    let log = handle.log().clone();
-    let mut subscription = handle
-        .subscribe_with(0, bounds)
-        .map_err(|e| CliError::failure(format!("cannot follow the run: {e}")))?;
-    interrupts.set_canceller(handle.canceller());
-    let joined = tokio::spawn(handle.join());
+        .map_err(|e| CliError::bad_input(format!("{}: {e}", args.scenario.display())))?;
+    Ok((engine, journal))
+}
 
-    let spinner = {
-        let screen = screen.clone();
+async fn run_async(args: RunArgs) -> Result<i32, CliError> {
+    let interrupts = Interrupts::install()?;
+    let json = args.json;
+    let screen = Screen::new(!json && std::io::stderr().is_terminal());
+    let prepared = prepare(&args, &screen)?;
+    let (engine, journal) = open_engine(&args, &prepared.run_id).await?;
+    let handle = engine
+        .start(prepared.request.clone())
+        .map_err(|e| CliError::bad_input(format!("{}: {e}", args.scenario.display())))?;
+    interrupts.set_canceller(handle.canceller());
+    let color = !json
+        && std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none()
+        && std::env::var("TERM").map_or(true, |t| t != "dumb");
+    let view = LiveView {
+        screen: screen.clone(),
+        json,
+        color,
+    };
+    let outcome = view.follow(handle, &prepared.scenario).await?;
+    let shutdown = engine.shutdown(Duration::from_secs(5)).await;
+    if shutdown.runs_abandoned > 0 || !shutdown.unacknowledged.is_empty() {
+        screen.note("keel: the run did not finish closing within 5 s");
+    }
+    drop(engine);
+    close_journal(journal, &screen).await;
+    let code = match &outcome {
+        RunOutcome::Completed { .. } => EXIT_OK,
+        RunOutcome::Failed { cause } => {
+            if json {
+                screen.note(&format!("keel: run {} failed: {cause}", prepared.run_id));
+            }
+            EXIT_FAILED
+        }
+        RunOutcome::Cancelled => EXIT_CANCELLED,
+    };
+    if !json {
+        view.hint(&prepared.run_id, &args.db.db);
+    }
+    Ok(code)
+}
+
+/// The terminal view of a live run: the transcript (or `--json` lines)
+/// from the run's subscription, with a spinner while it waits.
+struct LiveView {
+    screen: Screen,
+    json: bool,
+    color: bool,
+}
+
+impl LiveView {
+    async fn follow(&self, handle: RunHandle, scenario: &Scenario) -> Result<RunOutcome, CliError> {
+        let bounds = SubscriptionBounds {
+            max_events: usize::MAX,
+            max_bytes: usize::MAX,
+        };
+        let log = handle.log().clone();
+        let mut subscription = handle
+            .subscribe_with(0, bounds)
+            .map_err(|e| CliError::failure(format!("cannot follow the run: {e}")))?;
+        let joined = tokio::spawn(handle.join());
+        let spinner = self.spinner();
+        let mut transcript = Transcript::new(self.color)
+            .partial_restart(scenario.limits.retry.partial == keel_engine::PartialRetry::Restart);
+        if !self.json {
+            let shown: Vec<(&str, String)> = scenario
+                .messages
+                .iter()
+                .map(|m| (m.role().as_str(), m.joined_text()))
+                .collect();
+            let prelude = transcript.prelude(shown.iter().map(|(r, t)| (*r, t.as_str())));
+            self.screen.print(&prelude, None, true);
+        }
+        loop {
+            match subscription.recv().await {
+                Some(Ok(event)) => self.show(&mut transcript, &event),
+                Some(Err(SubscriptionError::SlowConsumer {
+                    recovery_cursor, ..
+                })) => match log.subscribe(recovery_cursor, bounds) {
+                    Ok(s) => subscription = s,
+                    Err(e) => {
+                        self.screen
+                            .note(&format!("keel: the live view stopped: {e}"));
+                        break;
+                    }
+                },
+                Some(Err(e)) => {
+                    self.screen
+                        .note(&format!("keel: the live view stopped: {e}"));
+                    break;
+                }
+                None => break,
+            }
+        }
+        let outcome = joined
+            .await
+            .map_err(|e| CliError::failure(format!("the run task ended abnormally: {e}")))?;
+        spinner.abort();
+        self.screen.finish();
+        Ok(outcome)
+    }
+
+    fn spinner(&self) -> tokio::task::JoinHandle<()> {
+        let screen = self.screen.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(90));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -225,89 +273,35 @@ async fn run_async(args: RunArgs) -> Result<i32, CliError> {
                 screen.tick();
             }
         })
-    };
-    let color = !json
-        && std::io::stdout().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none()
-        && std::env::var("TERM").map_or(true, |t| t != "dumb");
-    let mut transcript = Transcript::new(color)
-        .partial_restart(scenario.limits.retry.partial == keel_engine::PartialRetry::Restart);
-    if !json {
-        let shown: Vec<(&str, String)> = scenario
-            .messages
-            .iter()
-            .map(|m| (m.role().as_str(), m.joined_text()))
-            .collect();
-        let prelude = transcript.prelude(shown.iter().map(|(r, t)| (*r, t.as_str())));
-        screen.print(&prelude, None, true);
     }
-    loop {
-        match subscription.recv().await {
-            Some(Ok(event)) => {
-                if json {
-                    let mut line = String::with_capacity(event.line().len() + 1);
-                    line.push_str(event.line());
-                    line.push('\n');
-                    screen.print(&line, None, true);
-                } else {
-                    let text = transcript.render(&event);
-                    screen.print(&text, transcript.waiting(), transcript.at_line_start());
-                }
-            }
-            Some(Err(SubscriptionError::SlowConsumer {
-                recovery_cursor, ..
-            })) => match log.subscribe(recovery_cursor, bounds) {
-                Ok(s) => subscription = s,
-                Err(e) => {
-                    screen.note(&format!("keel: the live view stopped: {e}"));
-                    break;
-                }
-            },
-            Some(Err(e)) => {
-                screen.note(&format!("keel: the live view stopped: {e}"));
-                break;
-            }
-            None => break,
+
+    fn show(&self, transcript: &mut Transcript, event: &keel_eventlog::Event) {
+        if self.json {
+            let mut line = String::with_capacity(event.line().len() + 1);
+            line.push_str(event.line());
+            line.push('\n');
+            self.screen.print(&line, None, true);
+        } else {
+            let text = transcript.render(event);
+            self.screen
+                .print(&text, transcript.waiting(), transcript.at_line_start());
         }
     }
-    let outcome = joined
-        .await
-        .map_err(|e| CliError::failure(format!("the run task ended abnormally: {e}")))?;
-    spinner.abort();
-    screen.finish();
 
-    let shutdown = engine.shutdown(Duration::from_secs(5)).await;
-    if shutdown.runs_abandoned > 0 {
-        screen.note("keel: the run did not finish closing within 5 s");
-    }
-    drop(engine);
-    close_journal(journal, &screen).await;
-
-    let code = match &outcome {
-        RunOutcome::Completed { .. } => EXIT_OK,
-        RunOutcome::Failed { cause } => {
-            if json {
-                screen.note(&format!("keel: run {run_id} failed: {cause}"));
-            }
-            EXIT_FAILED
-        }
-        RunOutcome::Cancelled => EXIT_CANCELLED,
-    };
-    if !json {
+    fn hint(&self, run_id: &RunId, db: &Path) {
         let hint = format!(
             "  run {run_id} is stored in {} · replay it with: {} events {run_id}{}",
             db.display(),
             program(),
-            db_flag(&db)
+            db_flag(db)
         );
-        let hint = if color {
+        let hint = if self.color {
             format!("\x1b[2m{hint}\x1b[0m\n")
         } else {
             format!("{hint}\n")
         };
-        screen.print(&hint, None, true);
+        self.screen.print(&hint, None, true);
     }
-    Ok(code)
 }
 
 /// How this binary was invoked (`target/release/keel` under `cargo run`),
@@ -356,47 +350,6 @@ fn files_dir(dir: &Path) -> Result<PathBuf, CliError> {
         )));
     }
     Ok(canonical)
-}
-
-fn build_tools(
-    scenario: &Scenario,
-    file: &Path,
-    files: Option<&Path>,
-) -> Result<Vec<Arc<dyn Tool>>, CliError> {
-    scenario_tools(scenario, files).map_err(|(index, e)| {
-        CliError::bad_input(format!("{}: at tools[{index}]: {e}", file.display()))
-    })
-}
-
-/// The scenario's tools (scripted, and built-ins with `read_file` confined
-/// to `files`); a built-in that cannot be built is reported with its index
-/// in `tools`. Shared by `keel run` and `keel serve`.
-pub(crate) fn scenario_tools(
-    scenario: &Scenario,
-    files: Option<&Path>,
-) -> Result<Vec<Arc<dyn Tool>>, (usize, String)> {
-    let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(scenario.tools.len());
-    for entry in &scenario.tools {
-        match entry {
-            ToolEntry::Scripted {
-                definition,
-                script,
-                policy,
-            } => tools.push(Arc::new(
-                ScriptedTool::new(definition.clone(), script.clone()).with_policy(policy.clone()),
-            )),
-            ToolEntry::Builtin {
-                builtin,
-                policy,
-                index,
-            } => tools.push(
-                builtin
-                    .tool(policy.clone(), files)
-                    .map_err(|e| (*index, e.to_string()))?,
-            ),
-        }
-    }
-    Ok(tools)
 }
 
 /// `run_<UTC time>_<12 random hex digits>`, e.g.

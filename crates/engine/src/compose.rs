@@ -1,0 +1,85 @@
+//! Per-run composition: a [`RunRequest`]'s own provider, tools, limits,
+//! allowlist and handler over the builder's defaults, checked before
+//! anything is committed.
+
+use crate::config::EngineLimits;
+use crate::engine::{EngineInner, ToolSet};
+use crate::error::StartError;
+use crate::interaction::InteractionHandler;
+use crate::request::{ProviderChoice, RunRequest};
+use keel_message::ToolDefinition;
+use keel_stream::{MetadataAllowlist, ModelProvider};
+use std::sync::Arc;
+
+/// What one run calls and under which bounds.
+pub(crate) struct RunContext {
+    pub(crate) provider: Arc<dyn ModelProvider>,
+    pub(crate) tools: Arc<ToolSet>,
+    pub(crate) definitions: Arc<[ToolDefinition]>,
+    pub(crate) limits: EngineLimits,
+    pub(crate) allowlist: MetadataAllowlist,
+    pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
+}
+
+/// Resolves `request` against the engine's defaults.
+pub(crate) fn compose(
+    engine: &EngineInner,
+    request: &RunRequest,
+) -> Result<RunContext, StartError> {
+    let provider = match &request.provider {
+        ProviderChoice::Own(p) => Arc::clone(p),
+        ProviderChoice::Named(name) => engine
+            .providers
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StartError::UnknownProvider { name: name.clone() })?,
+        ProviderChoice::Default => match engine.providers.values().next() {
+            Some(p) if engine.providers.len() == 1 => Arc::clone(p),
+            _ => {
+                return Err(StartError::NoProvider {
+                    registered: engine.providers.len(),
+                });
+            }
+        },
+    };
+    let limits = request
+        .limits
+        .clone()
+        .unwrap_or_else(|| engine.shared.limits.clone());
+    limits.validate(&engine.shared.log_config)?;
+    let interactions = request
+        .interactions
+        .clone()
+        .or_else(|| engine.shared.interactions.clone());
+    let (tools, definitions) = if request.tools.is_empty() {
+        (Arc::clone(&engine.tools), Arc::clone(&engine.definitions))
+    } else {
+        let mut tools = ToolSet::clone(&engine.tools);
+        for tool in &request.tools {
+            let name = tool.definition().name().clone();
+            if !tools.insert(Arc::clone(tool)) {
+                return Err(StartError::DuplicateTool { name });
+            }
+        }
+        let definitions = tools.definitions();
+        (Arc::new(tools), definitions)
+    };
+    if interactions.is_none()
+        && let Some(tool) = tools.tools().find(|t| t.policy().requires_approval)
+    {
+        return Err(StartError::ApprovalWithoutHandler {
+            name: tool.definition().name().clone(),
+        });
+    }
+    Ok(RunContext {
+        provider,
+        tools,
+        definitions,
+        limits,
+        allowlist: request
+            .allowlist
+            .clone()
+            .unwrap_or_else(|| engine.shared.allowlist.clone()),
+        interactions,
+    })
+}

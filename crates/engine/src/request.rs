@@ -1,0 +1,210 @@
+//! What a run is asked to do ([`RunRequest`]), how it ended
+//! ([`RunOutcome`]), and the handle on a started run ([`RunHandle`]).
+
+use crate::cancel::CancelToken;
+use crate::config::EngineLimits;
+use crate::error::FailureCause;
+use crate::interaction::InteractionHandler;
+use crate::tool::Tool;
+use keel_eventlog::{RunLog, SubscribeError, Subscription, SubscriptionBounds};
+use keel_message::{Message, ModelName, RunId};
+use keel_stream::{MetadataAllowlist, ModelProvider, Usage};
+use std::sync::Arc;
+
+/// Which provider a run calls.
+#[derive(Clone)]
+pub(crate) enum ProviderChoice {
+    /// The builder's only provider.
+    Default,
+    /// A provider the builder registered under this name.
+    Named(String),
+    /// The run's own.
+    Own(Arc<dyn ModelProvider>),
+}
+
+/// What a run is asked to do, and what it brings of its own: provider,
+/// tools, limits, metadata allowlist, approval handler. Whatever it leaves
+/// out comes from the [`EngineBuilder`](crate::EngineBuilder); its tools
+/// are added to the builder's (a name given twice is refused).
+///
+/// ```
+/// use keel_engine::{EngineLimits, RunRequest};
+/// use keel_message::*;
+/// let request = RunRequest::new(
+///     RunId::parse("run_1")?,
+///     ModelName::parse("m")?,
+///     vec![Message::text(MessageId::parse("m1")?, Role::User, "Hi")?],
+/// )
+/// .provider_named("hello")
+/// .limits(EngineLimits { max_turns: 4, ..EngineLimits::default() });
+/// assert_eq!(request.run_id().as_str(), "run_1");
+/// # Ok::<(), keel_message::MessageError>(())
+/// ```
+#[derive(Clone)]
+pub struct RunRequest {
+    pub(crate) run_id: RunId,
+    pub(crate) model: ModelName,
+    pub(crate) history: Vec<Message>,
+    pub(crate) provider: ProviderChoice,
+    pub(crate) tools: Vec<Arc<dyn Tool>>,
+    pub(crate) limits: Option<EngineLimits>,
+    pub(crate) allowlist: Option<MetadataAllowlist>,
+    pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
+}
+
+impl std::fmt::Debug for RunRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let provider = match &self.provider {
+            ProviderChoice::Default => "default".to_owned(),
+            ProviderChoice::Named(name) => format!("named {name}"),
+            ProviderChoice::Own(_) => "own".to_owned(),
+        };
+        f.debug_struct("RunRequest")
+            .field("run_id", &self.run_id)
+            .field("model", &self.model)
+            .field("messages", &self.history.len())
+            .field("provider", &provider)
+            .field("tools", &self.tools.len())
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunRequest {
+    /// A run of `model` from `history`, with everything else from the
+    /// builder (its only provider, its tools, limits and handler).
+    pub fn new(run_id: RunId, model: ModelName, history: Vec<Message>) -> RunRequest {
+        RunRequest {
+            run_id,
+            model,
+            history,
+            provider: ProviderChoice::Default,
+            tools: Vec::new(),
+            limits: None,
+            allowlist: None,
+            interactions: None,
+        }
+    }
+    /// Calls the provider the builder registered under `name`.
+    pub fn provider_named(mut self, name: impl Into<String>) -> RunRequest {
+        self.provider = ProviderChoice::Named(name.into());
+        self
+    }
+    /// Calls this run's own provider.
+    pub fn provider(mut self, provider: Arc<dyn ModelProvider>) -> RunRequest {
+        self.provider = ProviderChoice::Own(provider);
+        self
+    }
+    /// Adds a tool for this run only, beside the builder's.
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> RunRequest {
+        self.tools.push(tool);
+        self
+    }
+    /// This run's limits instead of the builder's.
+    pub fn limits(mut self, limits: EngineLimits) -> RunRequest {
+        self.limits = Some(limits);
+        self
+    }
+    /// This run's metadata allowlist instead of the builder's.
+    pub fn allow_metadata(mut self, allowlist: MetadataAllowlist) -> RunRequest {
+        self.allowlist = Some(allowlist);
+        self
+    }
+    /// This run's interaction handler instead of the builder's.
+    pub fn interaction_handler(mut self, handler: Arc<dyn InteractionHandler>) -> RunRequest {
+        self.interactions = Some(handler);
+        self
+    }
+    /// The run's id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+    /// The model name passed to the provider.
+    pub fn model(&self) -> &ModelName {
+        &self.model
+    }
+    /// The starting history.
+    pub fn history(&self) -> &[Message] {
+        &self.history
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The model stopped calling tools.
+    Completed {
+        /// The last assistant message.
+        final_message: Message,
+        /// Usage summed over every model call that reported it.
+        usage: Usage,
+    },
+    /// It failed; `cause` says why.
+    Failed {
+        /// Why.
+        cause: FailureCause,
+    },
+    /// It was cancelled.
+    Cancelled,
+}
+
+/// A handle on one run: its id, its log, cancellation and the outcome.
+#[derive(Debug)]
+pub struct RunHandle {
+    pub(crate) run_id: RunId,
+    pub(crate) log: RunLog,
+    pub(crate) cancel: CancelToken,
+    pub(crate) task: tokio::task::JoinHandle<RunOutcome>,
+}
+
+impl RunHandle {
+    /// The run's id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+    /// The run's authoritative log.
+    pub fn log(&self) -> &RunLog {
+        &self.log
+    }
+    /// Subscribes to the run's events after `after` with default bounds.
+    pub fn subscribe(&self, after: u64) -> Result<Subscription, SubscribeError> {
+        self.log.subscribe(after, SubscriptionBounds::default())
+    }
+    /// Subscribes with explicit bounds.
+    pub fn subscribe_with(
+        &self,
+        after: u64,
+        bounds: SubscriptionBounds,
+    ) -> Result<Subscription, SubscribeError> {
+        self.log.subscribe(after, bounds)
+    }
+    /// Cancels the run: in-flight provider streams and tool futures are
+    /// dropped, and cancelled terminals are committed innermost first.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+    /// A cloneable canceller, for handing to another task.
+    pub fn canceller(&self) -> RunCanceller {
+        RunCanceller(self.cancel.clone())
+    }
+    /// Waits for the run to end.
+    pub async fn join(self) -> RunOutcome {
+        match self.task.await {
+            Ok(outcome) => outcome,
+            Err(e) => RunOutcome::Failed {
+                cause: FailureCause::Internal(format!("run task ended abnormally: {e}")),
+            },
+        }
+    }
+}
+
+/// Cancels one run; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RunCanceller(pub(crate) CancelToken);
+
+impl RunCanceller {
+    /// Cancels the run.
+    pub fn cancel(&self) {
+        self.0.cancel();
+    }
+}

@@ -1,0 +1,236 @@
+//! The run loop, split by job: [`turn`] (the turn loop), [`model`] (model
+//! attempts and backoff), [`tools`] (tool calls and approvals),
+//! [`record`] (commit, dispatch, the acknowledged cursor, closing). This
+//! module holds the run's state and the top of the task: cancellation,
+//! the panic guard, and settling how the run ended.
+
+mod model;
+mod record;
+mod tools;
+mod turn;
+
+pub(crate) use record::commit_cancelled_terminals;
+
+use crate::cancel::CancelToken;
+use crate::compose::RunContext;
+use crate::engine::EngineInner;
+use crate::error::FailureCause;
+use crate::request::{RunOutcome, RunRequest};
+use futures_util::FutureExt;
+use keel_eventlog::{Cause, CommitError, ErrorText, RunLog};
+use keel_message::{CallId, Message, MessageError, ModelName, OperationIdIssuer, RunId};
+use keel_observers::DispatchError;
+use keel_stream::Usage;
+use record::{Failure, Recorder};
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Why the loop stopped early.
+pub(crate) enum Interrupt {
+    /// A required observer refused an event.
+    Observer(DispatchError),
+    /// The log refused a commit.
+    Log(CommitError),
+    /// A message the engine built broke a message rule (a bug: the engine
+    /// builds them within the limits it checks).
+    Message(MessageError),
+}
+
+pub(crate) type Step<T> = Result<T, Interrupt>;
+
+/// Each usage total is capped at 2^52 so their sum stays within 2^53 − 1.
+const USAGE_CAP: u64 = 1 << 52;
+
+/// Token usage summed over the model calls that reported it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct UsageTotals {
+    input: u64,
+    output: u64,
+    reported: bool,
+}
+
+impl UsageTotals {
+    pub(crate) fn add(&mut self, usage: &Usage) {
+        // Capped so the total stays a JSON-safe integer.
+        self.input = self
+            .input
+            .saturating_add(usage.input_tokens())
+            .min(USAGE_CAP);
+        self.output = self
+            .output
+            .saturating_add(usage.output_tokens())
+            .min(USAGE_CAP);
+        self.reported = true;
+    }
+    pub(crate) fn total(&self) -> Option<Usage> {
+        if self.reported {
+            Usage::new(self.input, self.output).ok()
+        } else {
+            None
+        }
+    }
+}
+
+/// What the run loop keeps between events.
+pub(crate) struct State {
+    pub(crate) history: Vec<Message>,
+    pub(crate) ops: OperationIdIssuer,
+    pub(crate) usage: UsageTotals,
+    pub(crate) interactions: u64,
+    /// Call ids of tool calls the model made in completed calls: a scope
+    /// identity is never started twice in a run. Bounded by max_turns ×
+    /// max_tool_calls_per_turn.
+    pub(crate) call_ids: HashSet<CallId>,
+}
+
+/// How a run task ended: the outcome, and whether the observers took all
+/// of it.
+pub(crate) struct RunEnd {
+    run_id: RunId,
+    outcome: RunOutcome,
+    acknowledged: bool,
+}
+
+impl RunEnd {
+    pub(crate) fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+    pub(crate) fn acknowledged(&self) -> bool {
+        self.acknowledged
+    }
+    pub(crate) fn into_outcome(self) -> RunOutcome {
+        self.outcome
+    }
+}
+
+pub(crate) struct Runner {
+    pub(crate) engine: Arc<EngineInner>,
+    pub(crate) ctx: RunContext,
+    pub(crate) rec: Recorder,
+    pub(crate) run_id: RunId,
+    pub(crate) model: ModelName,
+    state: Mutex<State>,
+}
+
+impl Runner {
+    pub(crate) fn new(
+        engine: Arc<EngineInner>,
+        ctx: RunContext,
+        log: RunLog,
+        request: RunRequest,
+    ) -> Runner {
+        let rec = Recorder::new(Arc::clone(&engine), log, ctx.limits.closing_deadline);
+        Runner {
+            engine,
+            rec,
+            ctx,
+            run_id: request.run_id,
+            model: request.model,
+            state: Mutex::new(State {
+                history: request.history,
+                ops: OperationIdIssuer::new(),
+                usage: UsageTotals::default(),
+                interactions: 0,
+                call_ids: HashSet::new(),
+            }),
+        }
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs to the end. Cancellation drops everything in flight (provider
+    /// stream, tool futures, a pending observer acknowledgement), then the
+    /// open scopes are closed innermost first. A panic that escapes every
+    /// guarded extension point fails the run as `Internal`, with every
+    /// terminal committed.
+    pub(crate) async fn run(self, cancel: CancelToken) -> RunEnd {
+        let driven = AssertUnwindSafe(async {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => None,
+                r = self.drive() => Some(r),
+            }
+        })
+        .catch_unwind()
+        .await;
+        let outcome = match driven {
+            Ok(driven) => self.settle(driven).await,
+            Err(_) => {
+                let detail = "the run task panicked".to_owned();
+                self.fail_closing(FailureCause::Internal(detail.clone()), &detail)
+                    .await
+            }
+        };
+        // The log is the authority: once the run's terminal is committed,
+        // the outcome is what it records, whatever interrupted afterwards.
+        let outcome = self.rec.final_outcome().unwrap_or(outcome);
+        RunEnd {
+            acknowledged: self.rec.acknowledged(),
+            run_id: self.run_id,
+            outcome,
+        }
+    }
+
+    async fn settle(&self, driven: Option<Step<RunOutcome>>) -> RunOutcome {
+        match driven {
+            Some(Ok(outcome)) => {
+                // The run's terminal is in the log; offer observers anything
+                // they have not acknowledged yet (a refused terminal, say).
+                self.rec.close(None, None).await;
+                outcome
+            }
+            None => {
+                self.rec.close(None, None).await;
+                RunOutcome::Cancelled
+            }
+            Some(Err(Interrupt::Observer(e))) => {
+                let failure = Failure {
+                    error: ErrorText::new(&e.to_string()),
+                    cause: Cause {
+                        observer: Some(truncate(&e.observer, 128)),
+                        seq: Some(e.seq),
+                        ..Cause::default()
+                    },
+                };
+                self.rec.close(Some(&failure), Some(e.index)).await;
+                RunOutcome::Failed {
+                    cause: FailureCause::Observer(e),
+                }
+            }
+            Some(Err(Interrupt::Log(e))) => {
+                let detail = e.to_string();
+                self.fail_closing(FailureCause::Internal(detail.clone()), &detail)
+                    .await
+            }
+            Some(Err(Interrupt::Message(e))) => {
+                let detail = e.to_string();
+                self.fail_closing(FailureCause::Internal(detail.clone()), &detail)
+                    .await
+            }
+        }
+    }
+
+    /// Closes the run as failed for a reason no event names (a refused
+    /// commit, a panic outside the guarded extension points).
+    async fn fail_closing(&self, cause: FailureCause, detail: &str) -> RunOutcome {
+        let failure = Failure {
+            error: ErrorText::new(detail),
+            cause: Cause::default(),
+        };
+        self.rec.close(Some(&failure), None).await;
+        RunOutcome::Failed { cause }
+    }
+}
+
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    let mut cut = s.len().min(max);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s[..cut].to_owned()
+}

@@ -1,0 +1,352 @@
+//! Model attempts and backoff: each attempt is its own model scope with a
+//! fresh operation id; its validated items are committed one by one, and
+//! it ends with exactly one model terminal, whatever the provider does
+//! (fails, stalls, panics, completes with nothing, reuses a call id).
+
+use super::turn::TurnFailure;
+use super::{Runner, Step};
+use crate::config::PartialRetry;
+use crate::error::FailureCause;
+use crate::guard::guarded;
+use futures_util::{FutureExt, StreamExt};
+use keel_eventlog::{
+    Cause, ErrorText, Extra, ModelCompleted, ModelFailed, ModelStarted, Payload, ProblemRecord,
+    TextDelta, ToolCall,
+};
+use keel_message::{CanonicalJson, ModelRequest, OperationId, ToolCallPart};
+use keel_stream::{
+    Completion, ProblemKind, ProviderProblem, RawStream, RetryPosition, StreamItem, StreamValidator,
+};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// What a completed model call said.
+#[derive(Default)]
+pub(super) struct ModelOutput {
+    pub(super) text: String,
+    pub(super) calls: Vec<ToolCallPart>,
+}
+
+/// How one model attempt ended.
+enum AttemptEnd {
+    Completed(ModelOutput),
+    Failed {
+        problem: ProviderProblem,
+        position: RetryPosition,
+    },
+}
+
+/// One attempt's identity, for every event it records.
+struct Attempt<'a> {
+    turn: u64,
+    operation_id: &'a OperationId,
+    deadline: Instant,
+}
+
+impl Runner {
+    /// The turn's model call, retried as the policy says. `Err` is the
+    /// turn's failure (the last attempt's problem, or a request bound).
+    pub(super) async fn model_with_retries(
+        &self,
+        turn: u64,
+    ) -> Step<Result<ModelOutput, TurnFailure>> {
+        let retry = &self.ctx.limits.retry;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let (operation_id, history) = {
+                let mut st = self.state();
+                (st.ops.issue(), st.history.clone())
+            };
+            let request = match ModelRequest::new_with(
+                operation_id.clone(),
+                self.model.clone(),
+                history.into(),
+                Arc::clone(&self.ctx.definitions),
+                &self.engine.shared.message_limits,
+            ) {
+                Ok(r) => r,
+                Err(e) => return Ok(Err(TurnFailure::message_rule(&e))),
+            };
+            self.rec
+                .record(Payload::ModelStarted(ModelStarted {
+                    turn,
+                    operation_id: operation_id.clone(),
+                    model: self.model.clone(),
+                    attempt,
+                    extra: Extra::new(),
+                }))
+                .await?;
+            let (problem, position) = match self.attempt(turn, &operation_id, request).await? {
+                AttemptEnd::Completed(output) => return Ok(Ok(output)),
+                AttemptEnd::Failed { problem, position } => (problem, position),
+            };
+            let allowed = match position {
+                RetryPosition::Pristine => true,
+                RetryPosition::Partial => retry.partial == PartialRetry::Restart,
+            };
+            let seed = hash_seed(self.run_id.as_str(), turn);
+            if problem.retryable()
+                && allowed
+                && attempt < retry.max_attempts
+                && let Some(wait) = retry.backoff(attempt, seed, problem.retry_after())
+            {
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            return Ok(Err(model_failure(operation_id, problem, position)));
+        }
+    }
+
+    /// One attempt: start (guarded, within the call timeout), then stream.
+    async fn attempt(
+        &self,
+        turn: u64,
+        operation_id: &OperationId,
+        request: ModelRequest,
+    ) -> Step<AttemptEnd> {
+        let at = Attempt {
+            turn,
+            operation_id,
+            deadline: Instant::now() + self.ctx.limits.model_call_timeout,
+        };
+        let provider = Arc::clone(&self.ctx.provider);
+        let started =
+            tokio::time::timeout_at(at.deadline, guarded(move || provider.start(request))).await;
+        let pristine = RetryPosition::Pristine;
+        match started {
+            Err(_) => {
+                self.model_failed(&at, self.timeout_problem(), pristine)
+                    .await
+            }
+            Ok(Err(_panic)) => {
+                let problem = panic_problem("the provider panicked starting the call");
+                self.model_failed(&at, problem, pristine).await
+            }
+            Ok(Ok(Err(raw))) => {
+                let problem = ProviderProblem::from_raw(raw, &self.engine.shared.message_limits);
+                self.model_failed(&at, problem, pristine).await
+            }
+            Ok(Ok(Ok(stream))) => self.stream(&at, stream).await,
+        }
+    }
+
+    fn timeout_problem(&self) -> ProviderProblem {
+        ProviderProblem::new(
+            ProblemKind::Timeout,
+            &format!(
+                "model call exceeded limits.model_call_timeout ({} ms)",
+                self.ctx.limits.model_call_timeout.as_millis()
+            ),
+            true,
+        )
+    }
+
+    /// Streams through the validator, committing every item; each poll is
+    /// guarded, so a panicking stream is a failed attempt.
+    async fn stream(&self, at: &Attempt<'_>, stream: RawStream) -> Step<AttemptEnd> {
+        let validator = StreamValidator::new(
+            self.engine.shared.validator.clone(),
+            self.engine.shared.message_limits.clone(),
+            self.ctx.allowlist.clone(),
+        );
+        let mut items = keel_stream::validate(stream, validator);
+        let mut output = ModelOutput::default();
+        loop {
+            let polled = AssertUnwindSafe(items.next()).catch_unwind();
+            let next = tokio::time::timeout_at(at.deadline, polled).await;
+            let position = items.position();
+            let item = match next {
+                Err(_) => {
+                    drop(items);
+                    return self
+                        .model_failed(at, self.timeout_problem(), position)
+                        .await;
+                }
+                Ok(Err(_panic)) => {
+                    drop(items);
+                    let problem = panic_problem("the provider stream panicked");
+                    return self.model_failed(at, problem, position).await;
+                }
+                Ok(Ok(None)) => {
+                    // ValidatedStream always ends with a terminal; reaching
+                    // here means it did not, which the log must still close.
+                    let problem = ProviderProblem::new(
+                        ProblemKind::Protocol,
+                        "stream ended without a terminal",
+                        false,
+                    );
+                    return self.model_failed(at, problem, position).await;
+                }
+                Ok(Ok(Some(item))) => item,
+            };
+            match item {
+                StreamItem::TextDelta(delta) => {
+                    self.rec
+                        .record(Payload::TextDelta(TextDelta {
+                            turn: at.turn,
+                            operation_id: at.operation_id.clone(),
+                            text: delta.text().to_owned(),
+                            extra: Extra::new(),
+                        }))
+                        .await?;
+                    output.text.push_str(delta.text());
+                }
+                StreamItem::ToolCall(call) => {
+                    if let Some(end) = self.tool_call_item(at, call, &mut output).await? {
+                        return Ok(end);
+                    }
+                }
+                StreamItem::Completion(done) => {
+                    drop(items);
+                    return self.completed(at, done, output, position).await;
+                }
+                StreamItem::Failure(failure) => {
+                    drop(items);
+                    let problem = failure.problem().clone();
+                    return self.model_failed(at, problem, failure.position()).await;
+                }
+            }
+        }
+    }
+
+    /// Records a tool call, unless its id was used by an earlier call of
+    /// this run: then the attempt fails as a protocol error before any tool
+    /// runs (a scope identity is never started twice).
+    async fn tool_call_item(
+        &self,
+        at: &Attempt<'_>,
+        call: ToolCallPart,
+        output: &mut ModelOutput,
+    ) -> Step<Option<AttemptEnd>> {
+        if self.state().call_ids.contains(call.call_id()) {
+            let problem = ProviderProblem::new(
+                ProblemKind::Protocol,
+                &format!(
+                    "tool call id {} was already used in this run (rule run.unique_call_id)",
+                    call.call_id()
+                ),
+                false,
+            );
+            // What the log shows of this attempt: the reused call is not
+            // recorded.
+            let position = if output.text.is_empty() && output.calls.is_empty() {
+                RetryPosition::Pristine
+            } else {
+                RetryPosition::Partial
+            };
+            return self.model_failed(at, problem, position).await.map(Some);
+        }
+        self.rec
+            .record(Payload::ToolCall(ToolCall {
+                turn: at.turn,
+                operation_id: at.operation_id.clone(),
+                call_id: call.call_id().clone(),
+                name: call.name().clone(),
+                arguments: call.arguments().clone(),
+                extra: Extra::new(),
+            }))
+            .await?;
+        output.calls.push(call);
+        Ok(None)
+    }
+
+    /// The stream completed. An empty completion (no text, no tool calls)
+    /// is a failed attempt (`protocol`, retryable), never a turn that
+    /// fails on a message rule: see the per-run composition RFC.
+    async fn completed(
+        &self,
+        at: &Attempt<'_>,
+        done: Completion,
+        output: ModelOutput,
+        position: RetryPosition,
+    ) -> Step<AttemptEnd> {
+        let usage = done.usage();
+        if let Some(u) = &usage {
+            self.state().usage.add(u);
+        }
+        if output.text.is_empty() && output.calls.is_empty() {
+            let problem = ProviderProblem::new(
+                ProblemKind::Protocol,
+                "the model completed with no text and no tool calls (rule model.nonempty_completion)",
+                true,
+            );
+            return self.model_failed(at, problem, position).await;
+        }
+        let metadata = if done.metadata().is_empty() {
+            None
+        } else {
+            CanonicalJson::parse(&done.metadata().to_canonical_string()).ok()
+        };
+        self.rec
+            .record(Payload::ModelCompleted(ModelCompleted {
+                turn: at.turn,
+                operation_id: at.operation_id.clone(),
+                finish: done.finish(),
+                usage,
+                metadata,
+                extra: Extra::new(),
+            }))
+            .await?;
+        let mut st = self.state();
+        st.call_ids
+            .extend(output.calls.iter().map(|c| c.call_id().clone()));
+        Ok(AttemptEnd::Completed(output))
+    }
+
+    async fn model_failed(
+        &self,
+        at: &Attempt<'_>,
+        problem: ProviderProblem,
+        position: RetryPosition,
+    ) -> Step<AttemptEnd> {
+        self.rec
+            .record(Payload::ModelFailed(ModelFailed {
+                turn: at.turn,
+                operation_id: at.operation_id.clone(),
+                problem: ProblemRecord::from(&problem),
+                position,
+                extra: Extra::new(),
+            }))
+            .await?;
+        Ok(AttemptEnd::Failed { problem, position })
+    }
+}
+
+fn panic_problem(message: &str) -> ProviderProblem {
+    ProviderProblem::new(ProblemKind::Other, message, false)
+}
+
+fn model_failure(
+    operation_id: OperationId,
+    problem: ProviderProblem,
+    position: RetryPosition,
+) -> TurnFailure {
+    let error = ErrorText::new(&format!(
+        "model call {operation_id} failed: {} ({})",
+        problem.message(),
+        problem.kind()
+    ));
+    let cause = Cause {
+        operation_id: Some(operation_id.clone()),
+        ..Cause::default()
+    };
+    TurnFailure {
+        cause: FailureCause::Model {
+            operation_id,
+            problem,
+            position,
+        },
+        error,
+        event_cause: Some(cause),
+    }
+}
+
+fn hash_seed(run: &str, turn: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    run.hash(&mut h);
+    turn.hash(&mut h);
+    h.finish()
+}

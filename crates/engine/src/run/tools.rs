@@ -1,0 +1,319 @@
+//! Tool calls and approvals: at most `max_parallel_tools` at once, results
+//! in call order; approval first where a tool needs it (within
+//! `approval_timeout`); every extension point guarded; an output that does
+//! not fit the log is the tool's failure.
+
+use super::turn::TurnFailure;
+use super::{Interrupt, Runner, Step};
+use crate::error::FailureCause;
+use crate::guard::guarded;
+use crate::interaction::{
+    InteractionDecision, InteractionHandler, InteractionKind, InteractionRequest,
+};
+use crate::tool::{OnToolFailure, Tool, ToolInvocation, ToolPolicy};
+use futures_util::StreamExt;
+use keel_eventlog::{
+    Cause, CommitError, ErrorText, Extra, InteractionCompleted, InteractionFailed,
+    InteractionStarted, Payload, ToolCompleted, ToolFailed, ToolOutcome, ToolRef, ToolRetry,
+};
+use keel_message::{CallId, InteractionId, MessageError, Part, ToolCallPart, ToolName};
+use std::sync::Arc;
+
+/// A tool failure whose policy ends the run.
+pub(super) struct EndsRun {
+    call_id: CallId,
+    tool: ToolName,
+    error: String,
+}
+
+impl EndsRun {
+    pub(super) fn into_failure(self) -> TurnFailure {
+        let EndsRun {
+            call_id,
+            tool,
+            error,
+        } = self;
+        TurnFailure {
+            error: ErrorText::new(&format!("tool {tool} (call {call_id}) failed: {error}")),
+            event_cause: Some(Cause {
+                call_id: Some(call_id.clone()),
+                tool: Some(tool.clone()),
+                ..Cause::default()
+            }),
+            cause: FailureCause::Tool {
+                call_id,
+                tool,
+                error,
+            },
+        }
+    }
+}
+
+/// How a turn's tool calls ended.
+pub(super) enum ToolsEnd {
+    /// Every call ended; their results, in call order.
+    Results(Vec<Part>),
+    /// A failure ended the run; calls still in flight were dropped.
+    Ended(EndsRun),
+}
+
+/// The outcome of one tool call, as fed back to the model.
+struct ToolEnd {
+    part: Part,
+    ends_run: Option<EndsRun>,
+}
+
+/// Why a tool call failed, as `tool.failed` records it.
+struct CallFailure {
+    message: String,
+    outcome: Option<ToolOutcome>,
+    retry: Option<ToolRetry>,
+}
+
+impl CallFailure {
+    fn plain(message: String) -> CallFailure {
+        CallFailure {
+            message,
+            outcome: None,
+            retry: None,
+        }
+    }
+    fn uncertain(message: String, retry: ToolRetry) -> CallFailure {
+        CallFailure {
+            message,
+            outcome: Some(ToolOutcome::Uncertain),
+            retry: Some(retry),
+        }
+    }
+}
+
+impl Runner {
+    /// Runs the calls, at most `max_parallel_tools` at once. Dropping the
+    /// unfinished futures (when a failure ends the run) drops tool calls
+    /// and approvals still in flight; the turn then closes their scopes.
+    pub(super) async fn run_tools(&self, turn: u64, calls: &[ToolCallPart]) -> Step<ToolsEnd> {
+        let mut results: Vec<Option<Part>> = calls.iter().map(|_| None).collect();
+        let mut pending = calls.iter().enumerate();
+        let mut running = futures_util::stream::FuturesUnordered::new();
+        loop {
+            while running.len() < self.ctx.limits.max_parallel_tools {
+                let Some((i, call)) = pending.next() else {
+                    break;
+                };
+                running.push(async move { (i, self.tool_call(turn, call).await) });
+            }
+            let Some((i, result)) = running.next().await else {
+                break;
+            };
+            let end = result?;
+            if let Some(ended) = end.ends_run {
+                return Ok(ToolsEnd::Ended(ended));
+            }
+            results[i] = Some(end.part);
+        }
+        Ok(ToolsEnd::Results(results.into_iter().flatten().collect()))
+    }
+
+    fn result_part(&self, call: &ToolCallPart, content: &str, is_error: bool) -> Step<Part> {
+        let limits = &self.engine.shared.message_limits;
+        Part::tool_result_with(call.call_id().clone(), content, is_error, limits)
+            .or_else(|_| {
+                let short = "tool result exceeded limits.part_bytes";
+                Part::tool_result_with(call.call_id().clone(), short, true, limits)
+            })
+            .map_err(Interrupt::Message)
+    }
+
+    /// One tool call: approval if the tool needs it, then the tool scope.
+    async fn tool_call(&self, turn: u64, call: &ToolCallPart) -> Step<ToolEnd> {
+        let tool = self.ctx.tools.get(call.name()).cloned();
+        let policy = tool.as_ref().map(|t| t.policy()).unwrap_or_default();
+        if policy.requires_approval
+            && let Some(handler) = self.ctx.interactions.clone()
+            && let Some(refusal) = self.approval(turn, call, handler).await?
+        {
+            return Ok(ToolEnd {
+                part: self.result_part(call, &refusal, true)?,
+                ends_run: None,
+            });
+        }
+        self.rec
+            .record(Payload::ToolStarted(ToolRef {
+                turn,
+                call_id: call.call_id().clone(),
+                tool: call.name().clone(),
+                extra: Extra::new(),
+            }))
+            .await?;
+        let result = self.invoke(turn, call, tool, &policy).await;
+        self.finish(turn, call, result, &policy).await
+    }
+
+    /// Asks the handler (guarded, within `approval_timeout`); `Some` is why
+    /// the tool is not run.
+    async fn approval(
+        &self,
+        turn: u64,
+        call: &ToolCallPart,
+        handler: Arc<dyn InteractionHandler>,
+    ) -> Step<Option<String>> {
+        let n = {
+            let mut st = self.state();
+            st.interactions += 1;
+            st.interactions
+        };
+        let interaction_id = InteractionId::parse(&format!("i_{n}"))
+            .map_err(|e| Interrupt::Message(MessageError::from(e)))?;
+        self.rec
+            .record(Payload::InteractionStarted(InteractionStarted {
+                turn,
+                interaction_id: interaction_id.clone(),
+                request: "approval".into(),
+                call_id: Some(call.call_id().clone()),
+                extra: Extra::new(),
+            }))
+            .await?;
+        let request = InteractionRequest {
+            run_id: self.run_id.clone(),
+            turn,
+            interaction_id: interaction_id.clone(),
+            kind: InteractionKind::Approval {
+                call_id: call.call_id().clone(),
+                tool: call.name().clone(),
+                arguments: call.arguments().clone(),
+            },
+        };
+        let timeout = self.ctx.limits.approval_timeout;
+        let answer = tokio::time::timeout(timeout, guarded(move || handler.handle(request))).await;
+        let failure = match answer {
+            Ok(Ok(Ok(decision))) => {
+                self.rec
+                    .record(Payload::InteractionCompleted(InteractionCompleted {
+                        turn,
+                        interaction_id,
+                        decision: decision.as_str().into(),
+                        extra: Extra::new(),
+                    }))
+                    .await?;
+                return Ok((decision == InteractionDecision::Denied).then(|| "denied".to_owned()));
+            }
+            Ok(Ok(Err(e))) => e.0,
+            Ok(Err(_panic)) => "interaction handler panicked".to_owned(),
+            Err(_) => format!(
+                "no answer within limits.approval_timeout ({} ms) (rule interaction.timeout)",
+                timeout.as_millis()
+            ),
+        };
+        let error = ErrorText::new(&failure);
+        self.rec
+            .record(Payload::InteractionFailed(InteractionFailed {
+                turn,
+                interaction_id,
+                error: error.clone(),
+                extra: Extra::new(),
+            }))
+            .await?;
+        Ok(Some(format!("approval failed: {}", error.as_str())))
+    }
+
+    /// Calls the tool (guarded, within its timeout) and bounds its output.
+    async fn invoke(
+        &self,
+        turn: u64,
+        call: &ToolCallPart,
+        tool: Option<Arc<dyn Tool>>,
+        policy: &ToolPolicy,
+    ) -> Result<String, CallFailure> {
+        let Some(tool) = tool else {
+            return Err(CallFailure::plain(format!("unknown tool {}", call.name())));
+        };
+        let timeout = policy.timeout.unwrap_or(self.ctx.limits.tool_call_timeout);
+        let invocation = ToolInvocation {
+            run_id: self.run_id.clone(),
+            turn,
+            call_id: call.call_id().clone(),
+            arguments: call.arguments().clone(),
+        };
+        let part_bytes = self.engine.shared.message_limits.part_bytes;
+        match tokio::time::timeout(timeout, guarded(move || tool.call(invocation))).await {
+            Err(_) => Err(CallFailure::uncertain(
+                format!("timed out after {} ms", timeout.as_millis()),
+                ToolRetry::Retryable,
+            )),
+            Ok(Err(_panic)) => Err(CallFailure::plain("tool panicked".to_owned())),
+            Ok(Ok(Err(e))) => Err(CallFailure {
+                message: e.message,
+                outcome: e.outcome,
+                retry: e.retry,
+            }),
+            Ok(Ok(Ok(output))) if output.len() > part_bytes => Err(CallFailure::uncertain(
+                format!(
+                    "tool output is {} bytes, over limits.part_bytes {part_bytes}",
+                    output.len()
+                ),
+                ToolRetry::NotRetryable,
+            )),
+            Ok(Ok(Ok(output))) => Ok(output),
+        }
+    }
+
+    /// Records the tool's terminal. The event-size rule is the log's: an
+    /// output the log refuses as too large becomes the tool's failure.
+    async fn finish(
+        &self,
+        turn: u64,
+        call: &ToolCallPart,
+        result: Result<String, CallFailure>,
+        policy: &ToolPolicy,
+    ) -> Step<ToolEnd> {
+        let failure = match result {
+            Ok(output) => {
+                // The result part copies the output; the payload then takes it.
+                let part = self.result_part(call, &output, false)?;
+                let completed = Payload::ToolCompleted(ToolCompleted {
+                    turn,
+                    call_id: call.call_id().clone(),
+                    tool: call.name().clone(),
+                    output,
+                    extra: Extra::new(),
+                });
+                match self.rec.record(completed).await {
+                    Ok(_) => {
+                        return Ok(ToolEnd {
+                            part,
+                            ends_run: None,
+                        });
+                    }
+                    Err(Interrupt::Log(e @ CommitError::EventTooLarge { .. })) => {
+                        CallFailure::uncertain(
+                            format!("tool output cannot be recorded: {e}"),
+                            ToolRetry::NotRetryable,
+                        )
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(failure) => failure,
+        };
+        let error = ErrorText::new(&failure.message);
+        self.rec
+            .record(Payload::ToolFailed(ToolFailed {
+                turn,
+                call_id: call.call_id().clone(),
+                tool: call.name().clone(),
+                error: error.clone(),
+                outcome: failure.outcome,
+                retry: failure.retry,
+                extra: Extra::new(),
+            }))
+            .await?;
+        Ok(ToolEnd {
+            part: self.result_part(call, error.as_str(), true)?,
+            ends_run: (policy.on_failure == OnToolFailure::EndRun).then(|| EndsRun {
+                call_id: call.call_id().clone(),
+                tool: call.name().clone(),
+                error: error.as_str().to_owned(),
+            }),
+        })
+    }
+}

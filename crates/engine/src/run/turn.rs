@@ -1,0 +1,203 @@
+//! The turn loop: `run.started`, then turns until the model stops calling
+//! tools, a turn fails, or `max_turns` is reached; each turn is a model
+//! call (with retries) and then the tools it asked for.
+
+use super::model::ModelOutput;
+use super::tools::ToolsEnd;
+use super::{Runner, Step};
+use crate::error::FailureCause;
+use crate::request::RunOutcome;
+use keel_eventlog::{
+    Cause, ErrorText, Extra, Payload, RunCompleted, RunFailed, RunStarted, TurnFailed, TurnRef,
+};
+use keel_message::{Message, MessageError, MessageId, Part, Role};
+
+/// How a turn ended.
+pub(super) enum TurnEnd {
+    /// No tool calls: the run is done.
+    Final(Message),
+    /// Tool results were appended: next turn.
+    Continue,
+    /// The turn (and run) failed.
+    Failed(TurnFailure),
+}
+
+/// Why a turn failed: the run's cause, the recorded error text, and the
+/// identity it names (the model call or tool call).
+pub(crate) struct TurnFailure {
+    pub(crate) cause: FailureCause,
+    pub(crate) error: ErrorText,
+    pub(crate) event_cause: Option<Cause>,
+}
+
+impl TurnFailure {
+    /// A limit (a bound of the engine or of the message rules) was hit.
+    pub(crate) fn limit(limit: &str, detail: String) -> TurnFailure {
+        TurnFailure {
+            error: ErrorText::new(&format!("{limit}: {detail}")),
+            cause: FailureCause::Limit {
+                limit: limit.to_owned(),
+                detail,
+            },
+            event_cause: None,
+        }
+    }
+    pub(crate) fn message_rule(e: &MessageError) -> TurnFailure {
+        TurnFailure {
+            error: ErrorText::new(&e.to_string()),
+            cause: FailureCause::Limit {
+                limit: e.kind().rule().to_owned(),
+                detail: e.to_string(),
+            },
+            event_cause: None,
+        }
+    }
+}
+
+fn turn_ref(turn: u64) -> TurnRef {
+    TurnRef {
+        turn,
+        extra: Extra::new(),
+    }
+}
+
+impl Runner {
+    pub(super) async fn drive(&self) -> Step<RunOutcome> {
+        self.rec
+            .record(Payload::RunStarted(RunStarted {
+                model: Some(self.model.clone()),
+                extra: Extra::new(),
+            }))
+            .await?;
+        let max_turns = self.ctx.limits.max_turns;
+        for turn in 1..=max_turns {
+            self.rec
+                .record(Payload::TurnStarted(turn_ref(turn)))
+                .await?;
+            match self.turn(turn).await? {
+                TurnEnd::Final(message) => {
+                    self.rec
+                        .record(Payload::TurnCompleted(turn_ref(turn)))
+                        .await?;
+                    return self.complete(message).await;
+                }
+                TurnEnd::Continue => {
+                    self.rec
+                        .record(Payload::TurnCompleted(turn_ref(turn)))
+                        .await?;
+                }
+                TurnEnd::Failed(failure) => return self.fail(turn, failure).await,
+            }
+        }
+        let failure = TurnFailure::limit(
+            "limits.max_turns",
+            format!("the model was still calling tools after {max_turns} turns"),
+        );
+        self.rec
+            .record_final(
+                Payload::RunFailed(RunFailed {
+                    error: failure.error,
+                    cause: None,
+                    extra: Extra::new(),
+                }),
+                RunOutcome::Failed {
+                    cause: failure.cause,
+                },
+            )
+            .await
+    }
+
+    async fn complete(&self, final_message: Message) -> Step<RunOutcome> {
+        let usage = self.state().usage.total();
+        let outcome = RunOutcome::Completed {
+            final_message,
+            usage: usage.unwrap_or_default(),
+        };
+        let payload = Payload::RunCompleted(RunCompleted {
+            usage,
+            extra: Extra::new(),
+        });
+        self.rec.record_final(payload, outcome).await
+    }
+
+    /// Ends the failed turn: anything still open inside it is cancelled
+    /// first, then the turn and the run fail naming the same cause.
+    async fn fail(&self, turn: u64, failure: TurnFailure) -> Step<RunOutcome> {
+        self.rec.cancel_children(turn).await?;
+        self.rec
+            .record(Payload::TurnFailed(TurnFailed {
+                turn,
+                error: failure.error.clone(),
+                cause: failure.event_cause.clone(),
+                extra: Extra::new(),
+            }))
+            .await?;
+        let payload = Payload::RunFailed(RunFailed {
+            error: failure.error,
+            cause: failure.event_cause,
+            extra: Extra::new(),
+        });
+        let outcome = RunOutcome::Failed {
+            cause: failure.cause,
+        };
+        self.rec.record_final(payload, outcome).await
+    }
+
+    async fn turn(&self, turn: u64) -> Step<TurnEnd> {
+        match self.model_with_retries(turn).await? {
+            Ok(output) => self.after_model(turn, output).await,
+            Err(failure) => Ok(TurnEnd::Failed(failure)),
+        }
+    }
+
+    /// After a completed model call: finish, or run the tools and continue.
+    async fn after_model(&self, turn: u64, output: ModelOutput) -> Step<TurnEnd> {
+        let limits = &self.ctx.limits;
+        let ModelOutput { text, calls } = output;
+        if calls.len() > limits.max_tool_calls_per_turn {
+            return Ok(TurnEnd::Failed(TurnFailure::limit(
+                "limits.max_tool_calls_per_turn",
+                format!(
+                    "the model asked for {} tool calls, the bound is {}",
+                    calls.len(),
+                    limits.max_tool_calls_per_turn
+                ),
+            )));
+        }
+        let message_limits = &self.engine.shared.message_limits;
+        let mut parts = Vec::new();
+        if !text.is_empty() {
+            match Part::text_with(&text, message_limits) {
+                Ok(p) => parts.push(p),
+                Err(e) => return Ok(TurnEnd::Failed(TurnFailure::message_rule(&e))),
+            }
+        }
+        parts.extend(calls.iter().cloned().map(Part::ToolCall));
+        let message = match message_id(turn, "a")
+            .and_then(|id| Message::new_with(id, Role::Assistant, parts, message_limits))
+        {
+            Ok(m) => m,
+            Err(e) => return Ok(TurnEnd::Failed(TurnFailure::message_rule(&e))),
+        };
+        self.state().history.push(message.clone());
+        if calls.is_empty() {
+            return Ok(TurnEnd::Final(message));
+        }
+        let results = match self.run_tools(turn, &calls).await? {
+            ToolsEnd::Results(parts) => parts,
+            ToolsEnd::Ended(ended) => return Ok(TurnEnd::Failed(ended.into_failure())),
+        };
+        match message_id(turn, "t")
+            .and_then(|id| Message::new_with(id, Role::Tool, results, message_limits))
+        {
+            Ok(m) => self.state().history.push(m),
+            Err(e) => return Ok(TurnEnd::Failed(TurnFailure::message_rule(&e))),
+        }
+        Ok(TurnEnd::Continue)
+    }
+}
+
+fn message_id(turn: u64, suffix: &str) -> Result<MessageId, MessageError> {
+    // "keel_<turn>_<suffix>" is always within the id rule.
+    Ok(MessageId::parse(&format!("keel_{turn}_{suffix}"))?)
+}
