@@ -202,6 +202,12 @@ impl Runner {
                     cause: FailureCause::Observer(e),
                 }
             }
+            Some(Err(Interrupt::Log(_))) if self.rec.run_ended() => {
+                // Only a shutdown past its deadline commits a run's
+                // terminals outside its task, and it commits them cancelled.
+                self.rec.close(None, None).await;
+                RunOutcome::Cancelled
+            }
             Some(Err(Interrupt::Log(e))) => {
                 let detail = e.to_string();
                 self.fail_closing(FailureCause::Internal(detail.clone()), &detail)

@@ -87,6 +87,11 @@ impl Recorder {
         self.final_slot().clone()
     }
 
+    /// Whether the log holds the run's terminal.
+    pub(crate) fn run_ended(&self) -> bool {
+        self.log.run_ended()
+    }
+
     /// Whether every required observer acknowledged every committed event.
     pub(crate) fn acknowledged(&self) -> bool {
         self.acked.load(Ordering::SeqCst) >= self.log.stats().last_seq
