@@ -19,7 +19,7 @@ pub(super) enum TurnEnd {
     /// Tool results were appended: next turn.
     Continue,
     /// The turn (and run) failed.
-    Failed(TurnFailure),
+    Failed(Box<TurnFailure>),
 }
 
 /// Why a turn failed: the run's cause, the recorded error text, and the
@@ -86,7 +86,7 @@ impl Runner {
                         .record(Payload::TurnCompleted(turn_ref(turn)))
                         .await?;
                 }
-                TurnEnd::Failed(failure) => return self.fail(turn, failure).await,
+                TurnEnd::Failed(failure) => return self.fail(turn, *failure).await,
             }
         }
         let failure = TurnFailure::limit(
@@ -146,7 +146,7 @@ impl Runner {
     async fn turn(&self, turn: u64) -> Step<TurnEnd> {
         match self.model_with_retries(turn).await? {
             Ok(output) => self.after_model(turn, output).await,
-            Err(failure) => Ok(TurnEnd::Failed(failure)),
+            Err(failure) => Ok(TurnEnd::Failed(Box::new(failure))),
         }
     }
 
@@ -155,21 +155,21 @@ impl Runner {
         let limits = &self.ctx.limits;
         let ModelOutput { text, calls } = output;
         if calls.len() > limits.max_tool_calls_per_turn {
-            return Ok(TurnEnd::Failed(TurnFailure::limit(
+            return Ok(TurnEnd::Failed(Box::new(TurnFailure::limit(
                 "limits.max_tool_calls_per_turn",
                 format!(
                     "the model asked for {} tool calls, the bound is {}",
                     calls.len(),
                     limits.max_tool_calls_per_turn
                 ),
-            )));
+            ))));
         }
         let message_limits = &self.engine.shared.message_limits;
         let mut parts = Vec::new();
         if !text.is_empty() {
             match Part::text_with(&text, message_limits) {
                 Ok(p) => parts.push(p),
-                Err(e) => return Ok(TurnEnd::Failed(TurnFailure::message_rule(&e))),
+                Err(e) => return Ok(TurnEnd::Failed(Box::new(TurnFailure::message_rule(&e)))),
             }
         }
         parts.extend(calls.iter().cloned().map(Part::ToolCall));
@@ -177,7 +177,7 @@ impl Runner {
             .and_then(|id| Message::new_with(id, Role::Assistant, parts, message_limits))
         {
             Ok(m) => m,
-            Err(e) => return Ok(TurnEnd::Failed(TurnFailure::message_rule(&e))),
+            Err(e) => return Ok(TurnEnd::Failed(Box::new(TurnFailure::message_rule(&e)))),
         };
         self.state().history.push(message.clone());
         if calls.is_empty() {
@@ -185,13 +185,13 @@ impl Runner {
         }
         let results = match self.run_tools(turn, &calls).await? {
             ToolsEnd::Results(parts) => parts,
-            ToolsEnd::Ended(ended) => return Ok(TurnEnd::Failed(ended.into_failure())),
+            ToolsEnd::Ended(ended) => return Ok(TurnEnd::Failed(Box::new(ended.into_failure()))),
         };
         match message_id(turn, "t")
             .and_then(|id| Message::new_with(id, Role::Tool, results, message_limits))
         {
             Ok(m) => self.state().history.push(m),
-            Err(e) => return Ok(TurnEnd::Failed(TurnFailure::message_rule(&e))),
+            Err(e) => return Ok(TurnEnd::Failed(Box::new(TurnFailure::message_rule(&e)))),
         }
         Ok(TurnEnd::Continue)
     }
