@@ -7,7 +7,9 @@
 //! - the typed payload re-encodes to the same bytes:
 //!   `e.payload()?.to_canonical()? == e.payload_json()`, and its kind is
 //!   the event's;
-//! - decoding `e.line()` again gives an equal event.
+//! - decoding `e.line()` again gives an equal event;
+//! - the payload names a tool identity (`Payload::tool_name`) exactly
+//!   when it is a tool lifecycle event: its line's `tool` member.
 //!
 //! On failure: no panic, and the error message does not change when the
 //! letters and digits of content members (`text`, `output`, `arguments`,
@@ -60,6 +62,20 @@ fuzz_target!(|data: &[u8]| {
                 event.payload_json(),
                 "payload re-encoding differs\n{line}"
             );
+            let is_tool = matches!(
+                event.kind().lifecycle_parts(),
+                Some((keel_eventlog::Scope::Tool, _))
+            );
+            assert_eq!(
+                payload.tool_name().is_some(),
+                is_tool,
+                "a tool identity for another kind, or none for a tool event\n{line}"
+            );
+            if let Some(tool) = payload.tool_name() {
+                let value: serde_json::Value =
+                    serde_json::from_str(event.payload_json()).expect("payload is JSON");
+                assert_eq!(value["tool"].as_str(), Some(tool.as_str()), "{line}");
+            }
             let again = Event::decode(event.line()).expect("decodes twice");
             assert_eq!(again.line(), event.line());
             assert_eq!((again.seq(), again.ts()), (event.seq(), event.ts()));

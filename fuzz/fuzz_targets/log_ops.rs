@@ -23,21 +23,27 @@
 //!   `SlowConsumer` only when its live lag can have passed its bounds,
 //!   `Evicted` only when its next event is gone, `Ended` only after close
 //!   or shutdown with every event delivered; nothing after an end;
+//! - a tool terminal is accepted only naming the tool its accepted start
+//!   named, and one naming another tool for an open call is refused with
+//!   `lifecycle.same_identity` (the menu names tool `t` or `u`);
 //! - a snapshot is the model's window; its JSON Lines round trip is
-//!   byte-identical; restoring it gives a log with the same window that
-//!   continues at the next sequence; importing a complete run gives the
-//!   same events.
+//!   byte-identical; restoring it gives a log with the same window and the
+//!   same open scopes as their starts named them (`open_scope_starts`),
+//!   that continues at the next sequence; importing a complete run gives
+//!   the same events and open scopes, and `Snapshot::from_events` of them
+//!   is the log's snapshot.
 #![no_main]
 
 use keel_eventlog::{
-    Clock, CommitError, ENTRY_OVERHEAD_BYTES, EndReason, EventKind, LogConfig, LogStats,
-    MIN_TERMINAL_BYTES, Payload, RunLog, Snapshot, SubscribeError, Subscription,
-    SubscriptionBounds, SubscriptionError, TryRecvError,
+    Clock, CommitError, ENTRY_OVERHEAD_BYTES, EndReason, EventKind, LifecycleError, LogConfig,
+    LogStats, MIN_TERMINAL_BYTES, Payload, Phase, RunLog, ScopeKey, Snapshot, SubscribeError,
+    Subscription, SubscriptionBounds, SubscriptionError, Transition, TryRecvError,
 };
 use keel_message::RunId;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -66,6 +72,9 @@ struct Model {
     ended: Option<EndReason>,
     /// Seq of the run's terminal, once committed.
     terminal: Option<u64>,
+    /// Open tool scopes (started by accepted commits) and the tool each
+    /// start named.
+    tools: HashMap<ScopeKey, String>,
     config: LogConfig,
 }
 
@@ -223,6 +232,8 @@ fn payload(u: &mut Unstructured<'_>) -> Result<Payload> {
     let turn: u64 = u.int_in_range(1..=2)?;
     let op = *u.choose(&["op_1", "op_2"])?;
     let call = *u.choose(&["call_1", "call_2"])?;
+    // Two names, so a terminal may name another tool than its start.
+    let tool = *u.choose(&["t", "u"])?;
     let (kind, value) = match u.int_in_range(0..=15)? {
         0 => ("run.started", json!({})),
         1 => ("turn.started", json!({ "turn": turn })),
@@ -245,15 +256,15 @@ fn payload(u: &mut Unstructured<'_>) -> Result<Payload> {
         ),
         8 => (
             "tool.started",
-            json!({ "turn": turn, "call_id": call, "tool": "t", "arguments": {} }),
+            json!({ "turn": turn, "call_id": call, "tool": tool, "arguments": {} }),
         ),
         9 => (
             "tool.completed",
-            json!({ "turn": turn, "call_id": call, "tool": "t", "output": text(u)? }),
+            json!({ "turn": turn, "call_id": call, "tool": tool, "output": text(u)? }),
         ),
         10 => (
             "tool.cancelled",
-            json!({ "turn": turn, "call_id": call, "tool": "t" }),
+            json!({ "turn": turn, "call_id": call, "tool": tool }),
         ),
         11 => ("turn.completed", json!({ "turn": turn })),
         12 => ("turn.cancelled", json!({ "turn": turn })),
@@ -263,6 +274,16 @@ fn payload(u: &mut Unstructured<'_>) -> Result<Payload> {
     };
     let kind = EventKind::parse(kind).expect("a known kind");
     Ok(Payload::from_json(&kind, value).unwrap_or_else(|e| panic!("menu payload {kind:?}: {e}")))
+}
+
+/// The scope, phase and tool of a tool lifecycle event.
+fn tool_identity(p: &Payload) -> Option<(ScopeKey, Phase, String)> {
+    match (p.transition(), p.tool_name()) {
+        (Transition::Lifecycle(key, phase), Some(tool)) => {
+            Some((key, phase, tool.as_str().to_owned()))
+        }
+        _ => None,
+    }
 }
 
 fn check_stats(log: &RunLog, model: &Model, subs: &[Sub]) {
@@ -290,6 +311,7 @@ fuzz_target!(|data: &[u8]| {
         last_ts: 0,
         ended: None,
         terminal: None,
+        tools: HashMap::new(),
         config: config.clone(),
     };
     let mut subs: Vec<Sub> = Vec::new();
@@ -320,8 +342,30 @@ fuzz_target!(|data: &[u8]| {
                     clock.0.store(next, Ordering::SeqCst);
                 }
                 let before = log.stats();
+                let identity = tool_identity(&p);
+                let mismatch = match &identity {
+                    Some((key, Phase::Ended(_), tool)) => {
+                        model.tools.get(key).is_some_and(|started| started != tool)
+                    }
+                    _ => false,
+                };
                 match log.commit(&p) {
                     Ok(event) => {
+                        assert!(
+                            !mismatch,
+                            "a tool terminal naming another tool was accepted"
+                        );
+                        match identity {
+                            Some((key, Phase::Started, tool)) => {
+                                model.tools.insert(key, tool);
+                            }
+                            Some((key, Phase::Ended(_), tool)) => assert_eq!(
+                                model.tools.remove(&key),
+                                Some(tool),
+                                "a tool terminal accepted naming another tool than its start"
+                            ),
+                            None => {}
+                        }
                         assert!(model.ended.is_none(), "a closed log took a commit");
                         assert!(
                             model.terminal.is_none(),
@@ -352,6 +396,14 @@ fuzz_target!(|data: &[u8]| {
                         assert_eq!(log.stats(), before, "a refused commit changed the log: {e}");
                         if let Some(reason) = model.ended {
                             assert_eq!(e, CommitError::Closed(reason));
+                        } else if mismatch {
+                            assert!(
+                                matches!(
+                                    e,
+                                    CommitError::Lifecycle(LifecycleError::IdentityMismatch { .. })
+                                ),
+                                "a tool terminal naming another tool refused otherwise: {e}"
+                            );
                         }
                     }
                 }
@@ -459,6 +511,11 @@ fuzz_target!(|data: &[u8]| {
                 );
                 let restored = RunLog::restore(&back, config.clone(), clock.clone())
                     .unwrap_or_else(|e| panic!("a snapshot does not restore: {e}"));
+                assert_eq!(
+                    restored.open_scope_starts(),
+                    log.open_scope_starts(),
+                    "restore changed the open scopes or their identities"
+                );
                 subs.clear();
                 log = restored;
                 model.ended = None;
@@ -491,6 +548,14 @@ fuzz_target!(|data: &[u8]| {
                     .collect();
                 assert_eq!(lines, model.lines, "import changed the events");
                 assert_eq!(imported.stats().last_seq, model.last());
+                assert_eq!(
+                    imported.open_scope_starts(),
+                    log.open_scope_starts(),
+                    "import changed the open scopes or their identities"
+                );
+                let snap = Snapshot::from_events(run_id.clone(), log.retained_after(0))
+                    .unwrap_or_else(|e| panic!("a committed run is not a snapshot: {e}"));
+                assert_eq!(snap, log.snapshot(), "from_events differs from snapshot()");
             }
         }
     }

@@ -7,8 +7,10 @@
 //! - the envelope ([`Event`]), the stable kinds ([`EventKind`]) and one
 //!   typed payload per kind ([`Payload`]), with canonical encoding and
 //!   decoding that round-trips byte for byte, unknown members included;
-//! - the [`LifecycleTracker`]: one terminal per started scope, nesting,
-//!   nothing after the run's terminal;
+//! - the [`LifecycleTracker`]: one terminal per started scope, naming the
+//!   identity its start named (a tool terminal its tool), nesting, nothing
+//!   after the run's terminal; [`OpenScope`]s and their cancelled
+//!   terminals;
 //! - the bounded [`RunLog`]: sequence and timestamp assigned under one
 //!   lock, count- and byte-bounded retention with oldest-first eviction and
 //!   a terminal reserve ([`LogConfig`]);
@@ -62,7 +64,7 @@ mod sync;
 pub use clock::{Clock, SystemClock};
 pub use event::{ENTRY_OVERHEAD_BYTES, Event, EventDecodeError, SCHEMA_VERSION};
 pub use kind::{EventKind, KindError, Phase, Scope, Terminal};
-pub use lifecycle::{LifecycleError, LifecycleTracker, ScopeKey, Transition};
+pub use lifecycle::{LifecycleError, LifecycleTracker, OpenScope, ScopeKey, Transition};
 pub use log::{
     CommitError, ConfigError, EndReason, LogConfig, LogStats, MIN_TERMINAL_BYTES, RunLog,
 };

@@ -1,8 +1,10 @@
 //! The lifecycle tracker: every started scope gets exactly one terminal,
-//! scopes nest, and nothing follows the run's terminal.
+//! naming the identity its start named; scopes nest, and nothing follows
+//! the run's terminal.
 
 use crate::kind::{Phase, Scope, Terminal};
-use keel_message::{CallId, InteractionId, OperationId};
+use crate::payload::{Extra, InteractionRef, ModelRef, Payload, RunCancelled, ToolRef, TurnRef};
+use keel_message::{CallId, InteractionId, OperationId, ToolName};
 use std::fmt;
 
 /// Which scope an event opens or closes.
@@ -157,6 +159,161 @@ pub enum LifecycleError {
         /// The bound.
         max: usize,
     },
+    /// A terminal that names another identity than its start: a
+    /// `tool.completed` / `tool.failed` / `tool.cancelled` whose `tool` is
+    /// not the one its `tool.started` named. (Turn, operation id, call id
+    /// and interaction id are part of the [`ScopeKey`]: a terminal that
+    /// names another one names another scope, which is
+    /// [`TerminalWithoutStart`](Self::TerminalWithoutStart).)
+    #[error(
+        "{key} started with {field} {started}, its terminal names {ended} (rule lifecycle.same_identity)"
+    )]
+    IdentityMismatch {
+        /// The scope.
+        key: ScopeKey,
+        /// The member that differs (`tool`).
+        field: &'static str,
+        /// What the start named (a tool name: `^[A-Za-z0-9_-]{1,64}$`).
+        /// Boxed, not a `String`, to keep the error (and every `Result`
+        /// carrying it) small.
+        started: Box<str>,
+        /// What the terminal names.
+        ended: Box<str>,
+    },
+    /// A snapshot's open tool scope that does not name its tool, in a
+    /// window whose start event is gone: its terminal could not be checked
+    /// or built.
+    #[error("{key} does not record the {field} its start named (rule lifecycle.same_identity)")]
+    IdentityMissing {
+        /// The scope.
+        key: ScopeKey,
+        /// The member that is missing (`tool`).
+        field: &'static str,
+    },
+}
+
+impl LifecycleError {
+    /// The name of the rule broken, as the message ends with it:
+    /// `lifecycle.same_identity`, `limits.open_scopes`, …
+    ///
+    /// ```
+    /// use keel_eventlog::{LifecycleError, ScopeKey};
+    /// let e = LifecycleError::DuplicateStart { key: ScopeKey::Run };
+    /// assert_eq!(e.rule(), "lifecycle.unique_start");
+    /// assert!(e.to_string().ends_with("(rule lifecycle.unique_start)"));
+    /// ```
+    pub fn rule(&self) -> &'static str {
+        match self {
+            LifecycleError::RunNotStarted { .. } => "lifecycle.run_first",
+            LifecycleError::TerminalWithoutStart { .. } => "lifecycle.terminal_without_start",
+            LifecycleError::SecondTerminal { .. } => "lifecycle.one_terminal",
+            LifecycleError::DuplicateStart { .. } => "lifecycle.unique_start",
+            LifecycleError::ParentNotOpen { .. } => "lifecycle.nesting",
+            LifecycleError::TurnStillOpen { .. } => "lifecycle.one_turn_at_a_time",
+            LifecycleError::ChildrenOpen { .. } => "lifecycle.children_first",
+            LifecycleError::AfterRunEnded => "lifecycle.nothing_after_run",
+            LifecycleError::ScopeNotOpen { .. } => "lifecycle.in_open_scope",
+            LifecycleError::TooManyOpen { .. } => "limits.open_scopes",
+            LifecycleError::IdentityMismatch { .. } | LifecycleError::IdentityMissing { .. } => {
+                "lifecycle.same_identity"
+            }
+        }
+    }
+}
+
+/// One open scope as its start event named it: the [`ScopeKey`] and, for
+/// a tool scope, the tool. It knows the scope's `cancelled` terminal, which
+/// a tracker or log accepts for it (once its children are closed).
+///
+/// ```
+/// use keel_eventlog::*;
+/// use keel_message::{CallId, RunId, ToolName};
+/// use std::sync::Arc;
+///
+/// let log = RunLog::new(RunId::parse("run_1")?, LogConfig::default(), Arc::new(SystemClock))?;
+/// log.commit(&Payload::RunStarted(RunStarted::default()))?;
+/// log.commit(&Payload::TurnStarted(TurnRef { turn: 1, extra: Extra::new() }))?;
+/// log.commit(&Payload::ToolStarted(ToolRef {
+///     turn: 1,
+///     call_id: CallId::parse("c1")?,
+///     tool: ToolName::parse("get_weather")?,
+///     extra: Extra::new(),
+/// }))?;
+/// let open = log.open_scope_starts();
+/// assert_eq!(open[0].tool().map(|t| t.as_str()), Some("get_weather"));
+/// // Cancelling innermost first closes the run; each terminal names what
+/// // its start named.
+/// for scope in open {
+///     log.commit(&scope.cancelled())?;
+/// }
+/// assert!(log.run_ended());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenScope {
+    key: ScopeKey,
+    /// Built when the scope is recorded, so a tool scope always has its
+    /// tool: the terminal is `tool.cancelled` naming it.
+    cancelled: Payload,
+}
+
+impl OpenScope {
+    /// The scope for `key` as a start naming `tool` opened it; `None` for
+    /// a tool scope without its tool (the terminal could not name it).
+    /// A tool given for another scope is not part of its identity and is
+    /// ignored.
+    pub(crate) fn new(key: ScopeKey, tool: Option<&ToolName>) -> Option<OpenScope> {
+        let extra = Extra::new;
+        let cancelled = match &key {
+            ScopeKey::Run => Payload::RunCancelled(RunCancelled::default()),
+            ScopeKey::Turn(turn) => Payload::TurnCancelled(TurnRef {
+                turn: *turn,
+                extra: extra(),
+            }),
+            ScopeKey::Model { turn, operation_id } => Payload::ModelCancelled(ModelRef {
+                turn: *turn,
+                operation_id: operation_id.clone(),
+                extra: extra(),
+            }),
+            ScopeKey::Tool { turn, call_id } => Payload::ToolCancelled(ToolRef {
+                turn: *turn,
+                call_id: call_id.clone(),
+                tool: tool?.clone(),
+                extra: extra(),
+            }),
+            ScopeKey::Interaction {
+                turn,
+                interaction_id,
+            } => Payload::InteractionCancelled(InteractionRef {
+                turn: *turn,
+                interaction_id: interaction_id.clone(),
+                extra: extra(),
+            }),
+        };
+        Some(OpenScope { key, cancelled })
+    }
+
+    /// The scope.
+    pub fn key(&self) -> &ScopeKey {
+        &self.key
+    }
+
+    /// The tool its `tool.started` named: `Some` for tool scopes, `None`
+    /// for every other scope.
+    pub fn tool(&self) -> Option<&ToolName> {
+        match &self.cancelled {
+            Payload::ToolCancelled(r) => Some(&r.tool),
+            _ => None,
+        }
+    }
+
+    /// The cancelled terminal for this scope: `run.cancelled`,
+    /// `turn.cancelled`, `model.cancelled`, `tool.cancelled` (naming the
+    /// tool its start named) or `interaction.cancelled`, with no reason and
+    /// no extra members.
+    pub fn cancelled(&self) -> Payload {
+        self.cancelled.clone()
+    }
 }
 
 /// What an event does to the lifecycle.
@@ -175,6 +332,14 @@ pub enum Transition {
 /// lifecycle rules. Checking is separate from applying, so a refused event
 /// leaves the tracker untouched.
 ///
+/// Feed it payloads ([`check_payload`](Self::check_payload),
+/// [`apply_payload`](Self::apply_payload)) to have every rule checked: it
+/// then remembers, for each open tool scope, the tool its start named, and
+/// refuses a terminal naming another (rule `lifecycle.same_identity`).
+/// [`check`](Self::check) and [`apply`](Self::apply) take a bare
+/// [`Transition`], which carries no tool name: they check everything else,
+/// and a tool scope they open has no recorded tool.
+///
 /// ```
 /// use keel_eventlog::{LifecycleTracker, ScopeKey, Transition, Phase, Terminal};
 /// let mut t = LifecycleTracker::new(16);
@@ -188,6 +353,10 @@ pub enum Transition {
 pub struct LifecycleTracker {
     /// Open scopes in start order (innermost last).
     open: Vec<ScopeKey>,
+    /// Beside `open`, index for index: the tool a tool scope's start named
+    /// (`None` for other scopes, and for a tool scope opened by a bare
+    /// transition). Identities live only while their scope is open.
+    tools: Vec<Option<ToolName>>,
     /// The highest turn started so far: turn numbers only increase.
     last_turn: Option<u64>,
     /// Child scopes started in the current (or last) turn, for the
@@ -205,6 +374,7 @@ impl LifecycleTracker {
     pub fn new(max_open: usize) -> Self {
         LifecycleTracker {
             open: Vec::new(),
+            tools: Vec::new(),
             last_turn: None,
             started_in_turn: std::collections::HashSet::new(),
             run_started: false,
@@ -217,16 +387,55 @@ impl LifecycleTracker {
     /// `last_turn` is the highest turn started before the snapshot. Child
     /// scopes that ended before the snapshot are forgotten, so within the
     /// open turn the unique-start rule is enforced against open ones.
+    ///
+    /// Keys carry no tool names, so the tool scopes resumed here have no
+    /// recorded tool (see [`resume_scopes`](Self::resume_scopes)).
     pub fn resume(
         open_outermost_first: Vec<ScopeKey>,
         last_turn: Option<u64>,
         run_ended: bool,
         max_open: usize,
     ) -> Result<Self, LifecycleError> {
+        Self::resume_named(
+            open_outermost_first.into_iter().map(|key| (key, None)),
+            last_turn,
+            run_ended,
+            max_open,
+        )
+    }
+
+    /// [`resume`](Self::resume) from open scopes as their starts named
+    /// them (from [`open_scopes_innermost_first`](Self::open_scopes_innermost_first)
+    /// or [`RunLog::open_scope_starts`](crate::RunLog::open_scope_starts),
+    /// reversed): the resumed tracker checks each tool terminal against the
+    /// tool its start named.
+    pub fn resume_scopes(
+        open_outermost_first: Vec<OpenScope>,
+        last_turn: Option<u64>,
+        run_ended: bool,
+        max_open: usize,
+    ) -> Result<Self, LifecycleError> {
+        Self::resume_named(
+            open_outermost_first.into_iter().map(|s| {
+                let tool = s.tool().cloned();
+                (s.key, tool)
+            }),
+            last_turn,
+            run_ended,
+            max_open,
+        )
+    }
+
+    pub(crate) fn resume_named(
+        open_outermost_first: impl IntoIterator<Item = (ScopeKey, Option<ToolName>)>,
+        last_turn: Option<u64>,
+        run_ended: bool,
+        max_open: usize,
+    ) -> Result<Self, LifecycleError> {
         let mut t = LifecycleTracker::new(max_open);
         // Replaying the opens checks nesting, order and the bound.
-        for key in open_outermost_first {
-            t.apply(&Transition::Lifecycle(key, Phase::Started))?;
+        for (key, tool) in open_outermost_first {
+            t.apply_named(&Transition::Lifecycle(key, Phase::Started), tool.as_ref())?;
         }
         t.run_started = true;
         t.last_turn = t.last_turn.max(last_turn);
@@ -243,104 +452,157 @@ impl LifecycleTracker {
         Ok(t)
     }
 
-    /// Checks `transition` without applying it.
+    /// Checks what `payload` does without applying it, its identity
+    /// included: a tool terminal must name the tool its start named.
+    pub fn check_payload(&self, payload: &Payload) -> Result<(), LifecycleError> {
+        self.check_named(&payload.transition(), payload.tool_name())
+    }
+
+    /// Checks and applies what `payload` does (see
+    /// [`check_payload`](Self::check_payload)); a tool start's tool is
+    /// remembered while its scope is open.
+    pub fn apply_payload(&mut self, payload: &Payload) -> Result<(), LifecycleError> {
+        self.apply_named(&payload.transition(), payload.tool_name())
+    }
+
+    /// Checks `transition` without applying it. A bare transition names no
+    /// tool, so the tool identity is not checked (use
+    /// [`check_payload`](Self::check_payload)).
     pub fn check(&self, transition: &Transition) -> Result<(), LifecycleError> {
+        self.check_named(transition, None)
+    }
+
+    /// Checks and applies `transition` (see [`check`](Self::check)).
+    pub fn apply(&mut self, transition: &Transition) -> Result<(), LifecycleError> {
+        self.apply_named(transition, None)
+    }
+
+    /// Checks `transition` of an event naming `tool` (`None`: the event
+    /// names none, or the caller does not know it).
+    pub(crate) fn check_named(
+        &self,
+        transition: &Transition,
+        tool: Option<&ToolName>,
+    ) -> Result<(), LifecycleError> {
         if self.run_ended {
             return Err(LifecycleError::AfterRunEnded);
         }
-        let (key, phase) = match transition {
-            Transition::None => return Ok(()),
+        match transition {
+            Transition::None => Ok(()),
             Transition::Within(key) => {
-                return if self.open.contains(key) {
+                if self.open.contains(key) {
                     Ok(())
                 } else {
                     Err(LifecycleError::ScopeNotOpen { key: key.clone() })
-                };
+                }
             }
-            Transition::Lifecycle(key, phase) => (key, phase),
-        };
-        match phase {
-            Phase::Started => {
-                if *key == ScopeKey::Run {
-                    if self.run_started {
-                        return Err(LifecycleError::DuplicateStart { key: key.clone() });
-                    }
-                    return Ok(());
-                }
-                if !self.run_started {
-                    return Err(LifecycleError::RunNotStarted { key: key.clone() });
-                }
-                let reused = match key {
-                    ScopeKey::Turn(n) => self.last_turn.is_some_and(|last| *n <= last),
-                    _ => self.started_in_turn.contains(key),
-                };
-                if reused {
-                    return Err(LifecycleError::DuplicateStart { key: key.clone() });
-                }
-                if let ScopeKey::Turn(_) = key
-                    && let Some(open) = self.open.iter().find(|k| matches!(k, ScopeKey::Turn(_)))
-                {
-                    return Err(LifecycleError::TurnStillOpen {
-                        key: key.clone(),
-                        open: open.clone(),
-                    });
-                }
-                if let Some(parent) = key.parent()
-                    && !self.open.contains(&parent)
-                {
-                    return Err(LifecycleError::ParentNotOpen {
-                        key: key.clone(),
-                        parent,
-                    });
-                }
-                if self.open.len() + 1 > self.max_open {
-                    return Err(LifecycleError::TooManyOpen {
-                        open: self.open.len() + 1,
-                        max: self.max_open,
-                    });
-                }
-                Ok(())
-            }
-            Phase::Ended(terminal) => {
-                if !self.open.contains(key) {
-                    let ended_before = match key {
-                        ScopeKey::Run => self.run_started,
-                        ScopeKey::Turn(n) => self.last_turn.is_some_and(|last| *n <= last),
-                        _ => self.started_in_turn.contains(key),
-                    };
-                    return Err(if ended_before {
-                        LifecycleError::SecondTerminal {
-                            key: key.clone(),
-                            terminal: *terminal,
-                        }
-                    } else {
-                        LifecycleError::TerminalWithoutStart {
-                            key: key.clone(),
-                            terminal: *terminal,
-                        }
-                    });
-                }
-                let children: Vec<&ScopeKey> = self
-                    .open
-                    .iter()
-                    .rev()
-                    .filter(|k| is_descendant(k, key))
-                    .collect();
-                if let Some(first) = children.first() {
-                    return Err(LifecycleError::ChildrenOpen {
-                        key: key.clone(),
-                        open_children: children.len(),
-                        first: (*first).clone(),
-                    });
-                }
-                Ok(())
+            Transition::Lifecycle(key, Phase::Started) => self.check_start(key),
+            Transition::Lifecycle(key, Phase::Ended(terminal)) => {
+                self.check_end(key, *terminal, tool)
             }
         }
     }
 
-    /// Checks and applies `transition`.
-    pub fn apply(&mut self, transition: &Transition) -> Result<(), LifecycleError> {
-        self.check(transition)?;
+    fn check_start(&self, key: &ScopeKey) -> Result<(), LifecycleError> {
+        if *key == ScopeKey::Run {
+            if self.run_started {
+                return Err(LifecycleError::DuplicateStart { key: key.clone() });
+            }
+            return Ok(());
+        }
+        if !self.run_started {
+            return Err(LifecycleError::RunNotStarted { key: key.clone() });
+        }
+        if self.started_before(key) {
+            return Err(LifecycleError::DuplicateStart { key: key.clone() });
+        }
+        if let ScopeKey::Turn(_) = key
+            && let Some(open) = self.open.iter().find(|k| matches!(k, ScopeKey::Turn(_)))
+        {
+            return Err(LifecycleError::TurnStillOpen {
+                key: key.clone(),
+                open: open.clone(),
+            });
+        }
+        if let Some(parent) = key.parent()
+            && !self.open.contains(&parent)
+        {
+            return Err(LifecycleError::ParentNotOpen {
+                key: key.clone(),
+                parent,
+            });
+        }
+        if self.open.len() + 1 > self.max_open {
+            return Err(LifecycleError::TooManyOpen {
+                open: self.open.len() + 1,
+                max: self.max_open,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_end(
+        &self,
+        key: &ScopeKey,
+        terminal: Terminal,
+        tool: Option<&ToolName>,
+    ) -> Result<(), LifecycleError> {
+        let Some(index) = self.open.iter().position(|k| k == key) else {
+            return Err(if self.started_before(key) {
+                LifecycleError::SecondTerminal {
+                    key: key.clone(),
+                    terminal,
+                }
+            } else {
+                LifecycleError::TerminalWithoutStart {
+                    key: key.clone(),
+                    terminal,
+                }
+            });
+        };
+        if let (Some(Some(started)), Some(ended)) = (self.tools.get(index), tool)
+            && started != ended
+        {
+            return Err(LifecycleError::IdentityMismatch {
+                key: key.clone(),
+                field: "tool",
+                started: started.as_str().into(),
+                ended: ended.as_str().into(),
+            });
+        }
+        let children: Vec<&ScopeKey> = self
+            .open
+            .iter()
+            .rev()
+            .filter(|k| is_descendant(k, key))
+            .collect();
+        if let Some(first) = children.first() {
+            return Err(LifecycleError::ChildrenOpen {
+                key: key.clone(),
+                open_children: children.len(),
+                first: (*first).clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether a scope with this key was started before (the run or a
+    /// turn: ever; a child: in the current or last turn).
+    fn started_before(&self, key: &ScopeKey) -> bool {
+        match key {
+            ScopeKey::Run => self.run_started,
+            ScopeKey::Turn(n) => self.last_turn.is_some_and(|last| *n <= last),
+            _ => self.started_in_turn.contains(key),
+        }
+    }
+
+    /// Checks and applies `transition` of an event naming `tool`.
+    pub(crate) fn apply_named(
+        &mut self,
+        transition: &Transition,
+        tool: Option<&ToolName>,
+    ) -> Result<(), LifecycleError> {
+        self.check_named(transition, tool)?;
         if let Transition::Lifecycle(key, phase) = transition {
             match phase {
                 Phase::Started => {
@@ -355,9 +617,16 @@ impl LifecycleTracker {
                         }
                     }
                     self.open.push(key.clone());
+                    self.tools.push(match key {
+                        ScopeKey::Tool { .. } => tool.cloned(),
+                        _ => None,
+                    });
                 }
                 Phase::Ended(_) => {
-                    self.open.retain(|k| k != key);
+                    if let Some(index) = self.open.iter().position(|k| k == key) {
+                        self.open.remove(index);
+                        self.tools.remove(index);
+                    }
                     if *key == ScopeKey::Run {
                         self.run_ended = true;
                     }
@@ -371,6 +640,29 @@ impl LifecycleTracker {
     /// which cancellation closes them.
     pub fn open_innermost_first(&self) -> Vec<ScopeKey> {
         self.open.iter().rev().cloned().collect()
+    }
+
+    /// Open scopes as their starts named them, innermost first: the order
+    /// in which cancellation closes them, each with the terminal that does
+    /// ([`OpenScope::cancelled`]).
+    ///
+    /// Every open scope is listed when the tracker was fed payloads (as a
+    /// [`RunLog`](crate::RunLog)'s always is). A tool scope opened by a
+    /// bare [`Transition`] or [`resume`](Self::resume) has no recorded
+    /// tool, so no terminal can be built for it: it is left out (it is in
+    /// [`open_innermost_first`](Self::open_innermost_first)).
+    pub fn open_scopes_innermost_first(&self) -> Vec<OpenScope> {
+        self.open_named_outermost_first()
+            .rev()
+            .filter_map(|(key, tool)| OpenScope::new(key.clone(), tool))
+            .collect()
+    }
+
+    /// Open scopes outermost first, each with the tool its start named.
+    pub(crate) fn open_named_outermost_first(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = (&ScopeKey, Option<&ToolName>)> {
+        self.open.iter().zip(self.tools.iter().map(Option::as_ref))
     }
 
     /// Open scopes, outermost first (the order a snapshot records).

@@ -3,11 +3,11 @@
 use crate::clock::Clock;
 use crate::event::{ENTRY_OVERHEAD_BYTES, Event};
 use crate::kind::{Phase, Scope};
-use crate::lifecycle::{LifecycleError, LifecycleTracker, ScopeKey, Transition};
+use crate::lifecycle::{LifecycleError, LifecycleTracker, OpenScope, ScopeKey, Transition};
 use crate::payload::{Payload, PayloadError};
 use crate::subscription::{SubscribeError, Subscription, SubscriptionBounds};
 use crate::sync::{Arc, Mutex, lock};
-use keel_message::RunId;
+use keel_message::{RunId, ToolName};
 use std::collections::VecDeque;
 use std::task::Waker;
 
@@ -364,18 +364,24 @@ impl RunLog {
     }
 
     /// Commits one event. The payload is encoded before the lock is taken;
-    /// sequence, timestamp, lifecycle check, append and eviction happen
-    /// under it.
+    /// sequence, timestamp, lifecycle check (the tool a tool terminal names
+    /// included), append and eviction happen under it.
     pub fn commit(&self, payload: &Payload) -> Result<std::sync::Arc<Event>, CommitError> {
         let payload_json = payload.to_canonical()?;
         let transition = payload.transition();
-        self.commit_encoded(payload.kind(), transition, &payload_json)
+        self.commit_encoded(
+            payload.kind(),
+            transition,
+            payload.tool_name(),
+            &payload_json,
+        )
     }
 
     pub(crate) fn commit_encoded(
         &self,
         kind: crate::kind::EventKind,
         transition: Transition,
+        tool: Option<&ToolName>,
         payload_json: &str,
     ) -> Result<std::sync::Arc<Event>, CommitError> {
         let now = self.shared.clock.now_micros();
@@ -383,14 +389,14 @@ impl RunLog {
         if let Some(reason) = state.ended {
             return Err(CommitError::Closed(reason));
         }
-        state.tracker.check(&transition)?;
+        state.tracker.check_named(&transition, tool)?;
         let seq = state.next_seq;
         // Saturates at 2^53 − 1 (a clock past it would make the line
         // unreadable as I-JSON); still non-decreasing.
         let ts = now.min(crate::event::MAX_SAFE).max(state.last_ts);
         let event = Event::assemble(self.shared.run_id.clone(), seq, ts, kind, payload_json);
         self.check_size(&event, &transition)?;
-        state.tracker.apply(&transition)?;
+        state.tracker.apply_named(&transition, tool)?;
         let event = std::sync::Arc::new(event);
         self.append_locked(&mut state, std::sync::Arc::clone(&event));
         Ok(event)
@@ -398,19 +404,20 @@ impl RunLog {
 
     /// Appends an event that already has its sequence and timestamp
     /// (restore and import): the same checks as a commit, no renumbering.
-    /// `transition` is `None` for a snapshot window whose lifecycle state
-    /// comes from its header.
+    /// `payload` (the event's, decoded) is `None` for a snapshot window
+    /// whose lifecycle state comes from its header.
     pub(crate) fn commit_verbatim(
         &self,
         event: &std::sync::Arc<Event>,
-        transition: Option<Transition>,
+        payload: Option<&Payload>,
     ) -> Result<std::sync::Arc<Event>, CommitError> {
+        let transition = payload.map(|p| (p.transition(), p.tool_name()));
         let mut state = lock(&self.shared.state);
         if let Some(reason) = state.ended {
             return Err(CommitError::Closed(reason));
         }
-        if let Some(t) = &transition {
-            state.tracker.check(t)?;
+        if let Some((t, tool)) = &transition {
+            state.tracker.check_named(t, *tool)?;
         }
         if event.seq() != state.next_seq {
             return Err(CommitError::OutOfSequence {
@@ -418,9 +425,9 @@ impl RunLog {
                 found: event.seq(),
             });
         }
-        if let Some(t) = &transition {
+        if let Some((t, tool)) = &transition {
             self.check_size(event, t)?;
-            state.tracker.apply(t)?;
+            state.tracker.apply_named(t, *tool)?;
         } else if event.line().len()
             > self
                 .shared
@@ -542,6 +549,16 @@ impl RunLog {
     /// that order.
     pub fn open_scopes(&self) -> Vec<ScopeKey> {
         lock(&self.shared.state).tracker.open_innermost_first()
+    }
+
+    /// The open scopes as their start events named them, innermost first
+    /// like [`open_scopes`](Self::open_scopes): every open scope, a tool
+    /// scope with the tool its `tool.started` named. Committing each
+    /// one's [`OpenScope::cancelled`] in this order closes the run.
+    pub fn open_scope_starts(&self) -> Vec<OpenScope> {
+        lock(&self.shared.state)
+            .tracker
+            .open_scopes_innermost_first()
     }
 
     /// Whether the run's terminal has been committed.

@@ -636,6 +636,32 @@ impl Payload {
         }
     }
 
+    /// The tool a tool lifecycle event names (`tool.started` and its
+    /// terminals): the identity a terminal must repeat (rule
+    /// `lifecycle.same_identity`). `None` for every other kind.
+    ///
+    /// ```
+    /// use keel_eventlog::*;
+    /// use keel_message::{CallId, ToolName};
+    /// let started = Payload::ToolStarted(ToolRef {
+    ///     turn: 1,
+    ///     call_id: CallId::parse("c1")?,
+    ///     tool: ToolName::parse("get_weather")?,
+    ///     extra: Extra::new(),
+    /// });
+    /// assert_eq!(started.tool_name().map(|t| t.as_str()), Some("get_weather"));
+    /// assert_eq!(Payload::RunStarted(RunStarted::default()).tool_name(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tool_name(&self) -> Option<&ToolName> {
+        match self {
+            Payload::ToolStarted(p) | Payload::ToolCancelled(p) => Some(&p.tool),
+            Payload::ToolCompleted(p) => Some(&p.tool),
+            Payload::ToolFailed(p) => Some(&p.tool),
+            _ => None,
+        }
+    }
+
     /// Checks the rules serde cannot express.
     pub fn check(&self) -> Result<(), PayloadError> {
         if let Payload::TextDelta(p) = self

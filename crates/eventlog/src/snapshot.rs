@@ -7,7 +7,7 @@ use crate::lifecycle::{LifecycleError, LifecycleTracker, ScopeKey};
 use crate::log::{CommitError, ConfigError, LogConfig, RunLog};
 use crate::payload::Payload;
 use crate::sync::lock;
-use keel_message::{CallId, InteractionId, OperationId, RunId};
+use keel_message::{CallId, InteractionId, OperationId, RunId, ToolName};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -16,7 +16,19 @@ use std::sync::Arc;
 ///
 /// On disk it is JSON Lines: one canonical header line, then each event's
 /// canonical line, in order. [`Snapshot::to_jsonl`] and
-/// [`Snapshot::from_jsonl`] are inverse byte for byte.
+/// [`Snapshot::from_jsonl`] are inverse byte for byte. `keel export` writes
+/// this format.
+///
+/// The header's members: `schema` (`keel.events/1`), `run_id`,
+/// `earliest_seq`, `last_seq`, `last_ts`, `last_turn` (absent before the
+/// first turn), `run_ended`, and `open_scopes`, outermost first, each
+/// `{"scope":"run"}`, `{"scope":"turn","turn":N}`,
+/// `{"operation_id":…,"scope":"model","turn":N}`,
+/// `{"call_id":…,"scope":"tool","tool":…,"turn":N}` or
+/// `{"interaction_id":…,"scope":"interaction","turn":N}`. A tool scope's
+/// `tool` (the tool its start named, which its terminal must name) is
+/// always written; snapshots written before it existed are read without
+/// it, but a window restores only with it (see [`RunLog::restore`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     header: SnapshotHeader,
@@ -53,6 +65,10 @@ enum ScopeRecord {
     Tool {
         turn: u64,
         call_id: CallId,
+        /// The tool its start named; always written. Absent in snapshots
+        /// written before terminals were checked against it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<ToolName>,
     },
     Interaction {
         turn: u64,
@@ -60,13 +76,18 @@ enum ScopeRecord {
     },
 }
 
-impl From<&ScopeKey> for ScopeRecord {
-    fn from(k: &ScopeKey) -> Self {
+impl ScopeRecord {
+    /// The record of an open scope whose start named `tool`.
+    fn new(k: &ScopeKey, tool: Option<&ToolName>) -> Self {
         match k.clone() {
             ScopeKey::Run => ScopeRecord::Run,
             ScopeKey::Turn(turn) => ScopeRecord::Turn { turn },
             ScopeKey::Model { turn, operation_id } => ScopeRecord::Model { turn, operation_id },
-            ScopeKey::Tool { turn, call_id } => ScopeRecord::Tool { turn, call_id },
+            ScopeKey::Tool { turn, call_id } => ScopeRecord::Tool {
+                turn,
+                call_id,
+                tool: tool.cloned(),
+            },
             ScopeKey::Interaction {
                 turn,
                 interaction_id,
@@ -76,22 +97,30 @@ impl From<&ScopeKey> for ScopeRecord {
             },
         }
     }
-}
 
-impl From<ScopeRecord> for ScopeKey {
-    fn from(r: ScopeRecord) -> Self {
-        match r {
-            ScopeRecord::Run => ScopeKey::Run,
-            ScopeRecord::Turn { turn } => ScopeKey::Turn(turn),
-            ScopeRecord::Model { turn, operation_id } => ScopeKey::Model { turn, operation_id },
-            ScopeRecord::Tool { turn, call_id } => ScopeKey::Tool { turn, call_id },
+    /// The scope and the tool its start named, when recorded.
+    fn named(&self) -> (ScopeKey, Option<ToolName>) {
+        match self.clone() {
+            ScopeRecord::Run => (ScopeKey::Run, None),
+            ScopeRecord::Turn { turn } => (ScopeKey::Turn(turn), None),
+            ScopeRecord::Model { turn, operation_id } => {
+                (ScopeKey::Model { turn, operation_id }, None)
+            }
+            ScopeRecord::Tool {
+                turn,
+                call_id,
+                tool,
+            } => (ScopeKey::Tool { turn, call_id }, tool),
             ScopeRecord::Interaction {
                 turn,
                 interaction_id,
-            } => ScopeKey::Interaction {
-                turn,
-                interaction_id,
-            },
+            } => (
+                ScopeKey::Interaction {
+                    turn,
+                    interaction_id,
+                },
+                None,
+            ),
         }
     }
 }
@@ -219,6 +248,54 @@ impl Snapshot {
         &self.events
     }
 
+    /// The snapshot of a whole run (or a run's prefix) from its events,
+    /// seqs 1, 2, 3, …: exactly what [`RunLog::snapshot`] gives for a log
+    /// that holds those events and has evicted none. Checks what
+    /// [`RunLog::import`] checks, except the log's bounds (sizes, open
+    /// scopes): one run, contiguous from 1, timestamps in order, the
+    /// lifecycle (identities included). Errors number the events from 1.
+    ///
+    /// ```
+    /// use keel_eventlog::*;
+    /// use keel_message::RunId;
+    /// use std::sync::Arc;
+    /// let run = RunId::parse("run_1")?;
+    /// let log = RunLog::new(run.clone(), LogConfig::default(), Arc::new(SystemClock))?;
+    /// log.commit(&Payload::RunStarted(RunStarted::default()))?;
+    /// log.commit(&Payload::TurnStarted(TurnRef { turn: 1, extra: Extra::new() }))?;
+    /// let snap = Snapshot::from_events(run.clone(), log.retained_after(0))?;
+    /// assert_eq!(snap, log.snapshot());
+    /// // Not from seq 1: refused.
+    /// assert!(Snapshot::from_events(run, log.retained_after(1)).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_events(
+        run_id: RunId,
+        events: impl IntoIterator<Item = Arc<Event>>,
+    ) -> Result<Snapshot, ImportError> {
+        let mut tracker = LifecycleTracker::new(usize::MAX);
+        let mut previous = 0;
+        let mut previous_ts = 0;
+        let mut kept = Vec::new();
+        for (i, event) in events.into_iter().enumerate() {
+            let line = i + 1;
+            // An `Event` is canonical by construction (decoded or
+            // committed); what a file's lines need beyond that is here.
+            check_event(&event, line, &run_id, &mut previous, &mut previous_ts)?;
+            let payload: Payload = event
+                .payload()
+                .map_err(|source| ImportError::Event { line, source })?;
+            tracker
+                .apply_payload(&payload)
+                .map_err(|source| ImportError::Lifecycle { line, source })?;
+            kept.push(event);
+        }
+        Ok(Snapshot {
+            header: header_of(run_id, 1, previous, previous_ts, &tracker),
+            events: kept,
+        })
+    }
+
     /// The JSON Lines form: header, then one line per event, each ending in
     /// `\n`.
     pub fn to_jsonl(&self) -> String {
@@ -245,7 +322,8 @@ impl Snapshot {
     }
 
     /// Parses the JSON Lines form, checking every line and that the events
-    /// are exactly `earliest_seq..=last_seq` of one run.
+    /// are exactly `earliest_seq..=last_seq` of one run. Errors number the
+    /// lines of `text` from 1 (the header is line 1).
     pub fn from_jsonl(text: &str) -> Result<Snapshot, ImportError> {
         let mut lines = text.lines();
         let first = lines.next().ok_or_else(|| ImportError::Header {
@@ -278,6 +356,30 @@ impl Snapshot {
     }
 }
 
+/// The header of a snapshot holding `earliest_seq..=last_seq`, the
+/// lifecycle state being `tracker`'s.
+fn header_of(
+    run_id: RunId,
+    earliest_seq: u64,
+    last_seq: u64,
+    last_ts: u64,
+    tracker: &LifecycleTracker,
+) -> SnapshotHeader {
+    SnapshotHeader {
+        schema: SCHEMA_VERSION.to_owned(),
+        run_id,
+        earliest_seq,
+        last_seq,
+        last_ts,
+        last_turn: tracker.last_turn(),
+        run_ended: tracker.run_ended(),
+        open_scopes: tracker
+            .open_named_outermost_first()
+            .map(|(key, tool)| ScopeRecord::new(key, tool))
+            .collect(),
+    }
+}
+
 /// Decodes line `n` and checks run, contiguity and time order.
 fn check_line(
     line: &str,
@@ -287,6 +389,19 @@ fn check_line(
     previous_ts: &mut u64,
 ) -> Result<Event, ImportError> {
     let event = Event::decode(line).map_err(|source| ImportError::Event { line: n, source })?;
+    check_event(&event, n, run_id, previous, previous_ts)?;
+    Ok(event)
+}
+
+/// Checks that event `n` is of `run_id`, follows `previous` and does not
+/// go back in time; then advances both.
+fn check_event(
+    event: &Event,
+    n: usize,
+    run_id: &RunId,
+    previous: &mut u64,
+    previous_ts: &mut u64,
+) -> Result<(), ImportError> {
     if event.run_id() != run_id {
         return Err(ImportError::OtherRun {
             line: n,
@@ -326,35 +441,34 @@ fn check_line(
     }
     *previous = found;
     *previous_ts = event.ts();
-    Ok(event)
+    Ok(())
 }
 
 impl RunLog {
-    /// A snapshot of the retained events and the state needed to continue.
+    /// A snapshot of the retained events and the state needed to continue:
+    /// the open scopes, each tool scope with the tool its start named.
     pub fn snapshot(&self) -> Snapshot {
         let state = lock(&self.shared.state);
         Snapshot {
-            header: SnapshotHeader {
-                schema: SCHEMA_VERSION.to_owned(),
-                run_id: self.shared.run_id.clone(),
-                earliest_seq: state.first_seq,
-                last_seq: state.last_seq(),
-                last_ts: state.last_ts,
-                last_turn: state.tracker.last_turn(),
-                run_ended: state.tracker.run_ended(),
-                open_scopes: state
-                    .tracker
-                    .open_outermost_first()
-                    .iter()
-                    .map(ScopeRecord::from)
-                    .collect(),
-            },
+            header: header_of(
+                self.shared.run_id.clone(),
+                state.first_seq,
+                state.last_seq(),
+                state.last_ts,
+                &state.tracker,
+            ),
             events: state.entries.iter().map(|e| Arc::clone(&e.event)).collect(),
         }
     }
 
     /// Rebuilds a log from a snapshot: the same events, byte for byte, and
-    /// the next commit gets `last_seq + 1`.
+    /// the next commit gets `last_seq + 1`, checked against the same open
+    /// scopes (a tool terminal against the tool its start named).
+    ///
+    /// A snapshot of a whole run (`earliest_seq` 1) is replayed through a
+    /// fresh tracker and must end where its header says. A window's events
+    /// before it are gone, so its header is the authority: each open tool
+    /// scope must name its tool there.
     pub fn restore(
         snapshot: &Snapshot,
         config: LogConfig,
@@ -362,8 +476,10 @@ impl RunLog {
     ) -> Result<RunLog, ImportError> {
         config.validate()?;
         let h = &snapshot.header;
-        let resumed = LifecycleTracker::resume(
-            h.open_scopes.iter().cloned().map(ScopeKey::from).collect(),
+        let claimed: Vec<(ScopeKey, Option<ToolName>)> =
+            h.open_scopes.iter().map(ScopeRecord::named).collect();
+        let resumed = LifecycleTracker::resume_named(
+            claimed.iter().cloned(),
             h.last_turn,
             h.run_ended,
             config.max_open_scopes,
@@ -381,30 +497,23 @@ impl RunLog {
                 0,
             );
             log.append_verbatim(snapshot.events.iter().cloned(), 2, true)?;
-            let state = lock(&log.shared.state);
-            let replayed = (
-                state.tracker.open_outermost_first().to_vec(),
-                state.tracker.run_ended(),
-                state.tracker.last_turn(),
-            );
-            let claimed = (
-                resumed.open_outermost_first().to_vec(),
-                resumed.run_ended(),
-                resumed.last_turn(),
-            );
-            if replayed != claimed {
-                return Err(ImportError::Inconsistent {
-                    expected: format!("open scopes {:?}", claimed.0),
-                    found: format!("open scopes {:?}", replayed.0),
-                });
-            }
-            drop(state);
+            check_replay(&lock(&log.shared.state).tracker, &resumed, &claimed)?;
             log
         } else {
             // A window: the events before it are gone, so the header's
             // tracker state is the authority and the window is appended as
             // it was committed (contiguity and canonical form were checked
             // when it was parsed).
+            if let Some((key, _)) = claimed
+                .iter()
+                .find(|(key, tool)| matches!(key, ScopeKey::Tool { .. }) && tool.is_none())
+            {
+                let source = LifecycleError::IdentityMissing {
+                    key: key.clone(),
+                    field: "tool",
+                };
+                return Err(ImportError::Lifecycle { line: 1, source });
+            }
             let log =
                 RunLog::from_parts(h.run_id.clone(), config, clock, resumed, h.earliest_seq, 0);
             log.append_verbatim(snapshot.events.iter().cloned(), 2, false)?;
@@ -457,25 +566,76 @@ impl RunLog {
     ) -> Result<(), ImportError> {
         for (i, event) in events.enumerate() {
             let line = first_line + i;
-            let transition = if check_lifecycle {
+            let payload = if check_lifecycle {
                 let payload: Payload = event
                     .payload()
                     .map_err(|source| ImportError::Event { line, source })?;
-                Some(payload.transition())
+                Some(payload)
             } else {
                 None
             };
-            let committed =
-                self.commit_verbatim(&event, transition)
-                    .map_err(|source| match source {
-                        CommitError::Lifecycle(source) => ImportError::Lifecycle { line, source },
-                        other => ImportError::Commit {
-                            line,
-                            source: other,
-                        },
-                    })?;
+            let committed = self
+                .commit_verbatim(&event, payload.as_ref())
+                .map_err(|source| match source {
+                    CommitError::Lifecycle(source) => ImportError::Lifecycle { line, source },
+                    other => ImportError::Commit {
+                        line,
+                        source: other,
+                    },
+                })?;
             debug_assert_eq!(committed.line(), event.line());
         }
         Ok(())
     }
+}
+
+/// A whole run's replay must end where its header says: the same open
+/// scopes in the same order, each tool the header names the one its start
+/// named (older snapshots name none), the same last turn and run end.
+fn check_replay(
+    replayed: &LifecycleTracker,
+    resumed: &LifecycleTracker,
+    claimed: &[(ScopeKey, Option<ToolName>)],
+) -> Result<(), ImportError> {
+    let named: Vec<(&ScopeKey, Option<&ToolName>)> =
+        replayed.open_named_outermost_first().collect();
+    let same_scopes = named.len() == claimed.len()
+        && named
+            .iter()
+            .zip(claimed)
+            .all(|((key, tool), (claimed_key, claimed_tool))| {
+                *key == claimed_key && (claimed_tool.is_none() || claimed_tool.as_ref() == *tool)
+            });
+    if !same_scopes
+        || replayed.run_ended() != resumed.run_ended()
+        || replayed.last_turn() != resumed.last_turn()
+    {
+        let claimed = claimed.iter().map(|(key, tool)| (key, tool.as_ref()));
+        return Err(ImportError::Inconsistent {
+            expected: describe(claimed, resumed),
+            found: describe(named.into_iter(), replayed),
+        });
+    }
+    Ok(())
+}
+
+/// `open scopes [run, turn 1, tool c1 (turn 1) naming get_weather], last
+/// turn 1, run open`: ids, numbers and tool names only, nothing a run's
+/// content could put there.
+fn describe<'a>(
+    scopes: impl Iterator<Item = (&'a ScopeKey, Option<&'a ToolName>)>,
+    tracker: &LifecycleTracker,
+) -> String {
+    let scopes: Vec<String> = scopes
+        .map(|(key, tool)| match tool {
+            Some(tool) => format!("{key} naming {tool}"),
+            None => key.to_string(),
+        })
+        .collect();
+    format!(
+        "open scopes [{}], last turn {:?}, run {}",
+        scopes.join(", "),
+        tracker.last_turn(),
+        if tracker.run_ended() { "ended" } else { "open" }
+    )
 }

@@ -134,6 +134,72 @@ pub fn tool_completed(turn: u64, c: &str) -> Payload {
         extra: Extra::new(),
     })
 }
+/// `tool.started` of call `c` naming `tool`.
+pub fn tool_started_as(turn: u64, c: &str, tool: &str) -> Payload {
+    Payload::ToolStarted(ToolRef {
+        turn,
+        call_id: call(c),
+        tool: tool_name(tool),
+        extra: Extra::new(),
+    })
+}
+/// `tool.completed` of call `c` naming `tool`.
+pub fn tool_completed_as(turn: u64, c: &str, tool: &str) -> Payload {
+    Payload::ToolCompleted(ToolCompleted {
+        turn,
+        call_id: call(c),
+        tool: tool_name(tool),
+        output: "3 C".into(),
+        extra: Extra::new(),
+    })
+}
+/// `tool.failed` of call `c` naming `tool`.
+pub fn tool_failed_as(turn: u64, c: &str, tool: &str) -> Payload {
+    Payload::ToolFailed(ToolFailed {
+        turn,
+        call_id: call(c),
+        tool: tool_name(tool),
+        error: ErrorText::new("timed out"),
+        outcome: Some(ToolOutcome::Uncertain),
+        retry: None,
+        extra: Extra::new(),
+    })
+}
+/// `tool.cancelled` of call `c` naming `tool`.
+pub fn tool_cancelled_as(turn: u64, c: &str, tool: &str) -> Payload {
+    Payload::ToolCancelled(ToolRef {
+        turn,
+        call_id: call(c),
+        tool: tool_name(tool),
+        extra: Extra::new(),
+    })
+}
+pub fn interaction_started(turn: u64, i: &str) -> Payload {
+    Payload::InteractionStarted(InteractionStarted {
+        turn,
+        interaction_id: iid(i),
+        request: "approval".into(),
+        call_id: None,
+        extra: Extra::new(),
+    })
+}
+pub fn interaction_completed(turn: u64, i: &str) -> Payload {
+    Payload::InteractionCompleted(InteractionCompleted {
+        turn,
+        interaction_id: iid(i),
+        decision: "approved".into(),
+        extra: Extra::new(),
+    })
+}
+/// The canonical line `payload` would have as event `seq` of `run_1` at
+/// `ts` (for events a log refuses to commit).
+pub fn line_of(payload: &Payload, seq: u64, ts: u64) -> String {
+    format!(
+        r#"{{"kind":"{}","payload":{},"run_id":"run_1","seq":{seq},"ts":{ts}}}"#,
+        payload.kind(),
+        payload.to_canonical().unwrap()
+    )
+}
 pub fn note() -> Payload {
     Payload::Extension {
         kind: EventKind::parse("test.note").unwrap(),
