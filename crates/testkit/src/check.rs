@@ -139,8 +139,10 @@ pub enum LifecycleViolation {
         /// The sequence.
         seq: u64,
     },
-    /// A lifecycle rule: exactly one terminal per started scope, nesting,
+    /// A lifecycle rule: exactly one terminal per started scope, naming
+    /// the identity its start named (a tool terminal its tool), nesting,
     /// children before parents, nothing after the run's terminal.
+    /// `error.rule()` names the rule.
     #[error("seq {seq} ({kind}): {error}")]
     Lifecycle {
         /// The sequence.
@@ -179,10 +181,13 @@ fn list(keys: &[ScopeKey]) -> String {
 /// - timestamps never decrease;
 /// - every line decodes and re-encodes to the same bytes
 ///   (`Event::decode(line).line() == line`), as the same event;
-/// - the [`LifecycleTracker`] accepts every event in order: exactly one
-///   terminal per started scope, scopes nested run ⊃ turn ⊃ {model, tool,
-///   interaction}, children closed before parents, text deltas and tool
-///   calls inside an open model call;
+/// - the [`LifecycleTracker`] accepts every event's payload in order:
+///   exactly one terminal per started scope, naming what its start named
+///   (its turn, operation, call or interaction id, and a tool terminal the
+///   tool its `tool.started` named: rule `lifecycle.same_identity`),
+///   scopes nested run ⊃ turn ⊃ {model, tool, interaction}, children
+///   closed before parents, text deltas and tool calls inside an open
+///   model call;
 /// - at the end every scope is closed, so the run's terminal is last.
 ///
 /// Returns a [`LifecycleSummary`], or the first [`LifecycleViolation`].
@@ -255,7 +260,7 @@ pub fn check_lifecycle(events: &[Arc<Event>]) -> Result<LifecycleSummary, Lifecy
             .map_err(|error| LifecycleViolation::NotCanonical { seq, error })?;
         let transition = payload.transition();
         tracker
-            .apply(&transition)
+            .apply_payload(&payload)
             .map_err(|error| LifecycleViolation::Lifecycle {
                 seq,
                 kind: event.kind().to_string(),

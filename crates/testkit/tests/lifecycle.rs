@@ -275,15 +275,101 @@ fn lifecycle_rules_are_enforced_in_order() {
             3,
             "lifecycle.in_open_scope",
         ),
+        (
+            tool_terminal(r#""tool":"get_time""#, 1),
+            4,
+            "lifecycle.same_identity",
+        ),
+        (
+            tool_terminal(r#""tool":"get_weather""#, 2),
+            4,
+            "lifecycle.terminal_without_start",
+        ),
+        (
+            model_terminal(r#""operation_id":"op_2","turn":1"#),
+            4,
+            "lifecycle.terminal_without_start",
+        ),
+        (
+            model_terminal(r#""operation_id":"op_1","turn":2"#),
+            4,
+            "lifecycle.terminal_without_start",
+        ),
     ];
     for (lines, seq, rule) in cases {
-        let err = check_lifecycle(&decode(&lines)).unwrap_err();
-        let LifecycleViolation::Lifecycle { seq: at, .. } = &err else {
-            panic!("{rule}: {err}")
-        };
-        assert_eq!(*at, seq, "{rule}");
-        assert!(err.to_string().contains(rule), "{rule}: {err}");
+        for err in [
+            check_lifecycle(&decode(&lines)).unwrap_err(),
+            check_lifecycle_lines(&lines).unwrap_err(),
+        ] {
+            let LifecycleViolation::Lifecycle { seq: at, error, .. } = &err else {
+                panic!("{rule}: {err}")
+            };
+            assert_eq!(*at, seq, "{rule}");
+            assert_eq!(error.rule(), rule, "{err}");
+            assert!(err.to_string().contains(rule), "{rule}: {err}");
+        }
+        // assert_lifecycle panics naming the rule and the line.
+        let events = decode(&lines);
+        let panic = catch_unwind(AssertUnwindSafe(|| assert_lifecycle(&events))).unwrap_err();
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert!(message.contains(&format!("(rule {rule})")), "{message}");
+        assert!(message.contains(&lines[seq as usize - 1]), "{message}");
     }
+}
+
+/// A run whose tool c1 starts as `get_weather` in turn 1, then a
+/// `tool.completed` naming `identity` (its tool) in `turn`, seq 4.
+fn tool_terminal(identity: &str, turn: u64) -> Vec<String> {
+    vec![
+        line("run.started", "{}", "run_1", 1, 1),
+        line("turn.started", r#"{"turn":1}"#, "run_1", 2, 1),
+        line(
+            "tool.started",
+            r#"{"call_id":"c1","tool":"get_weather","turn":1}"#,
+            "run_1",
+            3,
+            1,
+        ),
+        line(
+            "tool.completed",
+            &format!(r#"{{"call_id":"c1","output":"3 C",{identity},"turn":{turn}}}"#),
+            "run_1",
+            4,
+            1,
+        ),
+    ]
+}
+
+/// A run whose model call op_1 starts in turn 1, then a `model.completed`
+/// naming `identity` (its operation id and turn), seq 4.
+fn model_terminal(identity: &str) -> Vec<String> {
+    vec![
+        line("run.started", "{}", "run_1", 1, 1),
+        line("turn.started", r#"{"turn":1}"#, "run_1", 2, 1),
+        line(
+            "model.started",
+            r#"{"attempt":1,"model":"m","operation_id":"op_1","turn":1}"#,
+            "run_1",
+            3,
+            1,
+        ),
+        line(
+            "model.completed",
+            &format!(r#"{{"finish":"stop",{identity}}}"#),
+            "run_1",
+            4,
+            1,
+        ),
+    ]
+}
+
+#[test]
+fn a_tool_terminal_naming_its_tool_passes() {
+    let mut lines = tool_terminal(r#""tool":"get_weather""#, 1);
+    lines.push(line("turn.completed", r#"{"turn":1}"#, "run_1", 5, 1));
+    lines.push(line("run.completed", "{}", "run_1", 6, 1));
+    let summary = check_lifecycle_lines(&lines).unwrap();
+    assert_eq!(summary.terminals(Scope::Tool, Terminal::Completed), 1);
 }
 
 #[test]

@@ -175,7 +175,10 @@ pub enum Verdict {
 
 /// Checks one stored run: its lines are seqs 1..=last_seq, each decodes
 /// and re-encodes byte for byte, all of this run, timestamps never go
-/// back, the lifecycle holds, and the status agrees with the terminal.
+/// back, the lifecycle holds (every terminal naming what its start named,
+/// a tool terminal its tool), and the status agrees with the terminal. A
+/// lifecycle violation names its rule (`lifecycle.same_identity`,
+/// `lifecycle.children_first`, …).
 pub fn verify_run(run: &RunSummary, lines: &[String]) -> Result<Verdict, Violation> {
     let violation = |seq: u64, rule: &'static str, detail: String| Violation {
         run_id: run.run_id.clone(),
@@ -231,7 +234,7 @@ pub fn verify_run(run: &RunSummary, lines: &[String]) -> Result<Verdict, Violati
                 LifecycleViolation::TsBackwards { seq, .. } => (*seq, "event.ts_monotonic"),
                 LifecycleViolation::NotCanonical { seq, .. } => (*seq, "event.canonical"),
                 LifecycleViolation::Envelope { seq } => (*seq, "event.canonical"),
-                LifecycleViolation::Lifecycle { seq, .. } => (*seq, "lifecycle"),
+                LifecycleViolation::Lifecycle { seq, error, .. } => (*seq, error.rule()),
                 _ => (0, "lifecycle"),
             };
             return Err(violation(seq, rule, e.to_string()));
