@@ -4,7 +4,10 @@
 mod common;
 
 use common::{Sandbox, example, keel, kind, text};
+use keel_eventlog::{Event, Snapshot};
+use keel_message::RunId;
 use std::process::Stdio;
+use std::sync::Arc;
 
 fn run_json(sb: &Sandbox, name: &str) -> (String, Vec<String>) {
     let out = sb.run(&example(name), &["--json"]);
@@ -228,15 +231,28 @@ fn export_import_export_is_byte_identical() {
     let b = Sandbox::new();
     let (run_id, lines) = run_json(&a, "failures.json");
     let exported = a.ok(&["export", &run_id]);
+    // Exactly the eventlog's snapshot format: the snapshot of the stored
+    // events, its header saying where the lifecycle stands.
+    let events: Vec<Arc<Event>> = lines
+        .iter()
+        .map(|l| Arc::new(Event::decode(l).unwrap()))
+        .collect();
+    let snapshot = Snapshot::from_events(RunId::parse(&run_id).unwrap(), events).unwrap();
+    assert_eq!(exported, snapshot.to_jsonl());
+    assert_eq!(Snapshot::from_jsonl(&exported).unwrap(), snapshot);
     let header: serde_json::Value = serde_json::from_str(exported.lines().next().unwrap()).unwrap();
+    let last_ts = serde_json::from_str::<serde_json::Value>(lines.last().unwrap()).unwrap()["ts"]
+        .as_u64()
+        .unwrap();
     assert_eq!(
         exported.lines().next().unwrap(),
         format!(
-            r#"{{"last_seq":{},"run_id":"{run_id}","schema":"keel.events/1"}}"#,
-            lines.len()
+            r#"{{"earliest_seq":1,"last_seq":{},"last_ts":{last_ts},"last_turn":{},"open_scopes":[],"run_ended":true,"run_id":"{run_id}","schema":"keel.events/1"}}"#,
+            lines.len(),
+            header["last_turn"]
         )
     );
-    assert_eq!(header["schema"], "keel.events/1");
+    assert!(header["last_turn"].as_u64().unwrap() >= 1, "{header}");
     assert_eq!(exported.lines().skip(1).collect::<Vec<_>>(), lines);
 
     let file = a.path("run.jsonl");
@@ -314,9 +330,21 @@ fn import_refuses_gaps_duplicates_reordering_and_bad_headers_naming_the_line() {
             "{name}: {stderr}"
         );
     }
-    // Headers: missing, wrong schema, last_seq that disagrees.
+    // Headers: missing, wrong schema, last_seq that disagrees, the header
+    // of exports before the snapshot format, a window, a header that does
+    // not describe its events.
+    let legacy = format!(
+        r#"{{"last_seq":{},"run_id":"{run_id}","schema":"keel.events/1"}}"#,
+        body.len()
+    );
+    let window = header.replace(r#""earliest_seq":1,"#, r#""earliest_seq":3,"#);
+    let still_open = header.replace(r#""run_ended":true"#, r#""run_ended":false"#);
     for (name, text_, needle) in [
-        ("noheader", body.join("\n"), ":1: not a keel export header"),
+        (
+            "noheader",
+            body.join("\n"),
+            ":1: snapshot header: unknown field",
+        ),
         (
             "schema",
             format!(
@@ -324,12 +352,27 @@ fn import_refuses_gaps_duplicates_reordering_and_bad_headers_naming_the_line() {
                 header.replace("keel.events/1", "keel.events/2"),
                 body.join("\n")
             ),
-            ":1: schema is not keel.events/1",
+            ":1: snapshot header: schema is not keel.events/1 (rule snapshot.header)",
         ),
         (
             "count",
             format!("{}\n{}", set_last(99), body.join("\n")),
-            ":1: the header says last_seq 99",
+            ":1: snapshot says last_seq 99",
+        ),
+        (
+            "legacy",
+            format!("{legacy}\n{}", body.join("\n")),
+            ":1: the header of an older keel export (last_seq, run_id, schema)",
+        ),
+        (
+            "window",
+            format!("{window}\n{}", body[2..].join("\n")),
+            ":1: the file holds seqs from 3, not the whole run",
+        ),
+        (
+            "still_open",
+            format!("{still_open}\n{}", body.join("\n")),
+            ":1: the header does not describe the file's events (rule snapshot.consistent)",
         ),
     ] {
         let path = b.write(&format!("{name}.jsonl"), &text_);
@@ -384,4 +427,103 @@ fn import_refuses_a_conflict_with_stored_events() {
         stderr.contains("run run_same seq 1 is already stored with different bytes"),
         "{stderr}"
     );
+}
+
+/// The seq of the first stored line of `kind` in `lines`.
+fn seq_of(lines: &[String], kind_: &str) -> usize {
+    lines.iter().position(|l| kind(l) == kind_).unwrap() + 1
+}
+
+#[test]
+fn verify_refuses_a_terminal_naming_another_identity_than_its_start() {
+    // (what the tampering changes, in which event, the rule verify names)
+    let cases = [
+        (
+            r#""tool":"get_weather""#,
+            r#""tool":"get_time""#,
+            "tool.completed",
+            "lifecycle.same_identity",
+        ),
+        (
+            r#""turn":1"#,
+            r#""turn":2"#,
+            "tool.completed",
+            "lifecycle.terminal_without_start",
+        ),
+        (
+            r#""operation_id":""#,
+            r#""operation_id":"x"#,
+            "model.completed",
+            "lifecycle.terminal_without_start",
+        ),
+        (
+            r#""turn":1"#,
+            r#""turn":2"#,
+            "model.completed",
+            "lifecycle.terminal_without_start",
+        ),
+    ];
+    for (from, to, kind_, rule) in cases {
+        let sb = Sandbox::new();
+        let (run_id, lines) = run_json(&sb, "weather_tools.json");
+        let seq = seq_of(&lines, kind_);
+        assert!(lines[seq - 1].contains(from), "{}", lines[seq - 1]);
+        tamper(
+            &sb,
+            &format!("UPDATE events SET line = replace(line, '{from}', '{to}') WHERE seq = {seq}"),
+        );
+        let out = keel().arg("verify").args(sb.db_args()).output().unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{kind_} {to}: {stderr}");
+        assert!(
+            stderr.contains(&format!("run {run_id} seq {seq}: rule {rule}: ")),
+            "{kind_} {to}: {stderr}"
+        );
+        assert!(stderr.contains(&format!("(rule {rule})")), "{stderr}");
+        if rule == "lifecycle.same_identity" {
+            assert!(
+                stderr.contains("started with tool get_weather, its terminal names get_time"),
+                "{stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn import_refuses_a_terminal_naming_another_tool_than_its_start() {
+    let a = Sandbox::new();
+    let (run_id, lines) = run_json(&a, "weather_tools.json");
+    let exported = a.ok(&["export", &run_id]);
+    let seq = seq_of(&lines, "tool.completed");
+    // The file's line: the header is line 1.
+    let tampered: Vec<String> = exported
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == seq {
+                l.replace(r#""tool":"get_weather""#, r#""tool":"get_time""#)
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    let b = Sandbox::new();
+    let path = b.write("tampered.jsonl", &(tampered.join("\n") + "\n"));
+    let out = keel()
+        .arg("import")
+        .arg(&path)
+        .args(b.db_args())
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("tampered.jsonl:{}: ", seq + 1)),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("(rule lifecycle.same_identity)"),
+        "{stderr}"
+    );
+    assert!(!b.db().exists(), "nothing was stored");
 }

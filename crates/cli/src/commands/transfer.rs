@@ -1,57 +1,49 @@
-//! `keel export` and `keel import`: a run as JSON Lines.
+//! `keel export` and `keel import`: a run as a `keel_eventlog::Snapshot`.
 //!
-//! The file is a header line, then the run's events, each its canonical
-//! line exactly as stored, each ending in `\n`:
+//! The file is exactly the eventlog's snapshot format
+//! ([`Snapshot::to_jsonl`] / [`Snapshot::from_jsonl`]): one canonical header
+//! line, then the run's events, each its canonical line exactly as stored,
+//! each ending in `\n`:
 //!
 //! ```text
-//! {"last_seq":27,"run_id":"run_1","schema":"keel.events/1"}
+//! {"earliest_seq":1,"last_seq":27,"last_ts":…,"last_turn":3,"open_scopes":[],"run_ended":true,"run_id":"run_1","schema":"keel.events/1"}
 //! {"kind":"run.started","payload":{"model":"scripted-1"},"run_id":"run_1","seq":1,"ts":…}
 //! …
 //! ```
 //!
-//! The header is canonical JSON too (keys sorted, no whitespace). Import
-//! checks it, validates every line with `RunLog::import` (canonical round
-//! trip, one run, seqs 1, 2, 3, … with no gap, duplicate or reordering,
-//! timestamps in order, the lifecycle), and only then stores the events
-//! through the SQLite journal, which refuses a conflict with what it
-//! already holds. Nothing is renumbered, so export → import → export is
-//! byte-identical.
+//! Export builds the snapshot with [`Snapshot::from_events`] from every
+//! stored line, so the header says where the run's lifecycle stands:
+//! `earliest_seq` (always 1: an export is the whole run), `last_seq`,
+//! `last_ts`, `last_turn`, `run_ended` and the scopes still open
+//! (outermost first, a tool scope with the tool its start named).
+//!
+//! This replaces the header `keel export` wrote before, of three members
+//! (`{"last_seq":N,"run_id":"…","schema":"keel.events/1"}`; the events
+//! after it were the same lines): import refuses such a file at line 1,
+//! saying it is the older header.
+//!
+//! Import parses the file with [`Snapshot::from_jsonl`] (header, canonical
+//! lines, one run, seqs `earliest_seq..=last_seq` with no gap, duplicate or
+//! reordering, timestamps in order), requires the whole run (from seq 1),
+//! replays it with [`RunLog::import`] (the lifecycle, every terminal naming
+//! what its start named), requires the header to be the one those events
+//! give, and only then stores the events through the SQLite journal, which
+//! refuses a conflict with what it already holds. Errors name the file's
+//! line (the header is line 1). Nothing is renumbered, so export → import
+//! → export is byte-identical.
 
 use crate::args::{ExportArgs, ImportArgs};
 use crate::commands::history::all_lines;
 use crate::error::{CliError, EXIT_OK};
 use keel_eventlog::{
-    ENTRY_OVERHEAD_BYTES, ImportError, LogConfig, RunLog, SCHEMA_VERSION, SystemClock,
+    ENTRY_OVERHEAD_BYTES, Event, ImportError, LogConfig, RunLog, Snapshot, SystemClock,
 };
 use keel_message::RunId;
 use keel_observers::{
     JournalConfig, JournalReader, ObserverError, RequiredObserver, SqliteJournal, Synchronous,
 };
-use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::sync::Arc;
-
-/// The header line of an export.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExportHeader {
-    /// The last sequence; the file holds events 1..=last_seq.
-    pub last_seq: u64,
-    /// The run.
-    pub run_id: String,
-    /// `keel.events/1`.
-    pub schema: String,
-}
-
-impl ExportHeader {
-    /// The header's canonical line (no newline).
-    pub fn line(&self) -> String {
-        serde_json::to_value(self)
-            .ok()
-            .and_then(|v| keel_message::canonical::to_canonical_string(&v).ok())
-            .unwrap_or_default()
-    }
-}
 
 /// `keel export RUN_ID [-o FILE]`.
 pub fn export(args: ExportArgs) -> Result<i32, CliError> {
@@ -72,18 +64,22 @@ pub fn export(args: ExportArgs) -> Result<i32, CliError> {
             run.last_seq
         )));
     }
-    let header = ExportHeader {
-        last_seq: run.last_seq,
-        run_id: run.run_id.clone(),
-        schema: SCHEMA_VERSION.to_owned(),
+    let broken = |what: String| {
+        CliError::failure(format!(
+            "run {}: {what}; nothing was exported (run `keel verify`)",
+            run.run_id
+        ))
     };
-    let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum::<usize>() + 96);
-    text.push_str(&header.line());
-    text.push('\n');
-    for line in &lines {
-        text.push_str(line);
-        text.push('\n');
+    let run_id = RunId::parse(&run.run_id).map_err(|e| broken(format!("run id: {e}")))?;
+    let mut events = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        let event =
+            Event::decode(line).map_err(|e| broken(format!("stored event {}: {e}", i + 1)))?;
+        events.push(Arc::new(event));
     }
+    let snapshot = Snapshot::from_events(run_id, events)
+        .map_err(|e| broken(format!("the stored events are not one valid run: {e}")))?;
+    let text = snapshot.to_jsonl();
     match &args.output {
         Some(path) => std::fs::write(path, text.as_bytes())
             .map_err(|e| CliError::failure(format!("{}: cannot write: {e}", path.display())))?,
@@ -105,64 +101,8 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     let file = args.file.display().to_string();
     let text = std::fs::read_to_string(&args.file)
         .map_err(|e| CliError::bad_input(format!("{file}: cannot read: {e}")))?;
-    let body = text.strip_suffix('\n').unwrap_or(&text);
-    let mut lines = body.split('\n');
-    let first = lines.next().unwrap_or("");
-    let bad =
-        |line: usize, message: String| CliError::bad_input(format!("{file}:{line}: {message}"));
-    let header: ExportHeader = serde_json::from_str(first).map_err(|e| {
-        bad(
-            1,
-            format!(
-                "not a keel export header ({}): {}",
-                r#"{"last_seq":N,"run_id":"…","schema":"keel.events/1"}"#,
-                keel_message::decode::elide_values(&e.to_string())
-            ),
-        )
-    })?;
-    if header.schema != SCHEMA_VERSION {
-        return Err(bad(
-            1,
-            format!("schema is not {SCHEMA_VERSION} (this build reads only that)"),
-        ));
-    }
-    let run_id = RunId::parse(&header.run_id).map_err(|e| bad(1, format!("run_id: {e}")))?;
-    let events: Vec<&str> = lines.collect();
-    if events.is_empty() || (events.len() == 1 && events[0].is_empty()) {
-        return Err(bad(1, "the file holds no events".to_owned()));
-    }
-    // RunLog::import numbers lines from 1 over the events; the file has
-    // the header first.
-    let total: usize = events.iter().map(|l| l.len()).sum();
-    let defaults = LogConfig::default();
-    let config = LogConfig {
-        max_events: defaults
-            .max_events
-            .max(events.len() + defaults.max_open_scopes + 1),
-        max_bytes: defaults
-            .max_bytes
-            .saturating_add(total)
-            .saturating_add(events.len().saturating_mul(ENTRY_OVERHEAD_BYTES)),
-        ..defaults
-    };
-    let log = RunLog::import(
-        run_id.clone(),
-        events.iter().copied(),
-        config,
-        Arc::new(SystemClock),
-    )
-    .map_err(|e| import_error(&file, e))?;
+    let log = replay(&file, &text)?;
     let imported = log.retained_after(0);
-    if imported.len() as u64 != header.last_seq {
-        return Err(bad(
-            1,
-            format!(
-                "the header says last_seq {}, the file holds {} events",
-                header.last_seq,
-                imported.len()
-            ),
-        ));
-    }
 
     let mut config = JournalConfig::default();
     // One fsync at close instead of one per event: acknowledged events
@@ -194,7 +134,8 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     stored?;
     closed?;
     println!(
-        "imported run {run_id}: {} events ({} new, {} already stored) into {db}",
+        "imported run {}: {} events ({} new, {} already stored) into {db}",
+        log.run_id(),
         imported.len(),
         stats.stored,
         stats.duplicates
@@ -202,8 +143,92 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     Ok(EXIT_OK)
 }
 
-/// An import refusal, with the file's line number (the header is line 1).
-fn import_error(file: &str, e: ImportError) -> CliError {
+/// Parses and checks an export (see the module docs); the log it gives
+/// holds every event of the file (nothing evicted).
+fn replay(file: &str, text: &str) -> Result<RunLog, CliError> {
+    let bad =
+        |line: usize, message: String| CliError::bad_input(format!("{file}:{line}: {message}"));
+    // `from_jsonl` numbers the file's lines (the header is line 1).
+    let snapshot = Snapshot::from_jsonl(text).map_err(|e| match e {
+        ImportError::Header { .. } if is_legacy_header(text.lines().next().unwrap_or("")) => bad(
+            1,
+            format!(
+                "the header of an older keel export (last_seq, run_id, schema), not a snapshot header; \
+                 this keel reads only the snapshot format: {e}"
+            ),
+        ),
+        e => import_error(file, e, 0),
+    })?;
+    if snapshot.earliest_seq() != 1 {
+        return Err(bad(
+            1,
+            format!(
+                "the file holds seqs from {}, not the whole run (import takes a whole run)",
+                snapshot.earliest_seq()
+            ),
+        ));
+    }
+    if snapshot.events().is_empty() {
+        return Err(bad(1, "the file holds no events".to_owned()));
+    }
+    let events = snapshot.events();
+    let total: usize = events.iter().map(|e| e.line().len()).sum();
+    let defaults = LogConfig::default();
+    let config = LogConfig {
+        max_events: defaults
+            .max_events
+            .max(events.len() + defaults.max_open_scopes + 1),
+        max_bytes: defaults
+            .max_bytes
+            .saturating_add(total)
+            .saturating_add(events.len().saturating_mul(ENTRY_OVERHEAD_BYTES)),
+        ..defaults
+    };
+    // `RunLog::import` numbers the events from 1; the header is line 1.
+    let log = RunLog::import(
+        snapshot.run_id().clone(),
+        events.iter().map(|e| e.line()),
+        config,
+        Arc::new(SystemClock),
+    )
+    .map_err(|e| import_error(file, e, 1))?;
+    let replayed = log.snapshot();
+    if replayed != snapshot {
+        let header = |s: &Snapshot| {
+            s.to_jsonl()
+                .lines()
+                .next()
+                .map(str::to_owned)
+                .unwrap_or_default()
+        };
+        return Err(bad(
+            1,
+            format!(
+                "the header does not describe the file's events (rule snapshot.consistent): they give {}",
+                header(&replayed)
+            ),
+        ));
+    }
+    Ok(log)
+}
+
+/// Whether `line` is the three-member header `keel export` wrote before it
+/// wrote snapshots (`{"last_seq":N,"run_id":"…","schema":"keel.events/1"}`).
+fn is_legacy_header(line: &str) -> bool {
+    match serde_json::from_str::<serde_json::Value>(line) {
+        Ok(serde_json::Value::Object(members)) => {
+            let mut keys: Vec<&str> = members.keys().map(String::as_str).collect();
+            keys.sort_unstable();
+            keys == ["last_seq", "run_id", "schema"]
+        }
+        _ => false,
+    }
+}
+
+/// An import refusal, with the file's line number: `offset` is added to
+/// the error's own line (0 when it numbers the file's lines, 1 when it
+/// numbers the events). Header and consistency errors are about line 1.
+fn import_error(file: &str, e: ImportError, offset: usize) -> CliError {
     let line = match &e {
         ImportError::Event { line, .. }
         | ImportError::OtherRun { line, .. }
@@ -212,11 +237,12 @@ fn import_error(file: &str, e: ImportError) -> CliError {
         | ImportError::OutOfOrder { line, .. }
         | ImportError::TimeWentBack { line, .. }
         | ImportError::Lifecycle { line, .. }
-        | ImportError::Commit { line, .. } => Some(line + 1),
+        | ImportError::Commit { line, .. } => Some(line + offset),
+        ImportError::Header { .. } | ImportError::Inconsistent { .. } => Some(1),
         _ => None,
     };
     let message = e.to_string();
-    // The error text numbers event lines from 1; drop its own prefix.
+    // The error text numbers lines its own way; drop its prefix.
     let message = match message.split_once(": ") {
         Some((prefix, rest)) if prefix.starts_with("line ") => rest.to_owned(),
         _ => message,
