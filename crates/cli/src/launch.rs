@@ -29,6 +29,15 @@ pub struct Launch<'a> {
     pub default_approval_timeout: Option<Duration>,
 }
 
+impl std::fmt::Debug for Launch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launch")
+            .field("files", &self.files)
+            .field("default_approval_timeout", &self.default_approval_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Why a scenario could not become a run. Values are never echoed: the
 /// provider's message names the variable or the bound, not a key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
