@@ -256,7 +256,7 @@ impl Engine {
             let _ = ended_tx.send(Some(RunEnded {
                 acknowledged: ended.acknowledged(),
             }));
-            ended.into_outcome()
+            ended.into_report()
         });
         Ok(RunHandle {
             run_id,

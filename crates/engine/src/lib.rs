@@ -50,7 +50,7 @@
 //!     other => panic!("{other:?}"),
 //! }
 //! let kinds: Vec<String> = log.retained_after(0).iter().map(|e| e.kind().to_string()).collect();
-//! assert_eq!(kinds, ["run.started", "turn.started", "model.started", "model.text_delta",
+//! assert_eq!(kinds, ["run.started", "run.input", "turn.started", "model.started", "model.text_delta",
 //!                    "model.completed", "turn.completed", "run.completed"]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # })?;
@@ -78,7 +78,7 @@ pub use interaction::{
     InteractionDecision, InteractionError, InteractionFuture, InteractionHandler, InteractionKind,
     InteractionRequest,
 };
-pub use request::{RunCanceller, RunHandle, RunOutcome, RunRequest};
+pub use request::{RunCanceller, RunHandle, RunOutcome, RunReport, RunRequest};
 pub use tool::{
     OnToolFailure, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolPolicy, ToolRetry,
 };

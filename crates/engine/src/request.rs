@@ -50,6 +50,7 @@ pub struct RunRequest {
     pub(crate) limits: Option<EngineLimits>,
     pub(crate) allowlist: Option<MetadataAllowlist>,
     pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
+    pub(crate) continues: Option<RunId>,
 }
 
 impl std::fmt::Debug for RunRequest {
@@ -66,6 +67,7 @@ impl std::fmt::Debug for RunRequest {
             .field("provider", &provider)
             .field("tools", &self.tools.len())
             .field("limits", &self.limits)
+            .field("continues", &self.continues)
             .finish_non_exhaustive()
     }
 }
@@ -83,7 +85,16 @@ impl RunRequest {
             limits: None,
             allowlist: None,
             interactions: None,
+            continues: None,
         }
+    }
+    /// Records that this run continues `previous` (a follow-up in a
+    /// conversation: `run.started` names it). The history is the
+    /// caller's: typically `history::rebuild` of the previous run plus the
+    /// new message.
+    pub fn continues(mut self, previous: RunId) -> RunRequest {
+        self.continues = Some(previous);
+        self
     }
     /// Calls the provider the builder registered under `name`.
     pub fn provider_named(mut self, name: impl Into<String>) -> RunRequest {
@@ -127,6 +138,10 @@ impl RunRequest {
     pub fn history(&self) -> &[Message] {
         &self.history
     }
+    /// The run this one continues, if any.
+    pub fn continued_run(&self) -> Option<&RunId> {
+        self.continues.as_ref()
+    }
 }
 
 /// How a run ended.
@@ -138,6 +153,11 @@ pub enum RunOutcome {
         final_message: Message,
         /// Usage summed over every model call that reported it.
         usage: Usage,
+        /// The whole history the run ended with: its input, then each
+        /// turn's assistant message and tool results, in order (what
+        /// `keel_eventlog::history::rebuild` gives from the log). A
+        /// follow-up run starts from it plus its new message.
+        transcript: Vec<Message>,
     },
     /// It failed; `cause` says why.
     Failed {
@@ -148,13 +168,39 @@ pub enum RunOutcome {
     Cancelled,
 }
 
+/// How a run ended and the history it ended with (its input, then each
+/// turn's assistant message and tool results, as far as it got).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunReport {
+    outcome: RunOutcome,
+    history: Vec<Message>,
+}
+
+impl RunReport {
+    pub(crate) fn new(outcome: RunOutcome, history: Vec<Message>) -> RunReport {
+        RunReport { outcome, history }
+    }
+    /// How the run ended.
+    pub fn outcome(&self) -> &RunOutcome {
+        &self.outcome
+    }
+    /// The history the run held when it ended.
+    pub fn history(&self) -> &[Message] {
+        &self.history
+    }
+    /// The outcome, by value.
+    pub fn into_outcome(self) -> RunOutcome {
+        self.outcome
+    }
+}
+
 /// A handle on one run: its id, its log, cancellation and the outcome.
 #[derive(Debug)]
 pub struct RunHandle {
     pub(crate) run_id: RunId,
     pub(crate) log: RunLog,
     pub(crate) cancel: CancelToken,
-    pub(crate) task: tokio::task::JoinHandle<RunOutcome>,
+    pub(crate) task: tokio::task::JoinHandle<RunReport>,
 }
 
 impl RunHandle {
@@ -189,10 +235,18 @@ impl RunHandle {
     }
     /// Waits for the run to end.
     pub async fn join(self) -> RunOutcome {
+        self.join_report().await.outcome
+    }
+    /// Waits for the run to end; with the history it ended with, however
+    /// it ended.
+    pub async fn join_report(self) -> RunReport {
         match self.task.await {
-            Ok(outcome) => outcome,
-            Err(e) => RunOutcome::Failed {
-                cause: FailureCause::Internal(format!("run task ended abnormally: {e}")),
+            Ok(report) => report,
+            Err(e) => RunReport {
+                outcome: RunOutcome::Failed {
+                    cause: FailureCause::Internal(format!("run task ended abnormally: {e}")),
+                },
+                history: Vec::new(),
             },
         }
     }

@@ -173,9 +173,9 @@ async fn a_call_id_reused_in_a_later_turn_is_a_protocol_failure() {
 /// cancelled, the closing `tool.cancelled` names the tool its start named.
 #[tokio::test(start_paused = true)]
 async fn a_refused_or_cancelled_tool_start_closes_under_its_own_name() {
-    // run.started 1, turn.started 2, model.started 3, model.tool_call 4,
-    // model.completed 5, tool.started 6.
-    for (fault, cancel) in [(Fault::FailOn(6), false), (Fault::HangOn(6), true)] {
+    // run.started 1, run.input 2, turn.started 3, model.started 4,
+    // model.tool_call 5, model.completed 6, tool.started 7.
+    for (fault, cancel) in [(Fault::FailOn(7), false), (Fault::HangOn(7), true)] {
         let provider = ScriptedProvider::new(vec![calls(vec![call("c1", "get_weather")]), done()]);
         let engine = engine_with(provider)
             .tool(Arc::new(tool(

@@ -197,7 +197,7 @@ fn one_engine_hosts_a_thousand_concurrent_runs() {
             );
             let events = log.retained_after(0);
             assert_lifecycle(&events);
-            assert_eq!(events.len(), 15);
+            assert_eq!(events.len(), 16);
             let lines: Vec<String> = events.iter().map(|e| e.line().to_owned()).collect();
             assert_eq!(reader.await.unwrap(), lines);
             assert_eq!(recorder.events_for(log.run_id()).len(), events.len());

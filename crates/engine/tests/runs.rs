@@ -63,6 +63,7 @@ async fn run_to_end(engine: &Engine, id: &str) -> (RunOutcome, Vec<Arc<Event>>) 
 /// A run whose only model attempt failed and was not retried.
 const ONE_FAILED_ATTEMPT: &[&str] = &[
     "run.started",
+    "run.input",
     "turn.started",
     "model.started",
     "model.failed",
@@ -101,6 +102,7 @@ async fn completed_run_with_a_tool_round_trip() {
         &events,
         &[
             "run.started",
+            "run.input",
             "turn.started",
             "model.started",
             "model.text_delta",
@@ -120,12 +122,17 @@ async fn completed_run_with_a_tool_round_trip() {
     let RunOutcome::Completed {
         final_message,
         usage,
+        transcript,
     } = outcome
     else {
         panic!("{outcome:?}")
     };
     assert_eq!(final_message.joined_text(), "3 °C.");
     assert_eq!((usage.input_tokens(), usage.output_tokens()), (32, 10));
+    // The transcript: the question, the call, its result, the answer.
+    let roles: Vec<Role> = transcript.iter().map(Message::role).collect();
+    assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::Assistant]);
+    assert_eq!(transcript.last(), Some(&final_message));
     // The second request carried the tool result, answering the first call.
     let second = &handle.requests()[1];
     let last = second.history().last().unwrap();
@@ -191,6 +198,7 @@ async fn pristine_retryable_failures_are_retried_as_new_model_scopes() {
         &events,
         &[
             "run.started",
+            "run.input",
             "turn.started",
             "model.started",
             "model.failed",
@@ -280,6 +288,7 @@ async fn partial_failures_are_not_retried_by_default() {
         &events,
         &[
             "run.started",
+            "run.input",
             "turn.started",
             "model.started",
             "model.text_delta",
@@ -328,6 +337,7 @@ async fn partial_restart_policy_keeps_the_discarded_output_in_the_log() {
         &events,
         &[
             "run.started",
+            "run.input",
             "turn.started",
             "model.started",
             "model.text_delta",
@@ -534,6 +544,7 @@ async fn end_run_policy_fails_turn_and_run_with_the_call_as_cause() {
         &events,
         &[
             "run.started",
+            "run.input",
             "turn.started",
             "model.started",
             "model.tool_call",
@@ -602,8 +613,9 @@ fn approval_engine(
     (engine, tool_handle)
 }
 
-const TURN_1_CALL: [&str; 5] = [
+const TURN_1_CALL: [&str; 6] = [
     "run.started",
+    "run.input",
     "turn.started",
     "model.started",
     "model.tool_call",
@@ -723,6 +735,7 @@ async fn cancel_mid_stream_drops_the_provider_and_closes_innermost_first() {
         &log.retained_after(0),
         &[
             "run.started",
+            "run.input",
             "turn.started",
             "model.started",
             "model.text_delta",
@@ -774,9 +787,9 @@ async fn cancel_during_a_tool_cancels_the_tool_future() {
 #[tokio::test]
 async fn required_observer_failure_fails_the_run_without_reusing_a_sequence() {
     let provider = ScriptedProvider::new(vec![done()]);
-    // Fails from the 3rd offer on, so closing must skip it to complete the
+    // Fails from the 4th offer on (model.started), so closing must skip it to complete the
     // first observer's history.
-    let faulty = Arc::new(FaultyObserver::new(Fault::FailFrom(3)));
+    let faulty = Arc::new(FaultyObserver::new(Fault::FailFrom(4)));
     let recorder = Arc::new(RecordingObserver::new());
     let engine = builder(provider)
         .required_observer(recorder.clone())
@@ -790,11 +803,12 @@ async fn required_observer_failure_fails_the_run_without_reusing_a_sequence() {
     else {
         panic!("{outcome:?}")
     };
-    assert_eq!((e.seq, e.index), (3, 1));
+    assert_eq!((e.seq, e.index), (4, 1));
     assert_kinds(
         &events,
         &[
             "run.started",
+            "run.input",
             "turn.started",
             "model.started",
             "model.cancelled",
@@ -806,7 +820,7 @@ async fn required_observer_failure_fails_the_run_without_reusing_a_sequence() {
         panic!()
     };
     let cause = f.cause.unwrap();
-    assert_eq!(cause.seq, Some(3));
+    assert_eq!(cause.seq, Some(4));
     assert!(cause.observer.is_some());
     // The first observer saw every event, in order, each exactly once
     // (the refused one was re-offered while closing, at least once).

@@ -99,6 +99,9 @@ pub enum EventKind {
     TextDelta,
     /// `model.tool_call`: a finalized tool call from the model.
     ToolCall,
+    /// `run.input`: one message of the run's input history, recorded in
+    /// order after `run.started` and before the first turn.
+    RunInput,
     /// A kind this version does not know, kept opaque.
     Extension(Arc<str>),
 }
@@ -147,6 +150,7 @@ impl EventKind {
         match name {
             "model.text_delta" => return Ok(EventKind::TextDelta),
             "model.tool_call" => return Ok(EventKind::ToolCall),
+            "run.input" => return Ok(EventKind::RunInput),
             _ => {}
         }
         let (head, last) = name.rsplit_once('.').unwrap_or((name, ""));
@@ -174,6 +178,7 @@ impl EventKind {
         match self {
             EventKind::TextDelta => Cow::Borrowed("model.text_delta"),
             EventKind::ToolCall => Cow::Borrowed("model.tool_call"),
+            EventKind::RunInput => Cow::Borrowed("run.input"),
             EventKind::Lifecycle(scope, phase) => Cow::Borrowed(lifecycle_name(*scope, *phase)),
             EventKind::Extension(name) => Cow::Owned(name.to_string()),
         }

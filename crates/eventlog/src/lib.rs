@@ -53,6 +53,7 @@
 
 mod clock;
 mod event;
+pub mod history;
 mod kind;
 mod lifecycle;
 mod log;

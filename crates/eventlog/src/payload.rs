@@ -8,7 +8,9 @@
 
 use crate::kind::{EventKind, Phase, Scope, Terminal};
 use crate::lifecycle::{ScopeKey, Transition};
-use keel_message::{CallId, CanonicalJson, InteractionId, ModelName, OperationId, ToolName};
+use keel_message::{
+    CallId, CanonicalJson, InteractionId, Message, ModelName, OperationId, RunId, ToolName,
+};
 use keel_stream::{FinishReason, ProblemKind, ProviderProblem, RetryPosition, Usage};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -85,6 +87,9 @@ pub struct RunStarted {
     /// The model the run starts with, when the host names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelName>,
+    /// The run this one continues (a follow-up in a conversation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<RunId>,
     /// Unknown members.
     #[serde(flatten)]
     pub extra: Extra,
@@ -401,6 +406,16 @@ pub struct InteractionFailed {
     pub extra: Extra,
 }
 
+/// `run.input`: one message of the history the run starts from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInput {
+    /// The message, as the host gave it.
+    pub message: Message,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// `model.text_delta`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TextDelta {
@@ -459,6 +474,7 @@ pub enum Payload {
     InteractionCancelled(InteractionRef),
     TextDelta(TextDelta),
     ToolCall(ToolCall),
+    RunInput(RunInput),
     /// A kind this version does not know; the payload is kept as is.
     Extension {
         /// The kind name.
@@ -586,6 +602,7 @@ payload_table! {
     InteractionCancelled => EventKind::Lifecycle(Scope::Interaction, Ended(Cancelled)),
     TextDelta => EventKind::TextDelta,
     ToolCall => EventKind::ToolCall,
+    RunInput => EventKind::RunInput,
 }
 
 /// Names the failing member without quoting values.
@@ -628,6 +645,7 @@ impl Payload {
             P::InteractionCancelled(p) => interaction(p.turn, &p.interaction_id),
             P::TextDelta(p) => return Transition::Within(model(p.turn, &p.operation_id)),
             P::ToolCall(p) => return Transition::Within(model(p.turn, &p.operation_id)),
+            P::RunInput(_) => return Transition::Within(ScopeKey::Run),
             P::Extension { .. } => return Transition::None,
         };
         match self.kind().lifecycle_parts() {

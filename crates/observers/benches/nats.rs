@@ -79,6 +79,7 @@ fn events(run: &str) -> Vec<Arc<Event>> {
         log.commit(&Payload::RunStarted(RunStarted {
             model: Some(model.clone()),
             extra: Extra::new(),
+            continues: None,
         }))
         .unwrap(),
         log.commit(&Payload::TurnStarted(TurnRef {

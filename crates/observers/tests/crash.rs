@@ -97,6 +97,7 @@ fn script(seed: u64, task: u64, k: u64) -> Vec<Arc<Event>> {
     commit(Payload::RunStarted(RunStarted {
         model: Some(model.clone()),
         extra: Extra::new(),
+        continues: None,
     }));
     let turns = 1 + rng.below(3);
     for turn in 1..=turns {

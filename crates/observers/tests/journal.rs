@@ -854,6 +854,7 @@ fn a_real_run_log_is_stored_and_imports_back() {
         Payload::RunStarted(RunStarted {
             model: Some(model.clone()),
             extra: Extra::new(),
+            continues: None,
         }),
         Payload::TurnStarted(TurnRef {
             turn: 1,

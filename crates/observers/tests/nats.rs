@@ -143,6 +143,7 @@ impl Run {
             self.commit(Payload::RunStarted(RunStarted {
                 model: Some(self.model.clone()),
                 extra: Extra::new(),
+                continues: None,
             })),
             self.commit(Payload::TurnStarted(TurnRef {
                 turn: 1,

@@ -702,6 +702,7 @@ fn build_run(shape: &RunShape) -> Option<Vec<Payload>> {
     b.out.push(Payload::RunStarted(RunStarted {
         model: Some(b.model.clone()),
         extra: Extra::new(),
+        continues: None,
     }));
     let mut ops = 0u64;
     let mut usage = (0u64, 0u64);

@@ -15,7 +15,7 @@ use crate::cancel::CancelToken;
 use crate::compose::RunContext;
 use crate::engine::EngineInner;
 use crate::error::FailureCause;
-use crate::request::{RunOutcome, RunRequest};
+use crate::request::{RunOutcome, RunReport, RunRequest};
 use futures_util::FutureExt;
 use keel_eventlog::{Cause, CommitError, ErrorText, RunLog};
 use keel_message::{CallId, Message, MessageError, ModelName, OperationIdIssuer, RunId};
@@ -89,6 +89,7 @@ pub(crate) struct State {
 pub(crate) struct RunEnd {
     run_id: RunId,
     outcome: RunOutcome,
+    history: Vec<Message>,
     acknowledged: bool,
 }
 
@@ -99,8 +100,8 @@ impl RunEnd {
     pub(crate) fn acknowledged(&self) -> bool {
         self.acknowledged
     }
-    pub(crate) fn into_outcome(self) -> RunOutcome {
-        self.outcome
+    pub(crate) fn into_report(self) -> RunReport {
+        RunReport::new(self.outcome, self.history)
     }
 }
 
@@ -110,6 +111,7 @@ pub(crate) struct Runner {
     pub(crate) rec: Recorder,
     pub(crate) run_id: RunId,
     pub(crate) model: ModelName,
+    pub(crate) continues: Option<RunId>,
     state: Mutex<State>,
 }
 
@@ -127,6 +129,7 @@ impl Runner {
             ctx,
             run_id: request.run_id,
             model: request.model,
+            continues: request.continues,
             state: Mutex::new(State {
                 history: request.history,
                 ops: OperationIdIssuer::new(),
@@ -169,10 +172,12 @@ impl Runner {
         // The log is the authority: once the run's terminal is committed,
         // the outcome is what it records, whatever interrupted afterwards.
         let outcome = self.rec.final_outcome().unwrap_or(outcome);
+        let history = std::mem::take(&mut self.state().history);
         RunEnd {
             acknowledged: self.rec.acknowledged(),
             run_id: self.run_id,
             outcome,
+            history,
         }
     }
 

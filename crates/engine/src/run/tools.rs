@@ -12,6 +12,7 @@ use crate::interaction::{
 };
 use crate::tool::{OnToolFailure, Tool, ToolInvocation, ToolPolicy};
 use futures_util::StreamExt;
+use keel_eventlog::history;
 use keel_eventlog::{
     Cause, CommitError, ErrorText, Extra, InteractionCompleted, InteractionFailed,
     InteractionStarted, Payload, ToolCompleted, ToolFailed, ToolOutcome, ToolRef, ToolRetry,
@@ -116,11 +117,7 @@ impl Runner {
 
     fn result_part(&self, call: &ToolCallPart, content: &str, is_error: bool) -> Step<Part> {
         let limits = &self.engine.shared.message_limits;
-        Part::tool_result_with(call.call_id().clone(), content, is_error, limits)
-            .or_else(|_| {
-                let short = "tool result exceeded limits.part_bytes";
-                Part::tool_result_with(call.call_id().clone(), short, true, limits)
-            })
+        history::tool_result_part(call.call_id(), content, is_error, limits)
             .map_err(Interrupt::Message)
     }
 
@@ -195,7 +192,8 @@ impl Runner {
                         extra: Extra::new(),
                     }))
                     .await?;
-                return Ok((decision == InteractionDecision::Denied).then(|| "denied".to_owned()));
+                let denied = decision == InteractionDecision::Denied;
+                return Ok(denied.then(|| history::DENIED_RESULT.to_owned()));
             }
             Ok(Ok(Err(e))) => e.0,
             Ok(Err(_panic)) => "interaction handler panicked".to_owned(),
@@ -213,7 +211,7 @@ impl Runner {
                 extra: Extra::new(),
             }))
             .await?;
-        Ok(Some(format!("approval failed: {}", error.as_str())))
+        Ok(Some(history::approval_failed_result(&error)))
     }
 
     /// Calls the tool (guarded, within its timeout) and bounds its output.

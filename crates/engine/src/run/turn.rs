@@ -4,13 +4,15 @@
 
 use super::model::ModelOutput;
 use super::tools::ToolsEnd;
-use super::{Runner, Step};
+use super::{Interrupt, Runner, Step};
 use crate::error::FailureCause;
 use crate::request::RunOutcome;
+use keel_eventlog::history;
 use keel_eventlog::{
-    Cause, ErrorText, Extra, Payload, RunCompleted, RunFailed, RunStarted, TurnFailed, TurnRef,
+    Cause, CommitError, ErrorText, Extra, Payload, RunCompleted, RunFailed, RunInput, RunStarted,
+    TurnFailed, TurnRef,
 };
-use keel_message::{Message, MessageError, MessageId, Part, Role};
+use keel_message::{Message, MessageError};
 
 /// How a turn ended.
 pub(super) enum TurnEnd {
@@ -66,9 +68,13 @@ impl Runner {
         self.rec
             .record(Payload::RunStarted(RunStarted {
                 model: Some(self.model.clone()),
+                continues: self.continues.clone(),
                 extra: Extra::new(),
             }))
             .await?;
+        if let Some(failure) = self.record_input().await? {
+            return self.fail_run(failure).await;
+        }
         let max_turns = self.ctx.limits.max_turns;
         for turn in 1..=max_turns {
             self.rec
@@ -93,11 +99,40 @@ impl Runner {
             "limits.max_turns",
             format!("the model was still calling tools after {max_turns} turns"),
         );
+        self.fail_run(failure).await
+    }
+
+    /// Records the input history, one `run.input` per message, so the log
+    /// alone rebuilds the conversation. A message the log cannot hold
+    /// (over `log.max_event_bytes`) fails the run before any turn.
+    async fn record_input(&self) -> Step<Option<TurnFailure>> {
+        let input = self.state().history.clone();
+        for (i, message) in input.into_iter().enumerate() {
+            let payload = Payload::RunInput(RunInput {
+                message,
+                extra: Extra::new(),
+            });
+            match self.rec.record(payload).await {
+                Ok(_) => {}
+                Err(Interrupt::Log(e @ CommitError::EventTooLarge { .. })) => {
+                    return Ok(Some(TurnFailure::limit(
+                        "log.max_event_bytes",
+                        format!("input message {i} cannot be recorded: {e}"),
+                    )));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Fails the run with no turn open.
+    async fn fail_run(&self, failure: TurnFailure) -> Step<RunOutcome> {
         self.rec
             .record_final(
                 Payload::RunFailed(RunFailed {
                     error: failure.error,
-                    cause: None,
+                    cause: failure.event_cause,
                     extra: Extra::new(),
                 }),
                 RunOutcome::Failed {
@@ -108,10 +143,14 @@ impl Runner {
     }
 
     async fn complete(&self, final_message: Message) -> Step<RunOutcome> {
-        let usage = self.state().usage.total();
+        let (usage, transcript) = {
+            let st = self.state();
+            (st.usage.total(), st.history.clone())
+        };
         let outcome = RunOutcome::Completed {
             final_message,
             usage: usage.unwrap_or_default(),
+            transcript,
         };
         let payload = Payload::RunCompleted(RunCompleted {
             usage,
@@ -150,10 +189,19 @@ impl Runner {
         }
     }
 
-    /// After a completed model call: finish, or run the tools and continue.
+    /// After a completed model call: the assistant message joins the
+    /// history (built as `history::assistant_message` rebuilds it), then
+    /// the run finishes, or runs the tools and continues.
     async fn after_model(&self, turn: u64, output: ModelOutput) -> Step<TurnEnd> {
         let limits = &self.ctx.limits;
+        let message_limits = &self.engine.shared.message_limits;
         let ModelOutput { text, calls } = output;
+        let message =
+            match history::assistant_message(&self.run_id, turn, &text, &calls, message_limits) {
+                Ok(m) => m,
+                Err(e) => return Ok(TurnEnd::Failed(Box::new(TurnFailure::message_rule(&e)))),
+            };
+        self.state().history.push(message.clone());
         if calls.len() > limits.max_tool_calls_per_turn {
             return Ok(TurnEnd::Failed(Box::new(TurnFailure::limit(
                 "limits.max_tool_calls_per_turn",
@@ -164,22 +212,6 @@ impl Runner {
                 ),
             ))));
         }
-        let message_limits = &self.engine.shared.message_limits;
-        let mut parts = Vec::new();
-        if !text.is_empty() {
-            match Part::text_with(&text, message_limits) {
-                Ok(p) => parts.push(p),
-                Err(e) => return Ok(TurnEnd::Failed(Box::new(TurnFailure::message_rule(&e)))),
-            }
-        }
-        parts.extend(calls.iter().cloned().map(Part::ToolCall));
-        let message = match message_id(turn, "a")
-            .and_then(|id| Message::new_with(id, Role::Assistant, parts, message_limits))
-        {
-            Ok(m) => m,
-            Err(e) => return Ok(TurnEnd::Failed(Box::new(TurnFailure::message_rule(&e)))),
-        };
-        self.state().history.push(message.clone());
         if calls.is_empty() {
             return Ok(TurnEnd::Final(message));
         }
@@ -187,17 +219,10 @@ impl Runner {
             ToolsEnd::Results(parts) => parts,
             ToolsEnd::Ended(ended) => return Ok(TurnEnd::Failed(Box::new(ended.into_failure()))),
         };
-        match message_id(turn, "t")
-            .and_then(|id| Message::new_with(id, Role::Tool, results, message_limits))
-        {
+        match history::tool_results_message(&self.run_id, turn, results, message_limits) {
             Ok(m) => self.state().history.push(m),
             Err(e) => return Ok(TurnEnd::Failed(Box::new(TurnFailure::message_rule(&e)))),
         }
         Ok(TurnEnd::Continue)
     }
-}
-
-fn message_id(turn: u64, suffix: &str) -> Result<MessageId, MessageError> {
-    // "keel_<turn>_<suffix>" is always within the id rule.
-    Ok(MessageId::parse(&format!("keel_{turn}_{suffix}"))?)
 }

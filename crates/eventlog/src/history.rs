@@ -1,0 +1,249 @@
+//! A run's conversation history, rebuilt from its log.
+//!
+//! The log is the authority, so the history a run ends with (its input,
+//! then for each turn the assistant message of the model call that
+//! completed and the tool results) can be rebuilt from its events alone,
+//! value for value: the message ids the engine mints and the result texts
+//! it feeds back (a denial, a failed approval) are defined here, and the
+//! engine uses the same definitions. A follow-up run starts from this
+//! history plus its new message.
+
+use crate::event::Event;
+use crate::payload::{ErrorText, Payload};
+use keel_message::{
+    CallId, Limits, Message, MessageError, MessageId, Part, Role, RunId, ToolCallPart,
+};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+/// What the model is told when its call was denied approval.
+pub const DENIED_RESULT: &str = "denied";
+
+/// What the model is told when a result does not fit `limits.part_bytes`.
+const OVERSIZED_RESULT: &str = "tool result exceeded limits.part_bytes";
+
+/// What the model is told when an approval failed (handler error, panic,
+/// timeout): the interaction's recorded error.
+pub fn approval_failed_result(error: &ErrorText) -> String {
+    format!("approval failed: {}", error.as_str())
+}
+
+/// The tool result part the model is given for `content`; a content over
+/// `limits.part_bytes` becomes a short error result instead.
+pub fn tool_result_part(
+    call_id: &CallId,
+    content: &str,
+    is_error: bool,
+    limits: &Limits,
+) -> Result<Part, MessageError> {
+    Part::tool_result_with(call_id.clone(), content, is_error, limits)
+        .or_else(|_| Part::tool_result_with(call_id.clone(), OVERSIZED_RESULT, true, limits))
+}
+
+/// The id of the message a turn adds: the assistant's answer (`Role::Assistant`)
+/// or the tool results (`Role::Tool`). Unique across runs: it names the run
+/// (or, for a run id too long to fit, a 64-bit hash of it) and the turn.
+///
+/// ```
+/// use keel_eventlog::history::turn_message_id;
+/// use keel_message::{Role, RunId};
+/// let id = turn_message_id(&RunId::parse("run_1")?, 2, Role::Assistant)?;
+/// assert_eq!(id.as_str(), "run_1.t2.a");
+/// # Ok::<(), keel_message::MessageError>(())
+/// ```
+pub fn turn_message_id(run_id: &RunId, turn: u64, role: Role) -> Result<MessageId, MessageError> {
+    let suffix = match role {
+        Role::Tool => "t",
+        _ => "a",
+    };
+    let direct = format!("{run_id}.t{turn}.{suffix}");
+    if let Ok(id) = MessageId::parse(&direct) {
+        return Ok(id);
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    run_id.as_str().hash(&mut hasher);
+    Ok(MessageId::parse(&format!(
+        "h{:016x}.t{turn}.{suffix}",
+        hasher.finish()
+    ))?)
+}
+
+/// Why a log does not yield a history.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HistoryError {
+    /// An event's payload did not decode.
+    #[error("event {seq} does not decode: {detail} (rule history.decodable)")]
+    Undecodable {
+        /// The event.
+        seq: u64,
+        /// Why (no content quoted).
+        detail: String,
+    },
+    /// The log holds no `run.input`: it was written before inputs were
+    /// recorded, or its start was evicted.
+    #[error("the log records no input messages (rule history.input_recorded)")]
+    NoInput,
+}
+
+/// The turn being rebuilt: the current model attempt and, once a call
+/// completed, the calls whose results are awaited.
+#[derive(Default)]
+struct TurnState {
+    text: String,
+    calls: Vec<ToolCallPart>,
+    /// The completed call's tool calls, in call order.
+    awaited: Vec<ToolCallPart>,
+    results: HashMap<CallId, Part>,
+    /// Which call an interaction asked about.
+    interactions: HashMap<String, CallId>,
+}
+
+/// Rebuilds the history a run ended with from its events (in order, from
+/// seq 1), under the message bounds the run used.
+///
+/// ```
+/// use keel_eventlog::{history, Payload, RunInput, RunLog, LogConfig, RunStarted, SystemClock, Extra};
+/// use keel_message::{Message, MessageId, Role, RunId, Limits};
+/// use std::sync::Arc;
+/// let log = RunLog::new(RunId::parse("run_1")?, LogConfig::default(), Arc::new(SystemClock))?;
+/// let hi = Message::text(MessageId::parse("m1")?, Role::User, "Hi")?;
+/// log.commit(&Payload::RunStarted(RunStarted::default()))?;
+/// log.commit(&Payload::RunInput(RunInput { message: hi.clone(), extra: Extra::new() }))?;
+/// let events = log.retained_after(0);
+/// assert_eq!(history::rebuild(&events, &Limits::default())?, vec![hi]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn rebuild<E: AsRef<Event>>(
+    events: &[E],
+    limits: &Limits,
+) -> Result<Vec<Message>, HistoryError> {
+    let mut history = Vec::new();
+    let mut inputs = 0usize;
+    let mut turn = TurnState::default();
+    for event in events {
+        let event = event.as_ref();
+        let payload = event.payload().map_err(|e| HistoryError::Undecodable {
+            seq: event.seq(),
+            detail: e.to_string(),
+        })?;
+        if let Payload::RunInput(p) = &payload {
+            inputs += 1;
+            history.push(p.message.clone());
+            continue;
+        }
+        apply(&mut turn, &mut history, event.run_id(), payload, limits);
+    }
+    if inputs == 0 {
+        return Err(HistoryError::NoInput);
+    }
+    Ok(history)
+}
+
+fn apply(
+    turn: &mut TurnState,
+    history: &mut Vec<Message>,
+    run_id: &RunId,
+    payload: Payload,
+    limits: &Limits,
+) {
+    match payload {
+        Payload::TurnStarted(_) => *turn = TurnState::default(),
+        Payload::ModelStarted(_) => {
+            turn.text.clear();
+            turn.calls.clear();
+        }
+        Payload::TextDelta(p) => turn.text.push_str(&p.text),
+        Payload::ToolCall(p) => {
+            if let Ok(call) = ToolCallPart::new_with(p.call_id, p.name, p.arguments, limits) {
+                turn.calls.push(call);
+            }
+        }
+        Payload::ModelCompleted(p) => {
+            let calls = std::mem::take(&mut turn.calls);
+            let text = std::mem::take(&mut turn.text);
+            if let Ok(message) = assistant_message(run_id, p.turn, &text, &calls, limits) {
+                history.push(message);
+                turn.awaited = calls;
+            }
+        }
+        Payload::InteractionStarted(p) => {
+            if let Some(call_id) = p.call_id {
+                turn.interactions
+                    .insert(p.interaction_id.as_str().to_owned(), call_id);
+            }
+        }
+        Payload::InteractionCompleted(p) if p.decision == DENIED_RESULT => {
+            record(turn, p.interaction_id.as_str(), DENIED_RESULT, limits);
+        }
+        Payload::InteractionFailed(p) => {
+            let text = approval_failed_result(&p.error);
+            record(turn, p.interaction_id.as_str(), &text, limits);
+        }
+        Payload::ToolCompleted(p) => result(turn, &p.call_id, &p.output, false, limits),
+        Payload::ToolFailed(p) => result(turn, &p.call_id, p.error.as_str(), true, limits),
+        Payload::TurnCompleted(p) => {
+            if let Some(message) = tool_message(run_id, p.turn, turn, limits) {
+                history.push(message);
+            }
+            *turn = TurnState::default();
+        }
+        _ => {}
+    }
+}
+
+fn record(turn: &mut TurnState, interaction_id: &str, content: &str, limits: &Limits) {
+    if let Some(call_id) = turn.interactions.get(interaction_id).cloned() {
+        result(turn, &call_id, content, true, limits);
+    }
+}
+
+fn result(turn: &mut TurnState, call_id: &CallId, content: &str, is_error: bool, limits: &Limits) {
+    if let Ok(part) = tool_result_part(call_id, content, is_error, limits) {
+        turn.results.insert(call_id.clone(), part);
+    }
+}
+
+/// The assistant message of a completed model call: its text (if any),
+/// then its tool calls. The engine builds it with this function, so a
+/// message it could not build (the turn failed on the message rule) is
+/// not rebuilt either.
+pub fn assistant_message(
+    run_id: &RunId,
+    turn: u64,
+    text: &str,
+    calls: &[ToolCallPart],
+    limits: &Limits,
+) -> Result<Message, MessageError> {
+    let mut parts = Vec::with_capacity(calls.len() + 1);
+    if !text.is_empty() {
+        parts.push(Part::text_with(text, limits)?);
+    }
+    parts.extend(calls.iter().cloned().map(Part::ToolCall));
+    let id = turn_message_id(run_id, turn, Role::Assistant)?;
+    Message::new_with(id, Role::Assistant, parts, limits)
+}
+
+/// The message of a turn's tool results, in call order.
+pub fn tool_results_message(
+    run_id: &RunId,
+    turn: u64,
+    results: Vec<Part>,
+    limits: &Limits,
+) -> Result<Message, MessageError> {
+    let id = turn_message_id(run_id, turn, Role::Tool)?;
+    Message::new_with(id, Role::Tool, results, limits)
+}
+
+/// The tool results of a turn that completed with calls, in call order.
+fn tool_message(run_id: &RunId, turn: u64, state: &TurnState, limits: &Limits) -> Option<Message> {
+    if state.awaited.is_empty() {
+        return None;
+    }
+    let parts: Vec<Part> = state
+        .awaited
+        .iter()
+        .filter_map(|c| state.results.get(c.call_id()).cloned())
+        .collect();
+    tool_results_message(run_id, turn, parts, limits).ok()
+}
