@@ -72,7 +72,20 @@ proptest! {
         cancel_after in proptest::option::weighted(0.4, 0u64..2_000),
         restart_partial in any::<bool>(),
         approvals in any::<bool>(),
+        partial_at in proptest::option::weighted(0.5, 0usize..4),
     ) {
+        // A call that streams text and then fails mid-stream (retryable),
+        // before one of the script's calls: with `Restart` the text stays
+        // in the log under the failed attempt and must not reach the
+        // history.
+        let mut script = script;
+        if let Some(at) = partial_at {
+            let at = at.min(script.calls.len());
+            script.calls.insert(at, vec![
+                ScriptItem::text("lost words"),
+                ScriptItem::fail(keel_stream::ProblemKind::Unavailable, "cut", true),
+            ]);
+        }
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
         rt.block_on(async {
             let retry = RetryPolicy {
@@ -128,7 +141,12 @@ async fn a_three_run_conversation_rebuilds_from_the_logs() {
             ScriptItem::complete(FinishReason::ToolCalls),
         ]
     };
-    let answer = |t: &str| vec![ScriptItem::text(t), ScriptItem::complete(FinishReason::Stop)];
+    let answer = |t: &str| {
+        vec![
+            ScriptItem::text(t),
+            ScriptItem::complete(FinishReason::Stop),
+        ]
+    };
     let provider = ScriptedProvider::new(vec![
         weather(1),
         answer("3 °C."),
@@ -152,10 +170,21 @@ async fn a_three_run_conversation_rebuilds_from_the_logs() {
     let mut previous = RunId::parse("run_1").unwrap();
     let mut history = first.history().to_vec();
     for (n, text) in [(2, "And tomorrow?"), (3, "Thanks")] {
-        history.push(Message::text(MessageId::parse(&format!("u{n}")).unwrap(), Role::User, text).unwrap());
+        history.push(
+            Message::text(
+                MessageId::parse(&format!("u{n}")).unwrap(),
+                Role::User,
+                text,
+            )
+            .unwrap(),
+        );
         let id = RunId::parse(&format!("run_{n}")).unwrap();
-        let req = RunRequest::new(id.clone(), ModelName::parse("scripted-1").unwrap(), history.clone())
-            .continues(previous.clone());
+        let req = RunRequest::new(
+            id.clone(),
+            ModelName::parse("scripted-1").unwrap(),
+            history.clone(),
+        )
+        .continues(previous.clone());
         let report = check(&engine, req).await;
         history = report.history().to_vec();
         previous = id;
@@ -165,13 +194,25 @@ async fn a_three_run_conversation_rebuilds_from_the_logs() {
     assert_eq!(
         roles,
         [
-            Role::System, Role::User, Role::Assistant, Role::Tool, Role::Assistant,
-            Role::User, Role::Assistant, Role::Tool, Role::Assistant, Role::User,
+            Role::System,
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Assistant,
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Assistant,
+            Role::User,
         ]
     );
     let texts: Vec<String> = third.iter().map(Message::joined_text).collect();
     assert_eq!(texts[4], "3 °C.");
     assert_eq!(texts[8], "4 °C.");
     let ids: std::collections::HashSet<&str> = third.iter().map(|m| m.id().as_str()).collect();
-    assert_eq!(ids.len(), third.len(), "message ids are unique across the runs");
+    assert_eq!(
+        ids.len(),
+        third.len(),
+        "message ids are unique across the runs"
+    );
 }

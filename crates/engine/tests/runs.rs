@@ -131,7 +131,10 @@ async fn completed_run_with_a_tool_round_trip() {
     assert_eq!((usage.input_tokens(), usage.output_tokens()), (32, 10));
     // The transcript: the question, the call, its result, the answer.
     let roles: Vec<Role> = transcript.iter().map(Message::role).collect();
-    assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::Assistant]);
+    assert_eq!(
+        roles,
+        [Role::User, Role::Assistant, Role::Tool, Role::Assistant]
+    );
     assert_eq!(transcript.last(), Some(&final_message));
     // The second request carried the tool result, answering the first call.
     let second = &handle.requests()[1];
