@@ -58,6 +58,7 @@ mod kind;
 mod lifecycle;
 mod log;
 mod payload;
+pub mod recovery;
 mod snapshot;
 mod subscription;
 mod sync;

@@ -124,6 +124,11 @@ pub struct Cause {
     /// The sequence that observer refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
+    /// A stable kind for failures no call or observer names:
+    /// [`HOST_LOST`](crate::recovery::HOST_LOST) for the terminals recovery
+    /// appends to a run whose host died.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// Unknown members.
     #[serde(flatten)]
     pub extra: Extra,

@@ -1,0 +1,119 @@
+//! Recovery terminals: what closes a run whose host died with scopes open.
+//!
+//! The journal of a killed host holds a contiguous prefix of the run whose
+//! started scopes have no terminal. Recovery restores the run's log from
+//! that prefix and appends, innermost first and continuing its sequence,
+//! one failed terminal per open scope, each naming the loss of the host
+//! (rule `run.host_lost`, cause kind [`HOST_LOST`]): a tool in flight is
+//! `uncertain` (nobody knows whether its effect happened), a model call
+//! closes at the position the log shows.
+
+use crate::lifecycle::ScopeKey;
+use crate::log::RunLog;
+use crate::payload::{
+    Cause, ErrorText, Extra, InteractionFailed, ModelFailed, Payload, ProblemRecord, RunFailed,
+    ToolFailed, ToolOutcome, TurnFailed,
+};
+use keel_message::OperationId;
+use keel_stream::{ProblemKind, ProviderProblem, RetryPosition};
+use std::collections::HashSet;
+
+/// The cause kind of every recovery terminal of the run and its turn.
+pub const HOST_LOST: &str = "host_lost";
+
+const HOST_LOST_TEXT: &str =
+    "the host running this run was lost before it ended (rule run.host_lost)";
+
+/// The terminals that close every open scope of `log`, innermost first:
+/// commit them in order (through the observers) to recover the run.
+/// Empty when the run has ended.
+///
+/// ```
+/// use keel_eventlog::*;
+/// use keel_message::RunId;
+/// use std::sync::Arc;
+/// let log = RunLog::new(RunId::parse("run_1")?, LogConfig::default(), Arc::new(SystemClock))?;
+/// log.commit(&Payload::RunStarted(RunStarted::default()))?;
+/// log.commit(&Payload::TurnStarted(TurnRef { turn: 1, extra: Extra::new() }))?;
+/// let kinds: Vec<String> = recovery::terminals(&log).iter().map(|p| p.kind().to_string()).collect();
+/// assert_eq!(kinds, ["turn.failed", "run.failed"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn terminals(log: &RunLog) -> Vec<Payload> {
+    let open = log.open_scope_starts();
+    if open.is_empty() {
+        return Vec::new();
+    }
+    let with_output = attempts_with_output(log);
+    let error = ErrorText::new(HOST_LOST_TEXT);
+    let cause = Cause {
+        kind: Some(HOST_LOST.to_owned()),
+        ..Cause::default()
+    };
+    open.iter()
+        .map(|scope| match scope.key() {
+            ScopeKey::Run => Payload::RunFailed(RunFailed {
+                error: error.clone(),
+                cause: Some(cause.clone()),
+                extra: Extra::new(),
+            }),
+            ScopeKey::Turn(turn) => Payload::TurnFailed(TurnFailed {
+                turn: *turn,
+                error: error.clone(),
+                cause: Some(cause.clone()),
+                extra: Extra::new(),
+            }),
+            ScopeKey::Model { turn, operation_id } => Payload::ModelFailed(ModelFailed {
+                turn: *turn,
+                operation_id: operation_id.clone(),
+                problem: ProblemRecord::from(&ProviderProblem::new(
+                    ProblemKind::Unavailable,
+                    HOST_LOST_TEXT,
+                    false,
+                )),
+                position: if with_output.contains(operation_id) {
+                    RetryPosition::Partial
+                } else {
+                    RetryPosition::Pristine
+                },
+                extra: Extra::new(),
+            }),
+            ScopeKey::Tool { turn, call_id } => match scope.tool() {
+                Some(tool) => Payload::ToolFailed(ToolFailed {
+                    turn: *turn,
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    error: error.clone(),
+                    outcome: Some(ToolOutcome::Uncertain),
+                    retry: None,
+                    extra: Extra::new(),
+                }),
+                // A tool scope opened without its name (a resumed tracker
+                // given bare keys) can only be cancelled by name-less means.
+                None => scope.cancelled(),
+            },
+            ScopeKey::Interaction {
+                turn,
+                interaction_id,
+            } => Payload::InteractionFailed(InteractionFailed {
+                turn: *turn,
+                interaction_id: interaction_id.clone(),
+                error: error.clone(),
+                extra: Extra::new(),
+            }),
+        })
+        .collect()
+}
+
+/// Model attempts that recorded output (a text delta or a tool call): they
+/// close `partial`.
+fn attempts_with_output(log: &RunLog) -> HashSet<OperationId> {
+    log.retained_after(0)
+        .iter()
+        .filter_map(|e| match e.payload() {
+            Ok(Payload::TextDelta(p)) => Some(p.operation_id),
+            Ok(Payload::ToolCall(p)) => Some(p.operation_id),
+            _ => None,
+        })
+        .collect()
+}
