@@ -23,8 +23,9 @@ pub enum Command {
     Run(RunArgs),
     /// Print a run's stored events, one canonical line each.
     Events(EventsArgs),
-    /// List stored runs: id, status, turns, events, duration.
-    Runs(DbArgs),
+    /// List stored runs: id, status, turns, events, duration, and the run
+    /// each continues.
+    Runs(RunsArgs),
     /// Check every stored run: contiguous sequences, lifecycle, canonical lines.
     Verify(DbArgs),
     /// Write a run as JSON Lines: a header line, then its events.
@@ -66,6 +67,26 @@ pub struct RunArgs {
     /// by JetStream before the run goes on.
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
+    /// Continue this completed run: the new run starts from its history
+    /// (rebuilt from the journal) plus --message, and records the run it
+    /// continues; the scenario's own messages are not used.
+    #[arg(long = "continue", value_name = "RUN_ID", requires = "message")]
+    pub continue_run: Option<String>,
+    /// The follow-up user message (with --continue).
+    #[arg(long, value_name = "TEXT", requires = "continue_run")]
+    pub message: Option<String>,
+}
+
+/// `keel runs`.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// The journal.
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Show only the conversation RUN_ID belongs to: its chain of runs,
+    /// first to last, each continuing the one before.
+    #[arg(long, value_name = "RUN_ID")]
+    pub conversation: Option<String>,
 }
 
 /// `keel events`.

@@ -4,6 +4,7 @@
 //! the approval handler, where `read_file` is confined, and its default
 //! approval timeout.
 
+use crate::conversation::Continuation;
 use crate::scenario::{ProviderSpec, Scenario, ToolEntry};
 use keel_engine::{InteractionHandler, RunRequest, Tool};
 use keel_message::RunId;
@@ -72,15 +73,35 @@ pub fn run_request(
     run_id: RunId,
     launch: &Launch<'_>,
 ) -> Result<RunRequest, LaunchError> {
+    request_with(scenario, run_id, launch, scenario.messages.clone())
+}
+
+/// A follow-up run: the scenario's provider, tools and limits, starting
+/// from `continuation` (the earlier run's history plus the new message)
+/// instead of the scenario's messages, recording the run it continues.
+pub fn follow_up_request(
+    scenario: &Scenario,
+    run_id: RunId,
+    launch: &Launch<'_>,
+    continuation: Continuation,
+) -> Result<RunRequest, LaunchError> {
+    let request = request_with(scenario, run_id, launch, continuation.history)?;
+    Ok(request.continues(continuation.previous))
+}
+
+fn request_with(
+    scenario: &Scenario,
+    run_id: RunId,
+    launch: &Launch<'_>,
+    history: Vec<keel_message::Message>,
+) -> Result<RunRequest, LaunchError> {
     let provider = build_provider(&scenario.provider)?;
     let mut limits = scenario.limits.clone();
-    if let (false, Some(timeout)) = (
-        scenario.approval_timeout_set,
-        launch.default_approval_timeout,
-    ) {
+    if let (false, Some(timeout)) = (scenario.approval_timeout_set, launch.default_approval_timeout)
+    {
         limits.approval_timeout = timeout;
     }
-    let mut request = RunRequest::new(run_id, scenario.model.clone(), scenario.messages.clone())
+    let mut request = RunRequest::new(run_id, scenario.model.clone(), history)
         .provider(provider)
         .limits(limits)
         .allow_metadata(scenario.allow_metadata.clone())

@@ -46,6 +46,7 @@ pub mod approval;
 pub mod args;
 pub mod builtins;
 pub mod commands;
+pub mod conversation;
 pub mod error;
 pub mod jetstream;
 pub mod launch;

@@ -365,6 +365,8 @@ impl Transcript {
                 let text = self.paint("1;33", &format!("■ cancelled{summary}"));
                 self.line(&mut out, &text);
             }
+            // The prelude already showed the input history.
+            Payload::RunInput(_) => {}
             Payload::Extension { kind, .. } => {
                 let text = self.paint("2", &format!("· {kind}"));
                 self.line(&mut out, &text);

@@ -270,3 +270,9 @@ impl fmt::Display for Event {
         f.write_str(&self.line)
     }
 }
+
+impl AsRef<Event> for Event {
+    fn as_ref(&self) -> &Event {
+        self
+    }
+}

@@ -56,16 +56,29 @@ pub fn turn_message_id(run_id: &RunId, turn: u64, role: Role) -> Result<MessageI
         Role::Tool => "t",
         _ => "a",
     };
-    let direct = format!("{run_id}.t{turn}.{suffix}");
-    if let Ok(id) = MessageId::parse(&direct) {
+    scoped_id(run_id, &format!("t{turn}.{suffix}"))
+}
+
+/// The id of the follow-up message a run is continued with: `<run_id>.u`
+/// for the new run (or `h<hash>.u` for a run id too long to fit).
+///
+/// ```
+/// use keel_eventlog::history::follow_up_message_id;
+/// use keel_message::RunId;
+/// assert_eq!(follow_up_message_id(&RunId::parse("run_2")?)?.as_str(), "run_2.u");
+/// # Ok::<(), keel_message::MessageError>(())
+/// ```
+pub fn follow_up_message_id(run_id: &RunId) -> Result<MessageId, MessageError> {
+    scoped_id(run_id, "u")
+}
+
+fn scoped_id(run_id: &RunId, suffix: &str) -> Result<MessageId, MessageError> {
+    if let Ok(id) = MessageId::parse(&format!("{run_id}.{suffix}")) {
         return Ok(id);
     }
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     run_id.as_str().hash(&mut hasher);
-    Ok(MessageId::parse(&format!(
-        "h{:016x}.t{turn}.{suffix}",
-        hasher.finish()
-    ))?)
+    Ok(MessageId::parse(&format!("h{:016x}.{suffix}", hasher.finish()))?)
 }
 
 /// Why a log does not yield a history.

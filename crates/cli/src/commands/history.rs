@@ -1,6 +1,7 @@
 //! The read side: `keel events`, `keel runs`, `keel verify`.
 
-use crate::args::{DbArgs, EventsArgs};
+use crate::args::{DbArgs, EventsArgs, RunsArgs};
+use crate::conversation;
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use keel_eventlog::{Event, Terminal};
 use keel_observers::{JournalReader, RunStatus, RunSummary};
@@ -105,20 +106,39 @@ fn turns(lines: &[String]) -> usize {
         .count()
 }
 
-/// `keel runs`.
-pub fn runs(args: DbArgs) -> Result<i32, CliError> {
-    let reader = JournalReader::open(&args.db)?;
-    let runs = reader.runs()?;
-    let width = runs.iter().map(|r| r.run_id.len()).max().unwrap_or(0);
+/// `keel runs`: every stored run, or with `--conversation` one
+/// conversation's chain, first to last.
+pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
+    let reader = JournalReader::open(&args.db.db)?;
+    let all = reader.runs()?;
+    let mut continues: Vec<Option<String>> = Vec::with_capacity(all.len());
+    for run in &all {
+        let previous = conversation::continued_run(&reader, &run.run_id)
+            .map_err(|e| CliError::failure(e.to_string()))?;
+        continues.push(previous.map(|p| p.as_str().to_owned()));
+    }
+    let shown: Vec<usize> = match &args.conversation {
+        None => (0..all.len()).collect(),
+        Some(id) => {
+            known_run(&reader, id)?;
+            chain(&all, &continues, id)
+        }
+    };
+    let width = shown.iter().map(|&i| all[i].run_id.len()).max().unwrap_or(0);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    for run in runs {
+    for i in shown {
+        let run = &all[i];
         let lines = all_lines(&reader, &run.run_id, 0)?;
         let duration = Duration::from_micros(run.updated_ts.saturating_sub(run.started_ts));
         let turns = turns(&lines);
+        let follows = continues[i]
+            .as_ref()
+            .map(|p| format!("  continues {p}"))
+            .unwrap_or_default();
         writeln!(
             out,
-            "{:<width$}  {:<9}  {:>3} {}  {:>5} {}  {}",
+            "{:<width$}  {:<9}  {:>3} {}  {:>5} {}  {}{follows}",
             run.run_id,
             run.status.as_str(),
             turns,
@@ -135,6 +155,35 @@ pub fn runs(args: DbArgs) -> Result<i32, CliError> {
     }
     out.flush().map_err(write_error)?;
     Ok(EXIT_OK)
+}
+
+/// The indices of `id`'s conversation, first to last: back through the
+/// runs it continues, then forward through the runs continuing it (the
+/// first follow-up, when a run was continued more than once).
+fn chain(all: &[RunSummary], continues: &[Option<String>], id: &str) -> Vec<usize> {
+    let index = |id: &str| all.iter().position(|r| r.run_id == id);
+    let mut back = Vec::new();
+    let mut at = index(id);
+    while let Some(i) = at {
+        if back.contains(&i) {
+            break;
+        }
+        back.push(i);
+        at = continues[i].as_deref().and_then(index);
+    }
+    back.reverse();
+    let mut last = back.last().copied();
+    while let Some(l) = last {
+        let next = (0..all.len()).find(|&j| continues[j].as_deref() == Some(&all[l].run_id));
+        match next {
+            Some(j) if !back.contains(&j) => {
+                back.push(j);
+                last = Some(j);
+            }
+            _ => break,
+        }
+    }
+    back
 }
 
 /// What `verify` found wrong with one run.

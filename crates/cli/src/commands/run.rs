@@ -3,6 +3,7 @@
 use crate::approval::Approver;
 use crate::args::RunArgs;
 use crate::error::{CliError, EXIT_CANCELLED, EXIT_FAILED, EXIT_OK};
+use crate::conversation;
 use crate::launch::{self, Launch};
 use crate::render::Transcript;
 use crate::scenario::{self, Scenario};
@@ -10,7 +11,9 @@ use crate::screen::Screen;
 use keel_engine::{Engine, RunCanceller, RunHandle, RunOutcome, RunRequest};
 use keel_eventlog::{SubscriptionBounds, SubscriptionError};
 use keel_message::RunId;
-use keel_observers::{JetStreamObserver, JournalConfig, RequiredObserver, SqliteJournal};
+use keel_observers::{
+    JetStreamObserver, JournalConfig, JournalReader, RequiredObserver, SqliteJournal,
+};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -123,8 +126,19 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
         approvals: Approver::new(args.approve, screen.clone()),
         default_approval_timeout: None,
     };
-    let request = launch::run_request(&scenario, run_id.clone(), &launch)
-        .map_err(|e| CliError::bad_input(format!("{}: {e}", file.display())))?;
+    let bad = |e: &dyn std::fmt::Display| CliError::bad_input(format!("{}: {e}", file.display()));
+    let request = match (&args.continue_run, &args.message) {
+        (Some(previous), Some(text)) => {
+            let reader = JournalReader::open(&args.db.db)?;
+            let limits = keel_message::Limits::default();
+            let continuation =
+                conversation::continuation(&reader, previous, text, &run_id, &limits)
+                    .map_err(|e| CliError::bad_input(format!("--continue {previous}: {e}")))?;
+            launch::follow_up_request(&scenario, run_id.clone(), &launch, continuation)
+                .map_err(|e| bad(&e))?
+        }
+        _ => launch::run_request(&scenario, run_id.clone(), &launch).map_err(|e| bad(&e))?,
+    };
     Ok(Prepared {
         scenario,
         request,
