@@ -160,4 +160,19 @@ pub struct ServeArgs {
     /// scripted providers run.
     #[arg(long, value_name = "TYPE,KEY_ENV[,BASE_URL]")]
     pub allow_provider: Vec<String>,
+    /// Most runs live at once; beyond it POST /v1/runs is a 503
+    /// too-many-live-runs problem (it bounds the memory of runs waiting
+    /// for approvals).
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub max_live_runs: usize,
+    /// How long an approval waits for its answer when the scenario sets no
+    /// limits.approval_timeout_ms; then the interaction fails and the run
+    /// goes on without the tool.
+    #[arg(long, default_value_t = 300_000, value_name = "MS")]
+    pub approval_timeout_ms: u64,
+    /// How long SIGTERM or Ctrl-C waits for the cancelled runs to journal
+    /// their terminals (at least 500). Runs still unjournaled then are
+    /// named on stderr ("left for recovery") and the exit code is 1.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub shutdown_timeout_ms: u64,
 }

@@ -20,6 +20,15 @@ struct Daemon {
 
 impl Daemon {
     fn start(extra: &[&str], token: Option<&str>) -> Daemon {
+        Daemon::spawn(extra, token, false)
+    }
+
+    /// Like `start`, with stderr written to a file (see [`Daemon::stderr`]).
+    fn start_logged(extra: &[&str]) -> Daemon {
+        Daemon::spawn(extra, None, true)
+    }
+
+    fn spawn(extra: &[&str], token: Option<&str>, logged: bool) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("keel.db");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_keel"));
@@ -33,7 +42,11 @@ impl Daemon {
             .env("KEEL_TEST_PROVIDER_KEY", PROVIDER_KEY)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(if logged {
+                Stdio::from(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
+            } else {
+                Stdio::inherit()
+            });
         if let Some(t) = token {
             cmd.env("KEEL_TOKEN", t);
         }
@@ -52,6 +65,11 @@ impl Daemon {
             db,
             _dir: dir,
         }
+    }
+
+    /// What a daemon started with `start_logged` wrote to stderr so far.
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("stderr.log")).unwrap_or_default()
     }
 
     fn url(&self, path: &str) -> String {
@@ -814,6 +832,506 @@ async fn network_providers_run_only_as_the_operator_allowed() {
         0,
         "a refused provider sent a request"
     );
+}
+
+// ---- one engine: runs side by side, shutdown, bounds, approvals ----
+
+/// `body` with `limits` set.
+fn with_limits(body: String, limits: Value) -> String {
+    let mut v: Value = serde_json::from_str(&body).unwrap();
+    v["limits"] = limits;
+    v.to_string()
+}
+
+/// A run with a tool `own` that only it has and a `gate` that needs
+/// approval: turn 1 calls `own` and `other` (a tool only another run
+/// has), turn 2 calls the gate (the run waits there), turn 3 stops.
+fn own_tools(run_id: &str, own: &str, other: &str) -> String {
+    let call =
+        |id: &str, name: &str| json!({"tool_call": {"call_id": id, "name": name, "arguments": {}}});
+    let calls = json!([
+        [call("c1", own), call("c2", other), {"complete": {"finish": "tool_calls"}}],
+        [call("c3", "gate"), {"complete": {"finish": "tool_calls"}}],
+        [{"text": "done"}, {"complete": {"finish": "stop"}}]
+    ]);
+    json!({
+        "run_id": run_id,
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "go"}],
+        "tools": [
+            {"name": own, "description": "only this run has it",
+             "parameters": {"type": "object"}, "script": [{"ok": format!("{own}-ok")}]},
+            {"name": "gate", "description": "waits for approval",
+             "parameters": {"type": "object"}, "requires_approval": true,
+             "script": [{"ok": "opened"}]}
+        ],
+        "provider": {"type": "scripted", "calls": calls}
+    })
+    .to_string()
+}
+
+/// POST /v1/runs: the status and the document.
+async fn post_run(c: &reqwest::Client, d: &Daemon, body: String) -> (u16, Value) {
+    let r = c.post(d.url("/v1/runs")).body(body).send().await.unwrap();
+    let status = r.status().as_u16();
+    if status != 201 {
+        assert_problem(r.headers());
+    }
+    (status, r.json().await.unwrap())
+}
+
+/// The journal's status of every run.
+fn stored_statuses(db: &std::path::Path) -> std::collections::HashMap<String, String> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = conn.prepare("SELECT run_id, status FROM runs").unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// The stored events of `run`, in order.
+fn stored_events(db: &std::path::Path, run: &str) -> Vec<Value> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT line FROM events WHERE run_id = ?1 ORDER BY seq")
+        .unwrap();
+    stmt.query_map([run], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect()
+}
+
+/// How many stored events have this kind.
+fn stored_count(db: &std::path::Path, kind: &str) -> usize {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.query_row("SELECT COUNT(*) FROM events WHERE kind = ?1", [kind], |r| {
+        r.get::<_, i64>(0)
+    })
+    .unwrap() as usize
+}
+
+/// `keel verify` on the daemon's journal: it succeeds; its summary line.
+fn verify_summary(db: &std::path::Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .arg("verify")
+        .arg("--db")
+        .arg(db)
+        .env_remove("KEEL_DB")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "keel verify failed: {stdout}");
+    stdout.lines().last().unwrap_or_default().to_owned()
+}
+
+/// Waits until `n` approvals are parked in the journal.
+async fn wait_parked(db: &std::path::Path, n: usize) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while stored_count(db, "interaction.started") < n {
+        assert!(Instant::now() < until, "the approvals were not all asked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// SIGTERM, then wait for the exit: its status, the daemon, and how long
+/// the exit took.
+async fn terminate(d: Daemon, within: Duration) -> (std::process::ExitStatus, Daemon, Duration) {
+    let started = Instant::now();
+    d.sigterm();
+    tokio::task::spawn_blocking(move || {
+        let mut d = d;
+        let status = d.wait_exit(within);
+        (status, d, started.elapsed())
+    })
+    .await
+    .unwrap()
+}
+
+/// Posts `n` gated runs `{prefix}{i}`, 50 at a time, all 201.
+async fn post_gated(c: &reqwest::Client, d: &Daemon, prefix: &str, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(50) {
+        let posts = chunk.iter().map(|i| {
+            let (c, url, body) = (
+                c.clone(),
+                d.url("/v1/runs"),
+                gated(&format!("{prefix}{i}"), 0, 0, 1),
+            );
+            async move {
+                c.post(url)
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            }
+        });
+        for status in futures_util::future::join_all(posts).await {
+            assert_eq!(status, 201);
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_runs_with_their_own_tools_live_side_by_side() {
+    let d = Daemon::start(&[], None);
+    let c = client();
+    create(&c, &d, own_tools("run_alpha", "alpha", "beta")).await;
+    create(&c, &d, own_tools("run_beta", "beta", "alpha")).await;
+    pending_interaction(&c, &d, "run_alpha").await;
+    pending_interaction(&c, &d, "run_beta").await;
+    // Both live at once, in one engine.
+    let list: Value = c
+        .get(d.url("/v1/runs"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let live: Vec<&str> = list["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["live"] == true)
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        live.contains(&"run_alpha") && live.contains(&"run_beta"),
+        "{list}"
+    );
+    // Each ran its own tool and found the other's unknown.
+    for (run, own, other) in [
+        ("run_alpha", "alpha", "beta"),
+        ("run_beta", "beta", "alpha"),
+    ] {
+        let events = stored_events(&d.db, run);
+        let ended = |kind: &str, tool: &str| {
+            events
+                .iter()
+                .find(|e| e["kind"] == kind && e["payload"]["tool"] == tool)
+                .unwrap_or_else(|| panic!("{run}: no {kind} of {tool}"))
+                .clone()
+        };
+        assert_eq!(
+            ended("tool.completed", own)["payload"]["output"],
+            format!("{own}-ok")
+        );
+        let failed = ended("tool.failed", other);
+        let error = failed["payload"]["error"].as_str().unwrap();
+        assert!(
+            error.contains(&format!("unknown tool {other}")),
+            "{run}: {failed}"
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| e["kind"] == "tool.completed" && e["payload"]["tool"] == other),
+            "{run} ran {other}"
+        );
+    }
+    // SIGTERM cancels both and journals their terminals; exit 0.
+    let (status, d, took) = terminate(d, Duration::from_secs(40)).await;
+    assert_eq!(status.code(), Some(0));
+    eprintln!("two live runs: SIGTERM to exit in {took:?}");
+    let statuses = stored_statuses(&d.db);
+    assert_eq!(statuses["run_alpha"], "cancelled");
+    assert_eq!(statuses["run_beta"], "cancelled");
+    for run in ["run_alpha", "run_beta"] {
+        let events = stored_events(&d.db, run);
+        assert_eq!(events.last().unwrap()["kind"], "run.cancelled", "{run}");
+    }
+    let summary = verify_summary(&d.db);
+    assert!(summary.contains("2 ok, 0 incomplete"), "{summary}");
+}
+
+#[tokio::test]
+async fn a_live_run_id_is_refused_while_the_run_is_live() {
+    let d = Daemon::start(&[], None);
+    let c = client();
+    create(&c, &d, gated("run_twice", 0, 0, 1)).await;
+    let (status, v) = post_run(&c, &d, gated("run_twice", 0, 0, 1)).await;
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["type"], "urn:keel:problem:run-exists");
+    assert_eq!(v["run_id"], "run_twice");
+    assert_eq!(v["rule"], "run.unique_id");
+    let s: Value = c
+        .get(d.url("/v1/runs/run_twice"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(s["live"], true, "{s}");
+    // Once it ended it is stored: still refused.
+    c.post(d.url("/v1/runs/run_twice/cancel"))
+        .send()
+        .await
+        .unwrap();
+    wait_status(&c, &d, "run_twice", "cancelled").await;
+    let (status, v) = post_run(&c, &d, gated("run_twice", 0, 0, 1)).await;
+    assert_eq!(status, 409, "{v}");
+}
+
+#[tokio::test]
+async fn limits_the_engine_refuses_are_400_naming_the_member() {
+    let d = Daemon::start(&[], None);
+    let c = client();
+    let cases = [
+        (
+            json!({"closing_deadline_ms": 1}),
+            "limits.closing_deadline_ms",
+        ),
+        (
+            json!({"approval_timeout_ms": 0}),
+            "limits.approval_timeout_ms",
+        ),
+    ];
+    for (limits, path) in cases {
+        let (status, v) = post_run(&c, &d, with_limits(plain("run_limits"), limits)).await;
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["type"], "urn:keel:problem:invalid-scenario", "{v}");
+        assert_eq!(v["path"], path, "{v}");
+    }
+    // Nothing was started or stored.
+    let r = c.get(d.url("/v1/runs/run_limits")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn live_runs_are_bounded() {
+    let d = Daemon::start(&["--max-live-runs", "2"], None);
+    let c = client();
+    create(&c, &d, gated("run_b1", 0, 0, 1)).await;
+    create(&c, &d, gated("run_b2", 0, 0, 1)).await;
+    let (status, v) = post_run(&c, &d, gated("run_b3", 0, 0, 1)).await;
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["type"], "urn:keel:problem:too-many-live-runs");
+    assert_eq!(v["bound"], "max_live_runs");
+    assert_eq!(v["max_live_runs"], 2);
+    // When one has ended, there is room again.
+    c.post(d.url("/v1/runs/run_b1/cancel"))
+        .send()
+        .await
+        .unwrap();
+    wait_status(&c, &d, "run_b1", "cancelled").await;
+    create(&c, &d, gated("run_b3", 0, 0, 1)).await;
+
+    // Flags out of range are bad input.
+    for args in [
+        ["--max-live-runs", "0"],
+        ["--shutdown-timeout-ms", "10"],
+        ["--approval-timeout-ms", "0"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(d.db.parent().unwrap().join("other.db"))
+            .args(args)
+            .env_remove("KEEL_TOKEN")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(args[0]),
+            "{args:?}"
+        );
+    }
+}
+
+/// What a run's stream holds once it has ended.
+async fn kinds_to_the_end(c: &reqwest::Client, d: &Daemon, run: &str) -> Vec<String> {
+    let read = async {
+        let r = c
+            .get(d.url(&format!("/v1/runs/{run}/events")))
+            .send()
+            .await
+            .unwrap();
+        read_sse(r, |_| false).await
+    };
+    let msgs = tokio::time::timeout(Duration::from_secs(30), read)
+        .await
+        .unwrap_or_else(|_| panic!("{run}: the stream did not end"));
+    msgs.into_iter().map(|m| m.event).collect()
+}
+
+#[tokio::test]
+async fn an_unanswered_approval_times_out_and_the_run_goes_on() {
+    // The scenario's timeout.
+    let d = Daemon::start(&[], None);
+    let c = client();
+    let body = with_limits(
+        gated("run_late", 0, 1, 1),
+        json!({"approval_timeout_ms": 300}),
+    );
+    create(&c, &d, body).await;
+    let interaction = pending_interaction(&c, &d, "run_late").await;
+    let kinds = kinds_to_the_end(&c, &d, "run_late").await;
+    assert!(
+        kinds.contains(&"interaction.failed".to_owned()),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.contains(&"interaction.completed".to_owned()),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.contains(&"tool.started".to_owned()),
+        "the gate ran: {kinds:?}"
+    );
+    assert_eq!(kinds.last().unwrap(), "run.completed", "{kinds:?}");
+    let failed = stored_events(&d.db, "run_late")
+        .into_iter()
+        .find(|e| e["kind"] == "interaction.failed")
+        .unwrap();
+    let error = failed["payload"]["error"].as_str().unwrap();
+    assert!(error.contains("approval_timeout"), "{failed}");
+    // Nothing is left pending: a late answer is 404.
+    let r = c
+        .post(d.url(&format!("/v1/runs/run_late/interactions/{interaction}")))
+        .body(r#"{"decision":"approved"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "urn:keel:problem:interaction-not-pending");
+
+    // The daemon's default applies when the scenario sets none, and a
+    // scenario's own timeout wins over it.
+    let d = Daemon::start(&["--approval-timeout-ms", "300"], None);
+    create(&c, &d, gated("run_default", 0, 1, 1)).await;
+    let own = with_limits(
+        gated("run_own", 0, 1, 1),
+        json!({"approval_timeout_ms": 60000}),
+    );
+    create(&c, &d, own).await;
+    let kinds = kinds_to_the_end(&c, &d, "run_default").await;
+    assert!(
+        kinds.contains(&"interaction.failed".to_owned()),
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last().unwrap(), "run.completed");
+    let interaction = pending_interaction(&c, &d, "run_own").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    approve(&c, &d, "run_own", &interaction).await;
+    let kinds = kinds_to_the_end(&c, &d, "run_own").await;
+    assert!(
+        kinds.contains(&"interaction.completed".to_owned()),
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last().unwrap(), "run.completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_runs_waiting_for_approvals_are_cancelled_and_journaled_on_sigterm() {
+    const N: usize = 600;
+    let d = Daemon::start_logged(&[]);
+    let c = client();
+    let started = Instant::now();
+    post_gated(&c, &d, "run_wait_", N).await;
+    wait_parked(&d.db, N).await;
+    eprintln!(
+        "{N} runs posted and waiting for approvals in {:?}",
+        started.elapsed()
+    );
+    let (status, d, took) = terminate(d, Duration::from_secs(60)).await;
+    let stderr = d.stderr();
+    eprintln!("{N} runs waiting for approvals: SIGTERM to exit in {took:?}\n{stderr}");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let statuses = stored_statuses(&d.db);
+    assert_eq!(statuses.len(), N);
+    let left: Vec<_> = statuses.iter().filter(|(_, s)| *s != "cancelled").collect();
+    assert!(left.is_empty(), "not cancelled in the journal: {left:?}");
+    let summary = verify_summary(&d.db);
+    assert!(
+        summary.contains(&format!("{N} ok, 0 incomplete")),
+        "{summary}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_during_shutdown_are_503_and_no_accepted_run_is_left_running() {
+    const N: usize = 400;
+    let d = Daemon::start_logged(&[]);
+    let c = client();
+    post_gated(&c, &d, "run_slow_", N).await;
+    wait_parked(&d.db, N).await;
+    // Post gated runs (they would wait for ever) while the daemon shuts
+    // down, until it stops listening.
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let posters: Vec<_> = (0..4)
+        .map(|p| {
+            let (c, url, mut go) = (c.clone(), d.url("/v1/runs"), go_rx.clone());
+            tokio::spawn(async move {
+                let _ = go.wait_for(|g| *g).await;
+                let mut seen = Vec::new();
+                for i in 0.. {
+                    let id = format!("run_late_{p}_{i}");
+                    let Ok(r) = c.post(&url).body(gated(&id, 0, 0, 1)).send().await else {
+                        break;
+                    };
+                    let status = r.status().as_u16();
+                    let v: Value = r.json().await.unwrap_or_default();
+                    seen.push((id, status, v));
+                }
+                seen
+            })
+        })
+        .collect();
+    // The posts are under way when the signal arrives.
+    go_tx.send(true).unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let signalled = Instant::now();
+    d.sigterm();
+    let mut seen = Vec::new();
+    for p in posters {
+        seen.extend(p.await.unwrap());
+    }
+    let (status, d, _) = terminate_wait(d).await;
+    let took = signalled.elapsed();
+    let stderr = d.stderr();
+    let count = |code: u16| seen.iter().filter(|(_, s, _)| *s == code).count();
+    eprintln!(
+        "{N} waiting runs; posts around SIGTERM: {} accepted, {} refused 503; exit {took:?} after SIGTERM\n{stderr}",
+        count(201),
+        count(503)
+    );
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let refused: Vec<_> = seen.iter().filter(|(_, s, _)| *s == 503).collect();
+    assert!(!refused.is_empty(), "no post got 503: {seen:?}");
+    for (_, _, v) in &refused {
+        assert_eq!(v["type"], "urn:keel:problem:shutting-down", "{v}");
+    }
+    let statuses = stored_statuses(&d.db);
+    for (id, status, v) in &seen {
+        match status {
+            201 => assert_eq!(
+                statuses.get(id).map(String::as_str),
+                Some("cancelled"),
+                "{id} was accepted but not cancelled and journaled"
+            ),
+            503 => assert!(!statuses.contains_key(id), "{id} refused but stored"),
+            other => panic!("{id}: {other} {v}"),
+        }
+    }
+    let running: Vec<_> = statuses.iter().filter(|(_, s)| *s == "running").collect();
+    assert!(running.is_empty(), "left running: {running:?}");
+    let summary = verify_summary(&d.db);
+    assert!(summary.contains(" 0 incomplete"), "{summary}");
+}
+
+/// Waits for a daemon that was already sent SIGTERM.
+async fn terminate_wait(d: Daemon) -> (std::process::ExitStatus, Daemon, Duration) {
+    let started = Instant::now();
+    tokio::task::spawn_blocking(move || {
+        let mut d = d;
+        let status = d.wait_exit(Duration::from_secs(60));
+        (status, d, started.elapsed())
+    })
+    .await
+    .unwrap()
 }
 
 #[path = "common/mod.rs"]

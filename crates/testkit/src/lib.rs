@@ -7,17 +7,24 @@
 //!
 //! - [`ScriptedProvider`] plays back model calls written as [`ScriptItem`]s,
 //!   the stream items of a scenario file (`text`, `tool_call`, `complete`,
-//!   `fail`, `delay_ms`, `disconnect`), malformed ones included; its
+//!   `fail`, `delay_ms`, `disconnect`), malformed ones included, and for
+//!   fault tests panics while polled ([`ScriptItem::Panic`]) or in `start`
+//!   itself ([`ScriptedProvider::with_start_panic`]); its
 //!   [`ProviderHandle`] counts starts and streams dropped mid-way
 //!   (cancellation), and keeps the requests only when asked to
 //!   ([`ScriptedProvider::recording_requests`]).
 //! - [`ScriptedTool`] answers tool invocations from [`ToolStep`]s (`ok`,
-//!   `error`, `delay_ms`, and for fault tests `panic` and `hang`); its
-//!   [`ToolHandle`] keeps invocations and counts cancelled futures.
+//!   `error`, `delay_ms`, and for fault tests `panic`, `hang` and, Rust
+//!   only, [`ToolStep::panic_sync`] in `call` itself); its [`ToolHandle`]
+//!   keeps invocations and counts cancelled futures.
+//! - [`ScriptedInteractions`] answers interactions (approvals) from
+//!   [`InteractionStep`]s: approve, deny, fail, never answer, panic while
+//!   polled or in `handle` itself; its [`InteractionsHandle`] keeps what it
+//!   was asked and counts answers and abandoned questions.
 //! - [`ManualClock`] is a [`Clock`](keel_eventlog::Clock) the test moves.
 //! - [`RecordingObserver`] and [`RecordingBestEffort`] keep what they are
-//!   given; [`FaultyObserver`] fails, hangs, panics or applies backpressure
-//!   as its [`Fault`] says.
+//!   given; [`FaultyObserver`] fails, hangs, panics (in its future, or in
+//!   `observe` itself) or applies backpressure as its [`Fault`] says.
 //! - [`check_lifecycle`] / [`assert_lifecycle`] check a run log
 //!   (contiguous sequences from 1, one run, non-decreasing timestamps,
 //!   canonical round trip, exactly one terminal per scope, nesting, every
@@ -41,10 +48,14 @@
 //! [`ModelProvider`](keel_stream::ModelProvider) trait and the validator),
 //! `keel-eventlog` (events, the lifecycle tracker, the clock),
 //! `keel-observers` (the observer contracts) and `keel-engine` (the
-//! [`Tool`](keel_engine::Tool) trait). The engine's own tests and the
-//! `keel-providers` adapters' tests use it. [`ScriptItem`] and
-//! [`ToolStep`] follow the scenario-file shapes of `KEEL.md` exactly, so a
-//! scenario's `provider.calls` and tool `script`s deserialize into them.
+//! [`Tool`](keel_engine::Tool) and
+//! [`InteractionHandler`](keel_engine::InteractionHandler) traits). The
+//! engine's own tests and the `keel-providers` adapters' tests use it.
+//! [`ScriptItem`] and [`ToolStep`] follow the scenario-file shapes of
+//! `KEEL.md` exactly, so a scenario's `provider.calls` and tool `script`s
+//! deserialize into them; the synchronous and stream panics above have no
+//! scenario form (a scenario cannot make the host panic), and serializing
+//! a script that holds one is an error.
 //!
 //! ```
 //! use futures_core::Stream;
@@ -113,6 +124,7 @@
 mod check;
 mod clock;
 pub mod conformance;
+mod interaction;
 mod observer;
 mod provider;
 mod script;
@@ -125,6 +137,10 @@ pub use check::{
     check_lifecycle_lines, kinds,
 };
 pub use clock::ManualClock;
+pub use interaction::{
+    INTERACTION_SCRIPT_EXHAUSTED, InteractionAction, InteractionStep, InteractionsHandle,
+    ScriptedInteractions,
+};
 pub use observer::{Fault, FaultyObserver, RecordingBestEffort, RecordingObserver};
 pub use provider::{ProviderHandle, SCRIPT_EXHAUSTED, ScriptedProvider};
 pub use script::{

@@ -273,8 +273,11 @@ impl BestEffortObserver for RecordingBestEffort {
 /// ```
 /// use keel_testkit::Fault;
 /// use std::time::Duration;
-/// let faults = [Fault::FailOn(3), Fault::FailFrom(3), Fault::HangOn(2), Fault::PanicOn(1), Fault::Slow(Duration::from_millis(5))];
-/// assert_eq!(faults.len(), 5);
+/// let faults = [
+///     Fault::FailOn(3), Fault::FailFrom(3), Fault::HangOn(2),
+///     Fault::PanicOn(1), Fault::PanicSyncOn(1), Fault::Slow(Duration::from_millis(5)),
+/// ];
+/// assert_eq!(faults.len(), 6);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -287,8 +290,13 @@ pub enum Fault {
     /// beyond any deadline (then refuse it). Cancel-safe: dropping the
     /// future leaves nothing half-done, and the event is not recorded.
     HangOn(u64),
-    /// Panic while handling the Nth offer.
+    /// Panic while the Nth offer's future is polled (asynchronously: the
+    /// `observe` call itself returns normally).
     PanicOn(u64),
+    /// Panic in the Nth `observe` call itself, synchronously, before it
+    /// returns a future: the case a pipeline's unwind guard around
+    /// *polling* the future does not cover.
+    PanicSyncOn(u64),
     /// Acknowledge every event, each only after sleeping this long (to
     /// apply backpressure). Dropping the future mid-sleep records nothing.
     Slow(Duration),
@@ -334,6 +342,7 @@ struct FaultyState {
     offered: u64,
     cancelled: u64,
     refused: u64,
+    panicked: u64,
 }
 
 enum Action {
@@ -342,6 +351,7 @@ enum Action {
     Fail,
     Hang,
     Panic,
+    PanicSync,
 }
 
 impl FaultyObserver {
@@ -384,6 +394,12 @@ impl FaultyObserver {
         lock(&self.shared.state).refused
     }
 
+    /// How many offers it panicked on, in `observe` itself
+    /// ([`Fault::PanicSyncOn`]) or in its future ([`Fault::PanicOn`]).
+    pub fn panicked(&self) -> u64 {
+        lock(&self.shared.state).panicked
+    }
+
     /// How many `observe` futures were dropped before they finished (a
     /// deadline or a cancellation gave up on them).
     pub fn cancelled(&self) -> u64 {
@@ -401,6 +417,7 @@ impl FaultyObserver {
             Fault::FailFrom(k) if n >= k => Action::Fail,
             Fault::HangOn(k) if n == k => Action::Hang,
             Fault::PanicOn(k) if n == k => Action::Panic,
+            Fault::PanicSyncOn(k) if n == k => Action::PanicSync,
             Fault::Slow(d) => Action::Slow(d),
             _ => Action::Ack,
         }
@@ -413,13 +430,22 @@ impl RequiredObserver for FaultyObserver {
     }
 
     fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
-        let n = {
+        let (n, action) = {
             let mut state = lock(&self.shared.state);
             state.offered += 1;
-            state.offered
+            let n = state.offered;
+            let action = self.action(n);
+            if let Action::PanicSync = action {
+                state.panicked += 1;
+            }
+            (n, action)
         };
         self.shared.signal.changed();
-        let action = self.action(n);
+        if let Action::PanicSync = action {
+            // Panicking is this fault's purpose: the pipeline must contain
+            // an observer that panics before returning its future.
+            scripted_panic(format!("scripted synchronous observer panic on event {n}"));
+        }
         let mut guard = OfferGuard {
             shared: &self.shared,
             done: false,
@@ -435,8 +461,11 @@ impl RequiredObserver for FaultyObserver {
                     tokio::time::sleep(HANG).await;
                     return guard.refuse(format!("scripted hang on event {n} ended"));
                 }
-                Action::Panic => {
+                Action::Panic | Action::PanicSync => {
+                    // (PanicSync never gets here: it panicked in `observe`.)
                     guard.disarm();
+                    lock(&self.shared.state).panicked += 1;
+                    self.shared.signal.changed();
                     // Panicking is this fault's purpose: the pipeline must catch it.
                     scripted_panic(format!("scripted observer panic on event {n}"));
                 }

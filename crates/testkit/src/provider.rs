@@ -1,7 +1,7 @@
 //! `ScriptedProvider`: a `ModelProvider` that plays back scripts.
 
 use crate::script::{ScriptFail, ScriptItem};
-use crate::sync::{Signal, lock};
+use crate::sync::{Signal, lock, scripted_panic};
 use futures_core::Stream;
 use keel_message::ModelRequest;
 use keel_stream::{ModelProvider, ProblemKind, RawItem, RawProblem, RawStream, StartFuture};
@@ -39,6 +39,10 @@ pub const SCRIPT_EXHAUSTED: &str = "script exhausted";
 ///   deterministic. Polling a delay needs a Tokio runtime with time
 ///   enabled.
 /// - `disconnect` ends the stream there, with no terminal.
+/// - [`ScriptItem::Panic`] panics while the stream is polled, at that point
+///   of the script; [`with_start_panic`](Self::with_start_panic) panics in
+///   the synchronous part of `start` itself (before any future exists).
+///   Both are for testing that a host contains a panicking provider.
 /// - Once every call is used, `start` fails with a [`RawProblem`] of kind
 ///   `other`, message [`SCRIPT_EXHAUSTED`], not retryable.
 /// - The stream is a plain state machine: no task is spawned, so dropping
@@ -87,6 +91,8 @@ pub const SCRIPT_EXHAUSTED: &str = "script exhausted";
 pub struct ScriptedProvider {
     shared: Arc<Shared>,
     start_failures: bool,
+    /// 1-based numbers of the `start` calls that panic synchronously.
+    start_panics: Vec<usize>,
 }
 
 /// A view of a [`ScriptedProvider`]'s activity, shared with it (clone it
@@ -120,6 +126,7 @@ struct State {
     started: usize,
     dropped: usize,
     finished: usize,
+    panicked: usize,
 }
 
 impl ScriptedProvider {
@@ -135,6 +142,7 @@ impl ScriptedProvider {
                 signal: Signal::default(),
             }),
             start_failures: false,
+            start_panics: Vec::new(),
         }
     }
 
@@ -191,6 +199,37 @@ impl ScriptedProvider {
         self
     }
 
+    /// Makes the `n`-th call of [`start`](ModelProvider::start) (1-based,
+    /// counting every call, exhausted ones included) panic synchronously,
+    /// in `start` itself, before it returns a future: the case a host's
+    /// unwind guard around *polling* the start future does not cover. That
+    /// call is counted as started (and its request recorded when
+    /// recording) and as [`panicked`](ProviderHandle::panicked), and takes
+    /// no scripted call: the next `start` gets the call this one would
+    /// have. Call it again to panic on several starts. The panic payload is
+    /// a `String` naming the call.
+    ///
+    /// ```
+    /// use keel_testkit::{ScriptItem, ScriptedProvider};
+    /// use keel_stream::{FinishReason, ModelProvider};
+    /// # use keel_message::*; use std::sync::Arc;
+    /// # let history: Arc<[Message]> = vec![Message::text(MessageId::parse("m1")?, Role::User, "Hi")?].into();
+    /// # let request = ModelRequest::new(OperationIdIssuer::new().issue(), ModelName::parse("m")?, history, Arc::from([]))?;
+    /// let provider = ScriptedProvider::new(vec![vec![ScriptItem::complete(FinishReason::Stop)]])
+    ///     .with_start_panic(1);
+    /// let handle = provider.handle();
+    /// let caught = std::panic::catch_unwind(|| drop(provider.start(request.clone())));
+    /// assert!(caught.is_err(), "the first start panics before returning");
+    /// assert_eq!((handle.started(), handle.panicked(), handle.remaining()), (1, 1, 1));
+    /// let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    /// assert!(rt.block_on(provider.start(request)).is_ok(), "the second gets the script");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_start_panic(mut self, n: usize) -> ScriptedProvider {
+        self.start_panics.push(n);
+        self
+    }
+
     /// A handle on this provider's activity.
     pub fn handle(&self) -> ProviderHandle {
         ProviderHandle {
@@ -201,15 +240,12 @@ impl ScriptedProvider {
 
 impl ModelProvider for ScriptedProvider {
     fn start(&self, request: ModelRequest) -> StartFuture {
-        let script = {
-            let mut state = lock(&self.shared.state);
-            if state.recording {
-                state.requests.push(request);
-            }
-            state.started += 1;
-            state.calls.pop_front()
+        let script = match self.take_call(request) {
+            Ok(script) => script,
+            // Panicking is the purpose: the host must contain a provider
+            // that panics before returning its start future.
+            Err(n) => scripted_panic(format!("scripted provider panic in start (call {n})")),
         };
-        self.shared.signal.changed();
         let Some(items) = script else {
             return Box::pin(std::future::ready(Err(RawProblem::new(
                 ProblemKind::Other,
@@ -239,6 +275,30 @@ impl ModelProvider for ScriptedProvider {
             tracker,
         });
         Box::pin(std::future::ready(Ok(stream)))
+    }
+}
+
+impl ScriptedProvider {
+    /// Counts one `start` (keeping `request` when recording) and takes its
+    /// scripted call, `None` once the script is used up; `Err(n)` when this
+    /// `n`-th start is one to panic in (no call is taken then).
+    fn take_call(&self, request: ModelRequest) -> Result<Option<Vec<ScriptItem>>, usize> {
+        let taken = {
+            let mut state = lock(&self.shared.state);
+            if state.recording {
+                state.requests.push(request);
+            }
+            state.started += 1;
+            let n = state.started;
+            if self.start_panics.contains(&n) {
+                state.panicked += 1;
+                Err(n)
+            } else {
+                Ok(state.calls.pop_front())
+            }
+        };
+        self.shared.signal.changed();
+        taken
     }
 }
 
@@ -297,6 +357,14 @@ impl ProviderHandle {
         lock(&self.shared.state).finished
     }
 
+    /// Scripted panics so far: `start` calls that panicked
+    /// ([`ScriptedProvider::with_start_panic`]) plus streams that reached a
+    /// [`ScriptItem::Panic`]. A stream that panicked counts here only, not
+    /// as finished or dropped.
+    pub fn panicked(&self) -> usize {
+        lock(&self.shared.state).panicked
+    }
+
     /// Scripted calls not started yet.
     pub fn remaining(&self) -> usize {
         lock(&self.shared.state).calls.len()
@@ -344,6 +412,19 @@ impl Tracker {
             self.shared.signal.changed();
         }
     }
+
+    /// Counts the call as panicked (so the drop during unwinding is not a
+    /// cancellation), then panics with `message`.
+    fn panic(&mut self, message: String) -> ! {
+        if !self.done {
+            self.done = true;
+            lock(&self.shared.state).panicked += 1;
+            self.shared.signal.changed();
+        }
+        // Panicking is the purpose: the host must contain a provider stream
+        // that panics while polled.
+        scripted_panic(message)
+    }
 }
 
 impl Drop for Tracker {
@@ -382,6 +463,10 @@ impl Stream for ScriptedStream {
                     this.items.clear();
                     this.tracker.finish();
                     return Poll::Ready(None);
+                }
+                Some(ScriptItem::Panic(message)) => {
+                    this.items.clear();
+                    this.tracker.panic(message);
                 }
                 Some(ScriptItem::DelayMs(0)) => {}
                 Some(ScriptItem::DelayMs(ms)) => {

@@ -3,7 +3,7 @@
 use keel_stream::{
     FinishReason, ProblemKind, RawCompletion, RawItem, RawProblem, RawToolCall, RawUsage,
 };
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use std::fmt;
 use std::time::Duration;
@@ -19,8 +19,11 @@ use std::time::Duration;
 /// | `{"fail": {"kind", "message", "retryable", "retry_after_ms"?}}` | [`Fail`](Self::Fail) |
 /// | `{"delay_ms": N}` | [`DelayMs`](Self::DelayMs) |
 /// | `{"disconnect": true}` | [`Disconnect`](Self::Disconnect): the stream ends with no terminal |
+/// | none | [`Panic`](Self::Panic): the stream panics when polled there (Rust-only, for fault tests) |
 ///
-/// Unknown members and unknown item names are errors. What the loader
+/// Unknown members and unknown item names are errors. [`Panic`](Self::Panic)
+/// has no JSON form on purpose: a scenario file cannot make the host
+/// panic, and serializing a script that holds one is an error. What the loader
 /// does **not** reject is a script that is malformed as a *stream*: an
 /// empty text, an invalid call id or tool name, arguments that are not a
 /// JSON object (or, with `arguments_raw`, not JSON at all), a duplicate
@@ -51,8 +54,8 @@ use std::time::Duration;
 /// assert!(serde_json::from_str::<ScriptItem>(r#"{"complete": {"finsh": "stop"}}"#).is_err());
 /// # Ok::<(), serde_json::Error>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "ItemWire", into = "ItemWire")]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "ItemWire")]
 pub enum ScriptItem {
     /// A text delta (may be empty, on purpose).
     Text(String),
@@ -67,6 +70,21 @@ pub enum ScriptItem {
     DelayMs(u64),
     /// End the stream here with no terminal, as a dropped connection does.
     Disconnect,
+    /// Panic with this message while the stream is polled, at this point of
+    /// the script (what came before was yielded; nothing after is). For
+    /// testing that a host catches a panicking provider stream; a panic in
+    /// the synchronous part of `start` is
+    /// [`ScriptedProvider::with_start_panic`](crate::ScriptedProvider::with_start_panic).
+    /// Not accepted from JSON.
+    ///
+    /// ```
+    /// use keel_testkit::ScriptItem;
+    /// let item = ScriptItem::panic("provider bug");
+    /// assert_eq!(item.to_raw(), None);
+    /// assert!(serde_json::to_string(&item).is_err(), "no wire form");
+    /// assert!(serde_json::from_str::<ScriptItem>(r#"{"panic": "x"}"#).is_err());
+    /// ```
+    Panic(String),
 }
 
 /// A scripted tool call. `call_id` and `name` are plain strings so that a
@@ -289,9 +307,14 @@ impl ScriptItem {
         ScriptItem::Disconnect
     }
 
+    /// [`Panic`](Self::Panic) with this message (no JSON form).
+    pub fn panic(message: impl Into<String>) -> ScriptItem {
+        ScriptItem::Panic(message.into())
+    }
+
     /// The raw item the provider yields for this script item; `None` for
-    /// [`DelayMs`](Self::DelayMs) and [`Disconnect`](Self::Disconnect),
-    /// which yield nothing.
+    /// [`DelayMs`](Self::DelayMs), [`Disconnect`](Self::Disconnect) and
+    /// [`Panic`](Self::Panic), which yield nothing.
     ///
     /// ```
     /// use keel_testkit::ScriptItem;
@@ -317,7 +340,9 @@ impl ScriptItem {
                 metadata: done.metadata.clone(),
             }),
             ScriptItem::Fail(fail) => RawItem::Failure(fail.to_raw()),
-            ScriptItem::DelayMs(_) | ScriptItem::Disconnect => return None,
+            ScriptItem::DelayMs(_) | ScriptItem::Disconnect | ScriptItem::Panic(_) => {
+                return None;
+            }
         })
     }
 
@@ -449,16 +474,33 @@ impl TryFrom<ItemWire> for ScriptItem {
     }
 }
 
-impl From<ScriptItem> for ItemWire {
-    fn from(item: ScriptItem) -> ItemWire {
-        match item {
-            ScriptItem::Text(text) => ItemWire::Text(text),
-            ScriptItem::ToolCall(call) => ItemWire::ToolCall(call),
-            ScriptItem::Complete(done) => ItemWire::Complete(done),
-            ScriptItem::Fail(fail) => ItemWire::Fail(fail),
-            ScriptItem::DelayMs(ms) => ItemWire::DelayMs(ms),
+impl TryFrom<&ScriptItem> for ItemWire {
+    type Error = ShapeError;
+
+    fn try_from(item: &ScriptItem) -> Result<ItemWire, ShapeError> {
+        Ok(match item {
+            ScriptItem::Text(text) => ItemWire::Text(text.clone()),
+            ScriptItem::ToolCall(call) => ItemWire::ToolCall(call.clone()),
+            ScriptItem::Complete(done) => ItemWire::Complete(done.clone()),
+            ScriptItem::Fail(fail) => ItemWire::Fail(fail.clone()),
+            ScriptItem::DelayMs(ms) => ItemWire::DelayMs(*ms),
             ScriptItem::Disconnect => ItemWire::Disconnect(true),
-        }
+            ScriptItem::Panic(_) => {
+                return Err(ShapeError(
+                    "a `panic` script item has no scenario form (it is for Rust fault tests only)",
+                ));
+            }
+        })
+    }
+}
+
+/// The scenario shape; a [`ScriptItem::Panic`], which has none, is an
+/// error.
+impl Serialize for ScriptItem {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        ItemWire::try_from(self)
+            .map_err(serde::ser::Error::custom)?
+            .serialize(serializer)
     }
 }
 

@@ -6,7 +6,7 @@ use keel_engine::{
     Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolPolicy, ToolRetry,
 };
 use keel_message::{CanonicalJson, MessageError, ToolDefinition, ToolName};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -47,12 +47,15 @@ pub const TOOL_SCRIPT_EXHAUSTED: &str = "script exhausted";
 /// | --- | --- |
 /// | `{"ok": <json>}` | success; the result content is the JSON's canonical text, or the string itself for a JSON string |
 /// | `{"error": {"message", "outcome"?, "retry"?}}` | a [`ToolError`] (typed when `outcome`/`retry` are given) |
-/// | `{"panic": "msg"}` | the tool future panics with `msg` |
+/// | `{"panic": "msg"}` | the tool future panics with `msg` while polled |
 /// | `{"hang": true}` | the tool sleeps for [`HANG`] (the engine's timeout should fire first) |
+/// | none | [`ToolAction::PanicSync`] ([`ToolStep::panic_sync`]): `Tool::call` itself panics, before returning a future (Rust-only) |
 ///
 /// Any of them may add `"delay_ms": N` to sleep first (`tokio::time::sleep`).
 /// Exactly one of `ok`, `error`, `panic`, `hang` is required; unknown
-/// members are errors.
+/// members are errors. A synchronous panic has no JSON form on purpose (a
+/// scenario file cannot make the host's own call panic), and serializing a
+/// step that holds one is an error.
 ///
 /// ```
 /// use keel_testkit::{ToolAction, ToolStep};
@@ -67,8 +70,8 @@ pub const TOOL_SCRIPT_EXHAUSTED: &str = "script exhausted";
 /// assert!(serde_json::from_str::<ToolStep>(r#"{"delay_ms": 5}"#).is_err());
 /// # Ok::<(), serde_json::Error>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "StepWire", into = "StepWire")]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "StepWire")]
 pub struct ToolStep {
     /// Milliseconds to sleep before acting.
     pub delay_ms: Option<u64>,
@@ -89,8 +92,14 @@ pub enum ToolAction {
     Ok(Value),
     /// Fail with this error.
     Error(ScriptToolError),
-    /// Panic with this message.
+    /// Panic with this message while the invocation future is polled
+    /// (after the step's delay, if any).
     Panic(String),
+    /// Panic with this message synchronously, in [`Tool::call`] itself,
+    /// before any future exists: the case a host's unwind guard around
+    /// *polling* the tool future does not cover. The step's delay does not
+    /// apply (there is nothing to wait in). Not accepted from JSON.
+    PanicSync(String),
     /// Sleep for [`HANG`].
     Hang,
 }
@@ -174,6 +183,32 @@ impl ToolStep {
         }
     }
 
+    /// [`ToolAction::PanicSync`]: `Tool::call` panics with `message` before
+    /// returning a future (no JSON form).
+    ///
+    /// ```
+    /// use keel_engine::{Tool, ToolInvocation};
+    /// use keel_message::*;
+    /// use keel_testkit::{ScriptedTool, ToolStep};
+    /// let tool = ScriptedTool::named("t", vec![ToolStep::panic_sync("tool bug")])?;
+    /// let handle = tool.handle();
+    /// let invocation = ToolInvocation {
+    ///     run_id: RunId::parse("run_1")?, turn: 1, call_id: CallId::parse("c1")?,
+    ///     arguments: CanonicalJson::parse("{}")?,
+    /// };
+    /// let caught = std::panic::catch_unwind(|| drop(tool.call(invocation)));
+    /// assert!(caught.is_err());
+    /// assert_eq!((handle.calls().len(), handle.panicked(), handle.cancelled()), (1, 1, 0));
+    /// assert!(serde_json::to_string(&ToolStep::panic_sync("x")).is_err(), "no wire form");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn panic_sync(message: impl Into<String>) -> ToolStep {
+        ToolStep {
+            delay_ms: None,
+            action: ToolAction::PanicSync(message.into()),
+        }
+    }
+
     /// `{"hang": true}`.
     pub fn hang() -> ToolStep {
         ToolStep {
@@ -195,7 +230,8 @@ impl ToolStep {
 ///
 /// Everything happens inside the returned future (no spawned task), so the
 /// engine dropping it cancels it; the [`ToolHandle`] counts such
-/// cancellations and keeps the invocations received.
+/// cancellations and keeps the invocations received. The one exception is
+/// [`ToolAction::PanicSync`], which panics in `call` itself.
 ///
 /// ```
 /// use keel_testkit::{ScriptedTool, ToolStep};
@@ -325,9 +361,25 @@ impl Tool for ScriptedTool {
         let step = {
             let mut state = lock(&self.shared.state);
             state.calls.push(invocation);
-            state.steps.pop_front()
+            let step = state.steps.pop_front();
+            if step
+                .as_ref()
+                .is_some_and(|s| matches!(s.action, ToolAction::PanicSync(_)))
+            {
+                state.panicked += 1;
+            }
+            step
         };
         self.shared.signal.changed();
+        if let Some(ToolStep {
+            action: ToolAction::PanicSync(message),
+            ..
+        }) = step
+        {
+            // Panicking is this step's purpose: the engine must contain a
+            // tool that panics before returning its future.
+            scripted_panic(message)
+        }
         let mut guard = CallGuard {
             shared: Arc::clone(&self.shared),
             done: false,
@@ -349,7 +401,8 @@ impl Tool for ScriptedTool {
                     guard.end(End::Completed);
                     Err(error.into())
                 }
-                ToolAction::Panic(message) => {
+                ToolAction::Panic(message) | ToolAction::PanicSync(message) => {
+                    // PanicSync never gets here (it panicked in `call`).
                     guard.end(End::Panicked);
                     // Panicking is this step's purpose: the engine must catch it.
                     scripted_panic(message)
@@ -425,7 +478,9 @@ impl ToolHandle {
         lock(&self.shared.state).completed
     }
 
-    /// Invocation futures that panicked as scripted.
+    /// Invocations that panicked as scripted: futures that panicked while
+    /// polled ([`ToolAction::Panic`]) plus `call`s that panicked before
+    /// returning one ([`ToolAction::PanicSync`]).
     pub fn panicked(&self) -> usize {
         lock(&self.shared.state).panicked
     }
@@ -516,8 +571,10 @@ impl TryFrom<StepWire> for ToolStep {
     }
 }
 
-impl From<ToolStep> for StepWire {
-    fn from(step: ToolStep) -> StepWire {
+impl TryFrom<&ToolStep> for StepWire {
+    type Error = ShapeError;
+
+    fn try_from(step: &ToolStep) -> Result<StepWire, ShapeError> {
         let mut wire = StepWire {
             delay_ms: step.delay_ms,
             ok: None,
@@ -525,12 +582,27 @@ impl From<ToolStep> for StepWire {
             panic: None,
             hang: None,
         };
-        match step.action {
-            ToolAction::Ok(value) => wire.ok = Some(value),
-            ToolAction::Error(error) => wire.error = Some(error),
-            ToolAction::Panic(message) => wire.panic = Some(message),
+        match &step.action {
+            ToolAction::Ok(value) => wire.ok = Some(value.clone()),
+            ToolAction::Error(error) => wire.error = Some(error.clone()),
+            ToolAction::Panic(message) => wire.panic = Some(message.clone()),
             ToolAction::Hang => wire.hang = Some(true),
+            ToolAction::PanicSync(_) => {
+                return Err(ShapeError(
+                    "a synchronous tool panic has no scenario form (it is for Rust fault tests only)",
+                ));
+            }
         }
-        wire
+        Ok(wire)
+    }
+}
+
+/// The scenario shape; a [`ToolAction::PanicSync`] step, which has none,
+/// is an error.
+impl Serialize for ToolStep {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        StepWire::try_from(self)
+            .map_err(serde::ser::Error::custom)?
+            .serialize(serializer)
     }
 }

@@ -246,3 +246,79 @@ fn manual_clock_stamps_events_and_the_log_keeps_ts_monotonic() {
     clock.advance(Duration::from_secs(1));
     assert_eq!(clock.now(), u64::MAX);
 }
+
+/// `PanicOn` is asynchronous (building the future is fine, polling it
+/// panics); `PanicSyncOn` panics in `observe` itself. The handle counts
+/// both, neither as a refusal nor a cancellation.
+#[tokio::test]
+async fn panic_on_is_async_and_panic_sync_on_is_sync() {
+    let events = events();
+    let is_async = FaultyObserver::new(Fault::PanicOn(1));
+    let future = is_async.observe(&events[0]);
+    assert_eq!(is_async.panicked(), 0, "nothing happened before the poll");
+    // The future borrows the observer and the event: drive it on a
+    // scoped thread of its own, where the panic is caught at the join.
+    let polled = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap()
+                    .block_on(future)
+            })
+            .join()
+    });
+    let payload = polled.expect_err("polling panics");
+    assert_eq!(
+        panic_message(&*payload),
+        Some("scripted observer panic on event 1")
+    );
+
+    let is_sync = FaultyObserver::new(Fault::PanicSyncOn(2));
+    assert_eq!(is_sync.observe(&events[0]).await, Ok(()));
+    let message = sync_panic(|| is_sync.observe(&events[1]));
+    assert_eq!(message, "scripted synchronous observer panic on event 2");
+    assert_eq!(is_sync.observe(&events[1]).await, Ok(()), "third offer");
+    for (observer, offered, acknowledged) in [(&is_async, 1, 0), (&is_sync, 3, 2)] {
+        assert_eq!(
+            (
+                observer.offered(),
+                observer.panicked(),
+                observer.refused(),
+                observer.cancelled(),
+                observer.acknowledged().len()
+            ),
+            (offered, 1, 0, 0, acknowledged),
+            "{:?}",
+            observer.fault()
+        );
+    }
+}
+
+/// Through the real pipeline, a synchronous panic is caught just like an
+/// asynchronous one: the dispatch is refused with `Panicked`, the task
+/// lives on, and a redelivery is acknowledged.
+#[tokio::test]
+async fn panic_sync_on_is_caught_by_the_pipeline() {
+    let observer = FaultyObserver::new(Fault::PanicSyncOn(1));
+    let pipeline = Arc::new(pipeline(
+        vec![Arc::new(observer.clone())],
+        Duration::from_secs(10),
+    ));
+    let events = Arc::new(events());
+    let (p, e) = (Arc::clone(&pipeline), Arc::clone(&events));
+    let refused = tokio::spawn(async move { p.dispatch(&e[0]).await })
+        .await
+        .expect("the panic stays inside the pipeline")
+        .unwrap_err();
+    assert_eq!(refused.source, ObserverError::Panicked);
+    pipeline.dispatch(&events[0]).await.unwrap();
+    assert_eq!(
+        (
+            observer.offered(),
+            observer.panicked(),
+            observer.acknowledged().len()
+        ),
+        (2, 1, 1)
+    );
+}

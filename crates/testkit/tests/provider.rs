@@ -367,3 +367,75 @@ fn the_provider_is_a_shareable_trait_object() {
     assert_send_sync::<ProviderHandle>();
     let _: std::sync::Arc<dyn ModelProvider> = std::sync::Arc::new(ScriptedProvider::new(vec![]));
 }
+
+/// `ScriptItem::Panic` panics while the stream is polled, at its place in
+/// the script: what came before is yielded, `start` itself returns
+/// normally, and the handle counts a panic (not a drop, not a finish).
+#[tokio::test]
+async fn a_panic_item_panics_while_the_stream_is_polled() {
+    let provider = ScriptedProvider::new(vec![vec![
+        ScriptItem::text("partial"),
+        ScriptItem::panic("provider stream bug"),
+        ScriptItem::complete(FinishReason::Stop),
+    ]]);
+    let handle = provider.handle();
+    // The synchronous part and the start future are fine.
+    let mut stream = provider.start(request(1)).await.unwrap();
+    assert_eq!(next(&mut stream).await, Some(RawItem::text("partial")));
+    assert_eq!(handle.panicked(), 0);
+    let joined = tokio::spawn(async move { next(&mut stream).await }).await;
+    let payload = joined.unwrap_err().into_panic();
+    assert_eq!(panic_message(&*payload), Some("provider stream bug"));
+    assert_eq!(
+        (
+            handle.started(),
+            handle.panicked(),
+            handle.dropped(),
+            handle.finished()
+        ),
+        (1, 1, 0, 0)
+    );
+}
+
+/// `with_start_panic(n)` panics in `start` itself, before any future
+/// exists, on the n-th start only; it takes no scripted call, so the next
+/// start gets the call it would have had.
+#[tokio::test]
+async fn with_start_panic_panics_synchronously_on_the_nth_start() {
+    let provider = ScriptedProvider::new(vec![
+        vec![
+            ScriptItem::text("first"),
+            ScriptItem::complete(FinishReason::Stop),
+        ],
+        vec![ScriptItem::complete(FinishReason::Length)],
+    ])
+    .with_start_panic(2)
+    .with_start_panic(4)
+    .recording_requests();
+    let handle = provider.handle();
+    let mut first = provider.start(request(1)).await.unwrap();
+    assert_eq!(next(&mut first).await, Some(RawItem::text("first")));
+    let message = sync_panic(|| provider.start(request(2)));
+    assert_eq!(message, "scripted provider panic in start (call 2)");
+    assert_eq!(
+        (handle.started(), handle.panicked(), handle.remaining()),
+        (2, 1, 1)
+    );
+    // The third start gets the second call; the fourth panics again.
+    let mut third = provider.start(request(3)).await.unwrap();
+    assert_eq!(
+        collect(&mut third).await,
+        vec![RawItem::complete(FinishReason::Length)]
+    );
+    assert_eq!(
+        sync_panic(|| provider.start(request(4))),
+        "scripted provider panic in start (call 4)"
+    );
+    // Every start is counted and (recording) kept, panicking ones too.
+    assert_eq!(
+        (handle.started(), handle.panicked(), handle.recorded()),
+        (4, 2, 4)
+    );
+    drop(first);
+    assert_eq!(handle.dropped(), 1, "only the abandoned first stream");
+}

@@ -195,3 +195,18 @@ fn tool_steps_follow_the_scenario_shape() {
         assert!(serde_json::from_str::<ToolStep>(bad).is_err(), "{bad}");
     }
 }
+
+/// `ScriptItem::Panic` is Rust-only: it serializes to an error, no JSON
+/// item name loads it, and it yields no raw item.
+#[test]
+fn a_panic_item_has_no_wire_form() {
+    let item = ScriptItem::panic("bug");
+    assert_eq!(item, ScriptItem::Panic("bug".into()));
+    assert_eq!(item.to_raw(), None);
+    assert!(!item.is_terminal());
+    let error = serde_json::to_string(&vec![ScriptItem::text("a"), item]).unwrap_err();
+    assert!(error.to_string().contains("no scenario form"), "{error}");
+    for text in [r#"{"panic": "bug"}"#, r#"{"panic": true}"#] {
+        assert!(serde_json::from_str::<ScriptItem>(text).is_err(), "{text}");
+    }
+}

@@ -184,3 +184,48 @@ fn a_scenario_tool_script_loads() {
     let tool = ScriptedTool::named("get_weather", script).unwrap();
     assert_eq!(tool.handle().remaining(), 3);
 }
+
+/// `ToolStep::panic_sync` panics in `Tool::call` itself, before a future
+/// exists; the invocation is kept and counted as panicked, never as
+/// cancelled; the next step is unaffected.
+#[tokio::test]
+async fn a_panic_sync_step_panics_in_call_itself() {
+    let tool = ScriptedTool::named(
+        "t",
+        vec![
+            ToolStep::panic_sync("tool call bug").after_ms(1_000),
+            ToolStep::ok(json!("fine")),
+        ],
+    )
+    .unwrap();
+    let handle = tool.handle();
+    let caught =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.call(invocation("c1"))));
+    let payload = caught.err().expect("call itself panics");
+    assert_eq!(
+        payload.downcast_ref::<String>().map(String::as_str),
+        Some("tool call bug")
+    );
+    assert_eq!(
+        (
+            handle.calls().len(),
+            handle.panicked(),
+            handle.cancelled(),
+            handle.completed()
+        ),
+        (1, 1, 0, 0)
+    );
+    assert_eq!(tool.call(invocation("c2")).await, Ok("fine".to_string()));
+    assert_eq!((handle.calls().len(), handle.completed()), (2, 1));
+}
+
+/// The synchronous panic has no scenario form: serializing it is an error,
+/// and `{"panic": ...}` in JSON stays the asynchronous one.
+#[test]
+fn panic_sync_has_no_wire_form() {
+    let error = serde_json::to_string(&ToolStep::panic_sync("x")).unwrap_err();
+    assert!(error.to_string().contains("no scenario form"), "{error}");
+    let step: ToolStep = serde_json::from_str(r#"{"panic": "x"}"#).unwrap();
+    assert_eq!(step, ToolStep::panic("x"));
+    assert!(serde_json::from_str::<ToolStep>(r#"{"panic_sync": "x"}"#).is_err());
+}

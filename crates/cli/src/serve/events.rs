@@ -207,9 +207,10 @@ async fn stream(
     cursor: u64,
     bounds: SubscriptionBounds,
 ) -> Result<Response, Problem> {
-    let start = if let Some(run) = daemon.live(&id) {
-        match run.log.subscribe(cursor, bounds) {
-            Ok(sub) => Start::Live(run.log, sub),
+    let start = if let Some(run) = daemon.engine.live_run(&id) {
+        let log = run.log().clone();
+        match log.subscribe(cursor, bounds) {
+            Ok(sub) => Start::Live(log, sub),
             Err(SubscribeError::CursorAhead { requested, latest }) => {
                 return Err(Problem::cursor_ahead(requested, latest));
             }
@@ -222,7 +223,7 @@ async fn stream(
                 if !journal_serves(&daemon, &id, cursor, latest).await? {
                     return Err(Problem::cursor_expired(requested, earliest, latest));
                 }
-                Start::JournalThenLive(run.log)
+                Start::JournalThenLive(log)
             }
             Err(e) => return Err(Problem::journal(e)),
         }
@@ -293,6 +294,183 @@ fn gap_problem(last: u64, found: u64) -> Problem {
     .with("recovery_cursor", found.saturating_sub(1))
 }
 
+/// What an SSE stream does after a step.
+enum Then {
+    /// Go on.
+    More,
+    /// The last message sent was the final one: close.
+    Close,
+    /// The history is complete: close (after a `shutdown` message when the
+    /// daemon is shutting down).
+    Done,
+}
+
+/// The messages of one step, and what follows them.
+struct Step {
+    send: Vec<SseEvent>,
+    then: Then,
+}
+
+impl Step {
+    fn more(send: Vec<SseEvent>) -> Step {
+        Step {
+            send,
+            then: Then::More,
+        }
+    }
+    fn close(last: SseEvent) -> Step {
+        Step {
+            send: vec![last],
+            then: Then::Close,
+        }
+    }
+    fn done() -> Step {
+        Step {
+            send: Vec::new(),
+            then: Then::Done,
+        }
+    }
+}
+
+/// Where one SSE stream is: the last seq sent, and the source of what
+/// follows (the live log's subscription, else the journal).
+struct Follower {
+    daemon: Arc<Daemon>,
+    id: String,
+    last: u64,
+    bounds: SubscriptionBounds,
+    log: Option<RunLog>,
+    sub: Option<Subscription>,
+}
+
+impl Follower {
+    async fn step(&mut self) -> Step {
+        match self.sub.as_mut() {
+            Some(sub) => Self::read_log(sub, &mut self.last)
+                .await
+                .unwrap_or_else(|| {
+                    // The log dropped events this stream had not taken; the
+                    // journal has them.
+                    self.sub = None;
+                    Step::more(Vec::new())
+                }),
+            None => self.read_journal().await,
+        }
+    }
+
+    /// The next event of the subscription; `None` when it was evicted.
+    async fn read_log(sub: &mut Subscription, last: &mut u64) -> Option<Step> {
+        let step = match sub.recv().await {
+            Some(Ok(event)) => {
+                *last = event.seq();
+                Step::more(vec![sse_of(&event)])
+            }
+            Some(Err(SubscriptionError::SlowConsumer {
+                last_delivered,
+                recovery_cursor,
+                lag_events,
+                lag_bytes,
+                max_events,
+                max_bytes,
+            })) => {
+                let problem = Problem::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "slow-consumer",
+                    "Slow consumer",
+                    format!("the client fell {lag_events} events / {lag_bytes} bytes behind (bounds {max_events} / {max_bytes}); resume after {recovery_cursor}"),
+                )
+                .with("last_delivered", last_delivered)
+                .with("recovery_cursor", recovery_cursor)
+                .with("lag_events", lag_events)
+                .with("lag_bytes", lag_bytes)
+                .with("max_events", max_events)
+                .with("max_bytes", max_bytes);
+                Step::close(error_event(&problem))
+            }
+            Some(Err(SubscriptionError::Evicted { .. })) => return None,
+            Some(Err(SubscriptionError::Ended { .. })) => Step::close(shutdown_event(*last)),
+            Some(Err(e)) => Step::close(error_event(&Problem::journal(e))),
+            None => Step::done(),
+        };
+        Some(step)
+    }
+
+    /// The next page of the journal, each line checked; when the journal
+    /// has nothing more, the live log (if any) takes over.
+    async fn read_journal(&mut self) -> Step {
+        let lookup = self.id.clone();
+        let after = self.last;
+        let page = match self
+            .daemon
+            .read(move |r| r.events_after(&lookup, after, PAGE))
+            .await
+        {
+            Ok(page) => page,
+            Err(problem) => return Step::close(error_event(&problem)),
+        };
+        if page.is_empty() {
+            return self.join_log();
+        }
+        let mut send = Vec::with_capacity(page.len());
+        for line in &page {
+            match checked(line, &self.id, self.last) {
+                Ok(event) => {
+                    self.last = event.seq();
+                    send.push(sse_of(&event));
+                }
+                Err(problem) => {
+                    send.push(error_event(&problem));
+                    return Step {
+                        send,
+                        then: Then::Close,
+                    };
+                }
+            }
+        }
+        if let Some(log) = self.log.as_ref() {
+            // Join the live log as soon as it retains what follows.
+            if let Ok(s) = log.subscribe(self.last, self.bounds) {
+                self.sub = Some(s);
+            }
+        }
+        Step::more(send)
+    }
+
+    /// The journal has no more: follow the live log from `last`, or end.
+    fn join_log(&mut self) -> Step {
+        let Some(log) = self.log.as_ref() else {
+            return Step::done();
+        };
+        match log.subscribe(self.last, self.bounds) {
+            Ok(s) => {
+                self.sub = Some(s);
+                Step::more(Vec::new())
+            }
+            Err(SubscribeError::CursorExpired { earliest, .. }) => {
+                Step::close(error_event(&gap_problem(self.last, earliest)))
+            }
+            Err(e) => Step::close(error_event(&Problem::journal(e))),
+        }
+    }
+}
+
+/// A stored line as the next event of run `id` after `last`: it decodes,
+/// follows `last` and names the run; else the problem to end with.
+fn checked(line: &str, id: &str, last: u64) -> Result<Event, Problem> {
+    let event = Event::decode(line)
+        .map_err(|e| Problem::journal(format!("a stored line does not decode: {e}")))?;
+    if event.seq() != last + 1 {
+        return Err(gap_problem(last, event.seq()));
+    }
+    if event.run_id().as_str() != id {
+        return Err(Problem::journal(format!(
+            "stored seq {} belongs to another run",
+            event.seq()
+        )));
+    }
+    Ok(event)
+}
+
 fn sse_stream(
     daemon: Arc<Daemon>,
     id: String,
@@ -300,112 +478,33 @@ fn sse_stream(
     bounds: SubscriptionBounds,
     start: Start,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
+    let (log, sub) = match start {
+        Start::Live(log, sub) => (Some(log), Some(sub)),
+        Start::JournalThenLive(log) => (Some(log), None),
+        Start::Journal => (None, None),
+    };
+    let mut follower = Follower {
+        daemon,
+        id,
+        last: cursor,
+        bounds,
+        log,
+        sub,
+    };
     async_stream::stream! {
-        let mut last = cursor;
-        let (log, mut sub) = match start {
-            Start::Live(log, sub) => (Some(log), Some(sub)),
-            Start::JournalThenLive(log) => (Some(log), None),
-            Start::Journal => (None, None),
-        };
         loop {
-            if let Some(s) = sub.as_mut() {
-                match s.recv().await {
-                    Some(Ok(event)) => {
-                        last = event.seq();
-                        yield Ok(sse_of(&event));
-                    }
-                    Some(Err(SubscriptionError::SlowConsumer {
-                        last_delivered,
-                        recovery_cursor,
-                        lag_events,
-                        lag_bytes,
-                        max_events,
-                        max_bytes,
-                    })) => {
-                        let problem = Problem::new(
-                            StatusCode::TOO_MANY_REQUESTS,
-                            "slow-consumer",
-                            "Slow consumer",
-                            format!("the client fell {lag_events} events / {lag_bytes} bytes behind (bounds {max_events} / {max_bytes}); resume after {recovery_cursor}"),
-                        )
-                        .with("last_delivered", last_delivered)
-                        .with("recovery_cursor", recovery_cursor)
-                        .with("lag_events", lag_events)
-                        .with("lag_bytes", lag_bytes)
-                        .with("max_events", max_events)
-                        .with("max_bytes", max_bytes);
-                        yield Ok(error_event(&problem));
-                        return;
-                    }
-                    Some(Err(SubscriptionError::Evicted { .. })) => {
-                        // The log dropped events this stream had not
-                        // taken; the journal has them.
-                        sub = None;
-                    }
-                    Some(Err(SubscriptionError::Ended { .. })) => {
-                        yield Ok(shutdown_event(last));
-                        return;
-                    }
-                    Some(Err(e)) => {
-                        yield Ok(error_event(&Problem::journal(e)));
-                        return;
-                    }
-                    None => break,
-                }
-            } else {
-                let lookup = id.clone();
-                let after = last;
-                let page = match daemon.read(move |r| r.events_after(&lookup, after, PAGE)).await {
-                    Ok(page) => page,
-                    Err(problem) => {
-                        yield Ok(error_event(&problem));
-                        return;
-                    }
-                };
-                if page.is_empty() {
-                    let Some(log) = log.as_ref() else { break };
-                    match log.subscribe(last, bounds) {
-                        Ok(s) => sub = Some(s),
-                        Err(SubscribeError::CursorExpired { earliest, .. }) => {
-                            yield Ok(error_event(&gap_problem(last, earliest)));
-                            return;
-                        }
-                        Err(e) => {
-                            yield Ok(error_event(&Problem::journal(e)));
-                            return;
-                        }
-                    }
-                    continue;
-                }
-                for line in &page {
-                    let event = match Event::decode(line) {
-                        Ok(event) => event,
-                        Err(e) => {
-                            yield Ok(error_event(&Problem::journal(format!("a stored line does not decode: {e}"))));
-                            return;
-                        }
-                    };
-                    if event.seq() != last + 1 {
-                        yield Ok(error_event(&gap_problem(last, event.seq())));
-                        return;
-                    }
-                    if event.run_id().as_str() != id {
-                        yield Ok(error_event(&Problem::journal(format!("stored seq {} belongs to another run", event.seq()))));
-                        return;
-                    }
-                    last = event.seq();
-                    yield Ok(sse_of(&event));
-                }
-                if let Some(log) = log.as_ref() {
-                    // Join the live log as soon as it retains what follows.
-                    if let Ok(s) = log.subscribe(last, bounds) {
-                        sub = Some(s);
-                    }
-                }
+            let step = follower.step().await;
+            for event in step.send {
+                yield Ok(event);
+            }
+            match step.then {
+                Then::More => {}
+                Then::Close => return,
+                Then::Done => break,
             }
         }
-        if daemon.shutting_down() {
-            yield Ok(shutdown_event(last));
+        if follower.daemon.shutting_down() {
+            yield Ok(shutdown_event(follower.last));
         }
     }
 }
@@ -417,10 +516,10 @@ async fn page(
     limit: Option<usize>,
 ) -> Result<Response, Problem> {
     let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-    let live = daemon.live(&id);
+    let live = daemon.engine.live_run(&id);
     let lookup = id.clone();
     let stored = daemon.read(move |r| r.run_status(&lookup)).await?;
-    let live_latest = live.as_ref().map(|r| r.log.stats().last_seq);
+    let live_latest = live.as_ref().map(|r| r.log().stats().last_seq);
     let latest = match (&stored, live_latest) {
         (None, None) => return Err(Problem::unknown_run(&id)),
         (s, l) => s.as_ref().map_or(0, |s| s.last_seq).max(l.unwrap_or(0)),
@@ -456,7 +555,7 @@ async fn page(
     }
     if let Some(run) = live.as_ref().filter(|_| lines.len() < limit) {
         // Events committed but not yet journaled.
-        let tail = run.log.retained_after(last);
+        let tail = run.log().retained_after(last);
         if let Some(e) = tail.first().filter(|e| e.seq() != last + 1) {
             return Err(Problem::cursor_expired(cursor, e.seq(), latest));
         }

@@ -64,3 +64,23 @@ pub fn commit_all(log: &RunLog, payloads: &[Payload]) -> Vec<Arc<keel_eventlog::
         })
         .collect()
 }
+
+/// The message of a panic payload (`panic!` with arguments and the
+/// testkit's scripted panics give a `String`, a literal `panic!` a `&str`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<&str> {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+}
+
+/// Runs `f`, which must panic synchronously, and returns the panic's
+/// message.
+pub fn sync_panic<T>(f: impl FnOnce() -> T) -> String {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(_) => panic!("expected a synchronous panic"),
+        Err(payload) => panic_message(&*payload)
+            .unwrap_or("<not a string>")
+            .to_owned(),
+    }
+}

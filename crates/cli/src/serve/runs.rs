@@ -1,0 +1,349 @@
+//! The run routes: `POST /v1/runs` (a scenario becomes a run of the
+//! daemon's one engine), `GET /v1/runs`, `GET /v1/runs/{id}` and
+//! `POST /v1/runs/{id}/cancel`. Every refusal is a typed problem naming
+//! the scenario member, the rule or the bound.
+
+use super::problem::Problem;
+use super::{Daemon, json_response, providers, read_body};
+use crate::launch::{self, LaunchError};
+use crate::scenario::{self, ScenarioError};
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use keel_engine::{LiveRun, RunRequest, StartError};
+use keel_observers::RunSummary;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+/// What a posted scenario is called in problems.
+const BODY: &str = "request body";
+
+/// `POST /v1/runs`.
+pub async fn create_run(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    if daemon.shutting_down() {
+        return Err(shutting_down());
+    }
+    let text = read_body(&headers, body).await?;
+    let scenario = scenario::parse(Path::new(BODY), &text).map_err(|e| scenario_problem(&e))?;
+    // A network provider's key comes from the daemon's environment (never
+    // echoed), and only for a provider the operator allowed: checked
+    // before the variable is read, so the answer says nothing about the
+    // environment.
+    if !providers::permitted(&scenario.provider, &daemon.providers) {
+        return Err(provider_not_allowed());
+    }
+    let run_id = match &scenario.run_id {
+        Some(id) => id.clone(),
+        None => crate::commands::run::new_run_id().map_err(|e| internal(e.message))?,
+    };
+    let request = launch::run_request(&scenario, run_id.clone(), &daemon.launch())
+        .map_err(|e| launch_problem(&e))?;
+    start(&daemon, request).await?;
+    Ok(created(run_id.as_str()))
+}
+
+/// Admits and starts one run. One admission at a time, so the bound on
+/// live runs is exact and an id is checked against the live runs and the
+/// journal without a gap (a run leaves the engine only after its
+/// terminal was offered to the journal).
+async fn start(daemon: &Daemon, request: RunRequest) -> Result<(), Problem> {
+    let _admission = daemon.admission.lock().await;
+    if daemon.shutting_down() {
+        return Err(shutting_down());
+    }
+    let live = daemon.engine.live_runs();
+    if live >= daemon.settings.max_live_runs {
+        return Err(too_many_live_runs(daemon.settings.max_live_runs, live));
+    }
+    let id = request.run_id().as_str().to_owned();
+    if daemon.engine.live_run(&id).is_none() {
+        let lookup = id.clone();
+        if daemon.read(move |r| r.run_status(&lookup)).await?.is_some() {
+            return Err(run_exists(&id));
+        }
+    }
+    // Refused with `ShuttingDown` under the lock shutdown takes: a run is
+    // either refused here or cancelled and awaited by the shutdown.
+    let handle = daemon
+        .engine
+        .start(request)
+        .map_err(|e| start_problem(&e))?;
+    // The engine keeps the run (lookup, cancel, shutdown); the handle is
+    // not needed to follow it.
+    drop(handle);
+    Ok(())
+}
+
+fn created(id: &str) -> Response {
+    let mut response = json_response(StatusCode::CREATED, &json!({ "run_id": id }));
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/runs/{id}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+fn invalid(detail: impl Into<String>, path: &str) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "invalid-scenario",
+        "Invalid scenario",
+        detail,
+    )
+    .with("path", path)
+}
+
+fn internal(detail: impl Into<String>) -> Problem {
+    Problem::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "Internal error",
+        detail,
+    )
+}
+
+/// 503 for a run posted while the daemon shuts down.
+pub fn shutting_down() -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "shutting-down",
+        "The daemon is shutting down",
+        "no new runs are taken (rule engine.open)",
+    )
+    .with("rule", "engine.open")
+}
+
+fn too_many_live_runs(max: usize, live: usize) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too-many-live-runs",
+        "Too many live runs",
+        format!(
+            "this daemon runs at most {max} runs at once (--max-live-runs); post again when one has ended"
+        ),
+    )
+    .with("bound", "max_live_runs")
+    .with("max_live_runs", max)
+    .with("live_runs", live)
+}
+
+fn run_exists(id: &str) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "run-exists",
+        "Run id already used",
+        "a live or stored run has this id; give the scenario another run_id, or leave it out (rule run.unique_id)",
+    )
+    .with("run_id", id)
+    .with("rule", "run.unique_id")
+}
+
+fn provider_not_allowed() -> Problem {
+    Problem::new(
+        StatusCode::FORBIDDEN,
+        "provider-not-allowed",
+        "Provider not allowed",
+        "this daemon runs network providers only as listed with --allow-provider TYPE,KEY_ENV[,BASE_URL]",
+    )
+    .with("path", "provider")
+}
+
+/// 400 for a scenario the loader refused, with its line, column and path
+/// where known.
+fn scenario_problem(e: &ScenarioError) -> Problem {
+    let base = |detail: String| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-scenario",
+            "Invalid scenario",
+            detail,
+        )
+    };
+    match e {
+        ScenarioError::Read { source, .. } => base(source.to_string()),
+        e @ ScenarioError::TooLarge { .. } => base(e.to_string()),
+        ScenarioError::Syntax {
+            line,
+            column,
+            message,
+            ..
+        } => base(format!("{line}:{column}: invalid JSON: {message}"))
+            .with("line", *line)
+            .with("column", *column),
+        ScenarioError::Shape {
+            line,
+            column,
+            path,
+            message,
+            ..
+        } => base(format!("{line}:{column}: at {path}: {message}"))
+            .with("line", *line)
+            .with("column", *column)
+            .with("path", path.as_str()),
+        ScenarioError::Invalid { path, message, .. } => {
+            base(format!("at {path}: {message}")).with("path", path.as_str())
+        }
+    }
+}
+
+/// 400 for a provider or tool that could not be built (the message names
+/// the variable or the bound, never a key).
+fn launch_problem(e: &LaunchError) -> Problem {
+    invalid(e.to_string(), &e.path())
+}
+
+/// The scenario member an engine limit comes from.
+fn limit_path(field: &str) -> String {
+    match field {
+        "closing_deadline" => "limits.closing_deadline_ms".to_owned(),
+        "approval_timeout" => "limits.approval_timeout_ms".to_owned(),
+        "timeouts" => "limits".to_owned(),
+        other => format!("limits.{other}"),
+    }
+}
+
+/// `$.history[i]…` (the engine's path) as the scenario's `messages[i]…`.
+fn history_path(path: &str) -> String {
+    match path.strip_prefix("$.history") {
+        Some(rest) => format!("messages{rest}"),
+        None => "messages".to_owned(),
+    }
+}
+
+/// Every way the engine refuses a run, as a problem: 503 shutting down,
+/// 409 a live id, 400 naming the scenario member and the rule, 500 for
+/// what is the daemon's own fault.
+fn start_problem(e: &StartError) -> Problem {
+    let rule = |p: Problem, rule: &'static str| p.with("rule", rule);
+    match e {
+        StartError::ShuttingDown => shutting_down(),
+        StartError::DuplicateRun { run_id } => run_exists(run_id.as_str()),
+        StartError::InvalidLimit(l) => rule(
+            invalid(e.to_string(), &limit_path(l.field())),
+            "engine.limits",
+        ),
+        StartError::DuplicateTool { .. } => {
+            rule(invalid(e.to_string(), "tools"), "run.unique_tools")
+        }
+        StartError::ApprovalWithoutHandler { .. } => {
+            rule(invalid(e.to_string(), "tools"), "run.approval_handler")
+        }
+        StartError::UnknownProvider { .. } => {
+            rule(invalid(e.to_string(), "provider"), "run.provider_known")
+        }
+        StartError::NoProvider { .. } => {
+            rule(invalid(e.to_string(), "provider"), "run.provider_required")
+        }
+        StartError::EmptyHistory => {
+            rule(invalid(e.to_string(), "messages"), "run.history_nonempty")
+        }
+        StartError::InvalidHistory(m) => {
+            invalid(e.to_string(), &history_path(m.path())).with("rule", m.kind().rule())
+        }
+        // The daemon's log configuration (checked at startup), no runtime,
+        // or a refusal this daemon does not know yet.
+        _ => internal(e.to_string()),
+    }
+}
+
+fn summary_json(s: &RunSummary, live: bool) -> Value {
+    json!({
+        "run_id": s.run_id,
+        "status": s.status.as_str(),
+        "last_seq": s.last_seq,
+        "started_ts": s.started_ts,
+        "updated_ts": s.updated_ts,
+        "live": live,
+    })
+}
+
+fn live_json(run: &LiveRun) -> Value {
+    json!({
+        "run_id": run.run_id().as_str(),
+        "status": "running",
+        "last_seq": run.log().stats().last_seq,
+        "live": true,
+    })
+}
+
+/// `GET /v1/runs`: the journal's runs in its order (live ones as live),
+/// then live runs not journaled yet.
+pub async fn list_runs(State(daemon): State<Arc<Daemon>>) -> Result<Response, Problem> {
+    let stored = daemon.read(|r| r.runs()).await?;
+    let live: HashSet<String> = daemon
+        .engine
+        .live_run_ids()
+        .iter()
+        .map(|id| id.as_str().to_owned())
+        .collect();
+    let mut runs: Vec<Value> = Vec::with_capacity(stored.len() + live.len());
+    let mut listed: HashSet<&str> = HashSet::with_capacity(stored.len());
+    for s in &stored {
+        listed.insert(s.run_id.as_str());
+        // A live run may end (and be journaled) between the two looks.
+        let run = live
+            .contains(s.run_id.as_str())
+            .then(|| daemon.engine.live_run(&s.run_id))
+            .flatten();
+        match run {
+            Some(run) => runs.push(live_json(&run)),
+            None => runs.push(summary_json(s, false)),
+        }
+    }
+    for id in &live {
+        if listed.contains(id.as_str()) {
+            continue;
+        }
+        if let Some(run) = daemon.engine.live_run(id) {
+            runs.push(live_json(&run));
+        }
+    }
+    Ok(json_response(StatusCode::OK, &json!({ "runs": runs })))
+}
+
+/// `GET /v1/runs/{id}`.
+pub async fn run_status(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Response, Problem> {
+    if let Some(run) = daemon.engine.live_run(&id) {
+        return Ok(json_response(StatusCode::OK, &live_json(&run)));
+    }
+    let lookup = id.clone();
+    match daemon.read(move |r| r.run_status(&lookup)).await? {
+        Some(s) => Ok(json_response(StatusCode::OK, &summary_json(&s, false))),
+        None => Err(Problem::unknown_run(&id)),
+    }
+}
+
+/// `POST /v1/runs/{id}/cancel`.
+pub async fn cancel_run(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Response, Problem> {
+    if let Some(run) = daemon.engine.live_run(&id) {
+        run.canceller().cancel();
+        return Ok(json_response(
+            StatusCode::ACCEPTED,
+            &json!({ "run_id": id, "status": "cancelling" }),
+        ));
+    }
+    let lookup = id.clone();
+    match daemon.read(move |r| r.run_status(&lookup)).await? {
+        Some(s) => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "run-ended",
+            "The run is not live",
+            format!("the run is {} and not running in this daemon", s.status),
+        )
+        .with("run_id", id.as_str())
+        .with("status", s.status.as_str())),
+        None => Err(Problem::unknown_run(&id)),
+    }
+}
