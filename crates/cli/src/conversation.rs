@@ -21,7 +21,9 @@ pub enum ContinueError {
         run_id: String,
     },
     /// Only a completed run can be continued.
-    #[error("run {run_id} is {status}; only a completed run can be continued (rule run.continuable)")]
+    #[error(
+        "run {run_id} is {status}; only a completed run can be continued (rule run.continuable)"
+    )]
     NotContinuable {
         /// The run.
         run_id: String,
@@ -85,14 +87,20 @@ pub fn continuation(
             source,
         })?;
     let id = history::follow_up_message_id(new_run)?;
-    let message = Message::new_with(id, Role::User, vec![keel_message::Part::text_with(text, limits)?], limits)?;
+    let message = Message::new_with(
+        id,
+        Role::User,
+        vec![keel_message::Part::text_with(text, limits)?],
+        limits,
+    )?;
     history.push(message);
-    let previous = events
-        .first()
-        .map(|e| e.run_id().clone())
-        .ok_or_else(|| ContinueError::UnknownRun {
-            run_id: previous.to_owned(),
-        })?;
+    let previous =
+        events
+            .first()
+            .map(|e| e.run_id().clone())
+            .ok_or_else(|| ContinueError::UnknownRun {
+                run_id: previous.to_owned(),
+            })?;
     Ok(Continuation { previous, history })
 }
 

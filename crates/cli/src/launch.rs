@@ -97,8 +97,10 @@ fn request_with(
 ) -> Result<RunRequest, LaunchError> {
     let provider = build_provider(&scenario.provider)?;
     let mut limits = scenario.limits.clone();
-    if let (false, Some(timeout)) = (scenario.approval_timeout_set, launch.default_approval_timeout)
-    {
+    if let (false, Some(timeout)) = (
+        scenario.approval_timeout_set,
+        launch.default_approval_timeout,
+    ) {
         limits.approval_timeout = timeout;
     }
     let mut request = RunRequest::new(run_id, scenario.model.clone(), history)

@@ -124,7 +124,11 @@ pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
             chain(&all, &continues, id)
         }
     };
-    let width = shown.iter().map(|&i| all[i].run_id.len()).max().unwrap_or(0);
+    let width = shown
+        .iter()
+        .map(|&i| all[i].run_id.len())
+        .max()
+        .unwrap_or(0);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for i in shown {

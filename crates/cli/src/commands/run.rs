@@ -2,8 +2,8 @@
 
 use crate::approval::Approver;
 use crate::args::RunArgs;
-use crate::error::{CliError, EXIT_CANCELLED, EXIT_FAILED, EXIT_OK};
 use crate::conversation;
+use crate::error::{CliError, EXIT_CANCELLED, EXIT_FAILED, EXIT_OK};
 use crate::launch::{self, Launch};
 use crate::render::Transcript;
 use crate::scenario::{self, Scenario};
