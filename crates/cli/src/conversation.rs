@@ -65,12 +65,13 @@ pub struct Continuation {
     pub history: Vec<Message>,
 }
 
-/// Rebuilds `previous`'s history from `reader` and appends `text` as a
-/// user message of `new_run` (id from `history::follow_up_message_id`).
+/// Rebuilds `previous`'s history from `reader` and appends `follow_up`
+/// (the new messages, in order), re-identified as messages of `new_run`
+/// (`history::follow_up_message_id`) so ids stay unique.
 pub fn continuation(
     reader: &JournalReader,
     previous: &str,
-    text: &str,
+    follow_up: &[Message],
     new_run: &RunId,
     limits: &Limits,
 ) -> Result<Continuation, ContinueError> {
@@ -86,14 +87,15 @@ pub fn continuation(
             run_id: previous.to_owned(),
             source,
         })?;
-    let id = history::follow_up_message_id(new_run)?;
-    let message = Message::new_with(
-        id,
-        Role::User,
-        vec![keel_message::Part::text_with(text, limits)?],
-        limits,
-    )?;
-    history.push(message);
+    for (i, message) in follow_up.iter().enumerate() {
+        let id = history::follow_up_message_id(new_run, i + 1)?;
+        history.push(Message::new_with(
+            id,
+            message.role(),
+            message.parts().to_vec(),
+            limits,
+        )?);
+    }
     let previous =
         events
             .first()
@@ -102,6 +104,18 @@ pub fn continuation(
                 run_id: previous.to_owned(),
             })?;
     Ok(Continuation { previous, history })
+}
+
+/// The follow-up message of `keel run --continue RUN_ID --message TEXT`.
+pub fn user_message(text: &str, limits: &Limits) -> Result<Message, ContinueError> {
+    let id = keel_message::MessageId::parse("message")
+        .map_err(|e| ContinueError::Message(MessageError::from(e)))?;
+    Ok(Message::new_with(
+        id,
+        Role::User,
+        vec![keel_message::Part::text_with(text, limits)?],
+        limits,
+    )?)
 }
 
 fn continuable(summary: &RunSummary) -> Result<(), ContinueError> {

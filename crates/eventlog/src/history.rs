@@ -59,17 +59,18 @@ pub fn turn_message_id(run_id: &RunId, turn: u64, role: Role) -> Result<MessageI
     scoped_id(run_id, &format!("t{turn}.{suffix}"))
 }
 
-/// The id of the follow-up message a run is continued with: `<run_id>.u`
-/// for the new run (or `h<hash>.u` for a run id too long to fit).
+/// The id of the `n`th new message (from 1) a follow-up run adds to the
+/// history it continues: `<run_id>.u<n>` (or `h<hash>.u<n>` for a run id
+/// too long to fit), so ids stay unique across a conversation.
 ///
 /// ```
 /// use keel_eventlog::history::follow_up_message_id;
 /// use keel_message::RunId;
-/// assert_eq!(follow_up_message_id(&RunId::parse("run_2")?)?.as_str(), "run_2.u");
+/// assert_eq!(follow_up_message_id(&RunId::parse("run_2")?, 1)?.as_str(), "run_2.u1");
 /// # Ok::<(), keel_message::MessageError>(())
 /// ```
-pub fn follow_up_message_id(run_id: &RunId) -> Result<MessageId, MessageError> {
-    scoped_id(run_id, "u")
+pub fn follow_up_message_id(run_id: &RunId, n: usize) -> Result<MessageId, MessageError> {
+    scoped_id(run_id, &format!("u{n}"))
 }
 
 fn scoped_id(run_id: &RunId, suffix: &str) -> Result<MessageId, MessageError> {
@@ -78,7 +79,10 @@ fn scoped_id(run_id: &RunId, suffix: &str) -> Result<MessageId, MessageError> {
     }
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     run_id.as_str().hash(&mut hasher);
-    Ok(MessageId::parse(&format!("h{:016x}.{suffix}", hasher.finish()))?)
+    Ok(MessageId::parse(&format!(
+        "h{:016x}.{suffix}",
+        hasher.finish()
+    ))?)
 }
 
 /// Why a log does not yield a history.

@@ -131,9 +131,9 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
         (Some(previous), Some(text)) => {
             let reader = JournalReader::open(&args.db.db)?;
             let limits = keel_message::Limits::default();
-            let continuation =
-                conversation::continuation(&reader, previous, text, &run_id, &limits)
-                    .map_err(|e| CliError::bad_input(format!("--continue {previous}: {e}")))?;
+            let continuation = conversation::user_message(text, &limits)
+                .and_then(|m| conversation::continuation(&reader, previous, &[m], &run_id, &limits))
+                .map_err(|e| CliError::bad_input(format!("--continue {previous}: {e}")))?;
             launch::follow_up_request(&scenario, run_id.clone(), &launch, continuation)
                 .map_err(|e| bad(&e))?
         }
