@@ -266,17 +266,11 @@ impl RequiredObserver for StartFaultObserver {
     }
 }
 
-/// Known engine bug, found by `hard_runs_agree_in_log_journal_and_verify`:
-/// the closing re-offer (`Recorder::reoffer`, engine `run/record.rs`)
-/// gives each observer the whole remaining closing deadline instead of at
-/// most the pipeline's `required_deadline`, so one observer hanging on a
-/// re-offered event uses it all up, and the journal (healthy, and first)
-/// never gets the closing terminals: its copy of the run ends with scopes
-/// open and `keel verify` calls it incomplete. Until the fix,
-/// the property accepts exactly that, and only in a case with a hanging
-/// observer; `a_hang_while_closing_leaves_the_journal_whole` fails once
-/// the fix lands, to have this set to `false`.
-const CLOSING_HANG_STARVES_JOURNAL: bool = true;
+/// Once a known bug (fixed): the closing re-offer gave each observer the
+/// whole remaining closing deadline, so one observer hanging on a
+/// re-offered event starved the journal of the closing terminals. Kept as
+/// a switch so the pinned test below states both sides.
+const CLOSING_HANG_STARVES_JOURNAL: bool = false;
 
 /// One generated hard case: the run, when to cancel it (ms), a random
 /// observer fault, and a fault on a start event.
