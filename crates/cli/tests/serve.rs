@@ -1299,7 +1299,8 @@ async fn posts_during_shutdown_are_503_and_no_accepted_run_is_left_running() {
         count(503)
     );
     // Nothing accepted is left behind: every 201 ended cancelled and
-    // journaled, every refusal stored nothing.
+    // journaled (a run the shutdown cancelled before its first event is
+    // not answered 201), every refusal stored nothing.
     let statuses = stored_statuses(&d.db);
     for (id, status, v) in &seen {
         match status {
