@@ -62,13 +62,16 @@ fn turn_ref(turn: u64) -> TurnRef {
 }
 
 impl Runner {
+    /// `run.started`, which `Runner::run` records before the loop.
+    pub(super) fn run_started(&self) -> Payload {
+        Payload::RunStarted(RunStarted {
+            model: Some(self.model.clone()),
+            extra: Extra::new(),
+        })
+    }
+
+    /// The turns, after `run.started`.
     pub(super) async fn drive(&self) -> Step<RunOutcome> {
-        self.rec
-            .record(Payload::RunStarted(RunStarted {
-                model: Some(self.model.clone()),
-                extra: Extra::new(),
-            }))
-            .await?;
         let max_turns = self.ctx.limits.max_turns;
         for turn in 1..=max_turns {
             self.rec
