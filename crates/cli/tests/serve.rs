@@ -1298,12 +1298,9 @@ async fn posts_during_shutdown_are_503_and_no_accepted_run_is_left_running() {
         count(201),
         count(503)
     );
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    let refused: Vec<_> = seen.iter().filter(|(_, s, _)| *s == 503).collect();
-    assert!(!refused.is_empty(), "no post got 503: {seen:?}");
-    for (_, _, v) in &refused {
-        assert_eq!(v["type"], "urn:keel:problem:shutting-down", "{v}");
-    }
+    // Nothing accepted is left behind: every 201 ended cancelled and
+    // journaled (a run the shutdown cancelled before its first event is
+    // not answered 201), every refusal stored nothing.
     let statuses = stored_statuses(&d.db);
     for (id, status, v) in &seen {
         match status {
@@ -1320,6 +1317,49 @@ async fn posts_during_shutdown_are_503_and_no_accepted_run_is_left_running() {
     assert!(running.is_empty(), "left running: {running:?}");
     let summary = verify_summary(&d.db);
     assert!(summary.contains(" 0 incomplete"), "{summary}");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    // And posts during the shutdown were refused as such.
+    let refused: Vec<_> = seen.iter().filter(|(_, s, _)| *s == 503).collect();
+    assert!(
+        !refused.is_empty(),
+        "no post got 503 ({} accepted)",
+        count(201)
+    );
+    for (_, _, v) in &refused {
+        assert_eq!(v["type"], "urn:keel:problem:shutting-down", "{v}");
+    }
+}
+
+/// A journal that cannot take the closing terminals within
+/// `--shutdown-timeout-ms` (another process holds its write lock): the
+/// runs are named on stderr as left for recovery, and the exit code is 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_the_journal_did_not_take_are_named_and_the_exit_is_1() {
+    const N: usize = 5;
+    let d = Daemon::start_logged(&["--shutdown-timeout-ms", "1000"]);
+    let c = client();
+    post_gated(&c, &d, "run_stuck_", N).await;
+    wait_parked(&d.db, N).await;
+    let locker = rusqlite::Connection::open(&d.db).unwrap();
+    locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let (status, d, took) = terminate(d, Duration::from_secs(60)).await;
+    drop(locker);
+    let stderr = d.stderr();
+    eprintln!("{N} runs, journal locked: exit {status:?} {took:?} after SIGTERM\n{stderr}");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    for i in 0..N {
+        assert!(
+            stderr.contains(&format!("keel: left for recovery: run_stuck_{i}\n")),
+            "run_stuck_{i} not named: {stderr}"
+        );
+    }
+    let statuses = stored_statuses(&d.db);
+    assert!(statuses.values().all(|s| s == "running"), "{statuses:?}");
+    let summary = verify_summary(&d.db);
+    assert!(
+        summary.contains(&format!("0 ok, {N} incomplete")),
+        "{summary}"
+    );
 }
 
 /// Waits for a daemon that was already sent SIGTERM.

@@ -50,7 +50,7 @@ fn bench(c: &mut Criterion) {
                 let req = ModelRequest::new(
                     OperationIdIssuer::new().issue(),
                     ModelName::parse("bench").unwrap(),
-                    request(0).history.into(),
+                    request(0).history().to_vec().into(),
                     Arc::from([]),
                 )
                 .unwrap();

@@ -573,3 +573,24 @@ async fn composition_errors_are_typed_and_start_nothing() {
     }
     assert_eq!(engine.live_runs(), 0);
 }
+
+/// A run cancelled before its task first runs still records that it
+/// started and was cancelled: a run `start` accepted is never missing
+/// from the log (and so from the journal).
+#[tokio::test]
+async fn a_run_cancelled_before_it_first_runs_is_in_the_log() {
+    let recorder = Arc::new(RecordingObserver::new());
+    let engine = engine_with(ScriptedProvider::new(vec![done()]))
+        .required_observer(recorder.clone())
+        .build()
+        .unwrap();
+    // The current-thread runtime has not polled the task yet.
+    let run = engine.start(request("run_early")).unwrap();
+    run.cancel();
+    let log = run.log().clone();
+    assert_eq!(run.join().await, RunOutcome::Cancelled);
+    let events = log.retained_after(0);
+    assert_lifecycle(&events);
+    assert_eq!(kinds(&events), ["run.started", "run.cancelled"]);
+    assert_eq!(recorder.events().len(), 2, "the observers got both");
+}

@@ -26,10 +26,12 @@
 //! # Ok::<(), proptest::test_runner::TestError<Vec<keel_eventlog::Payload>>>(())
 //! ```
 
+use crate::interaction::{InteractionStep, ScriptedInteractions};
 use crate::observer::Fault;
 use crate::provider::ScriptedProvider;
 use crate::script::ScriptItem;
 use crate::tool::{ScriptedTool, ToolStep};
+use keel_engine::{OnToolFailure, ToolPolicy};
 use keel_eventlog::{
     Cause, ErrorText, Extra, InteractionCompleted, InteractionFailed, InteractionRef,
     InteractionStarted, LifecycleTracker, ModelCompleted, ModelFailed, ModelRef, ModelStarted,
@@ -573,6 +575,292 @@ pub fn fault() -> impl Strategy<Value = Fault> {
         (1u64..40).prop_map(Fault::PanicOn),
         (0u64..50).prop_map(|ms| Fault::Slow(Duration::from_millis(ms))),
     ]
+}
+
+/// Every [`Fault`] kind: what [`fault`] draws, and one time in six
+/// [`Fault::PanicSyncOn`] (a panic in `observe` itself, before any future
+/// exists) on an event among the first 40.
+///
+/// ```
+/// use keel_testkit::Fault;
+/// use proptest::strategy::{Strategy, ValueTree};
+/// let mut runner = proptest::test_runner::TestRunner::deterministic();
+/// let faults: Vec<Fault> = (0..100)
+///     .map(|_| keel_testkit::strategies::any_fault().new_tree(&mut runner).expect("tree").current())
+///     .collect();
+/// assert!(faults.iter().any(|f| matches!(f, Fault::PanicSyncOn(_))));
+/// assert!(faults.iter().any(|f| matches!(f, Fault::PanicOn(_))));
+/// ```
+pub fn any_fault() -> impl Strategy<Value = Fault> {
+    prop_oneof![
+        5 => fault(),
+        1 => (1u64..40).prop_map(Fault::PanicSyncOn),
+    ]
+}
+
+/// One scripted answer to an approval, for a [`ScriptedInteractions`]:
+/// mostly `approve`, some `deny`, `fail`, `pending` (never answers, so
+/// only the approval timeout, the end of the run or a cancellation closes
+/// it), `panic` (while polled) and `panic_sync` (in `handle` itself). A
+/// third of them wait up to 299 ms first.
+///
+/// ```
+/// use keel_testkit::InteractionAction;
+/// use proptest::strategy::{Strategy, ValueTree};
+/// let mut runner = proptest::test_runner::TestRunner::deterministic();
+/// let steps: Vec<_> = (0..200)
+///     .map(|_| keel_testkit::strategies::interaction_step().new_tree(&mut runner).expect("tree").current())
+///     .collect();
+/// assert!(steps.iter().any(|s| s.action == InteractionAction::Pending));
+/// assert!(steps.iter().any(|s| matches!(s.action, InteractionAction::PanicSync(_))));
+/// assert!(steps.iter().all(|s| s.delay_ms.is_none_or(|ms| ms < 300)));
+/// ```
+pub fn interaction_step() -> impl Strategy<Value = InteractionStep> {
+    let step = prop_oneof![
+        8 => Just(InteractionStep::approve()),
+        3 => Just(InteractionStep::deny()),
+        2 => Just(InteractionStep::fail("scripted refusal")),
+        3 => Just(InteractionStep::pending()),
+        1 => Just(InteractionStep::panic("scripted handler panic")),
+        1 => Just(InteractionStep::panic_sync("scripted handler panic")),
+    ];
+    (step, option::weighted(0.3, 0u64..300)).prop_map(|(step, delay)| match delay {
+        Some(ms) => step.after_ms(ms),
+        None => step,
+    })
+}
+
+/// A [`ToolPolicy`]: half the tools need approval, about a third end the
+/// run when they fail ([`OnToolFailure::EndRun`]), and a
+/// fifth have their own timeout (1–999 ms) instead of the engine's.
+///
+/// ```
+/// use proptest::strategy::{Strategy, ValueTree};
+/// let mut runner = proptest::test_runner::TestRunner::deterministic();
+/// let policies: Vec<_> = (0..100)
+///     .map(|_| keel_testkit::strategies::tool_policy().new_tree(&mut runner).expect("tree").current())
+///     .collect();
+/// assert!(policies.iter().any(|p| p.requires_approval));
+/// assert!(policies.iter().any(|p| p.on_failure == keel_engine::OnToolFailure::EndRun));
+/// ```
+pub fn tool_policy() -> impl Strategy<Value = ToolPolicy> {
+    (
+        prop::bool::weighted(0.5),
+        prop::bool::weighted(0.3),
+        option::weighted(0.2, 1u64..1000),
+    )
+        .prop_map(|(requires_approval, end_run, timeout)| ToolPolicy {
+            on_failure: if end_run {
+                OnToolFailure::EndRun
+            } else {
+                OnToolFailure::FeedBack
+            },
+            requires_approval,
+            timeout: timeout.map(Duration::from_millis),
+        })
+}
+
+/// A tool step that goes wrong: a panic while polled ([`ToolStep::panic`])
+/// or in `call` itself ([`ToolStep::panic_sync`]), an untyped error (now,
+/// or after up to 499 ms), or a [`hang`](ToolStep::hang).
+///
+/// ```
+/// use keel_testkit::ToolAction;
+/// use proptest::strategy::{Strategy, ValueTree};
+/// let mut runner = proptest::test_runner::TestRunner::deterministic();
+/// let steps: Vec<_> = (0..100)
+///     .map(|_| keel_testkit::strategies::hard_tool_step().new_tree(&mut runner).expect("tree").current())
+///     .collect();
+/// assert!(steps.iter().all(|s| !matches!(s.action, ToolAction::Ok(_))));
+/// assert!(steps.iter().any(|s| matches!(s.action, ToolAction::PanicSync(_))));
+/// ```
+pub fn hard_tool_step() -> impl Strategy<Value = ToolStep> {
+    prop_oneof![
+        3 => Just(ToolStep::panic_sync("scripted tool panic")),
+        3 => Just(ToolStep::panic("scripted tool panic")),
+        2 => Just(ToolStep::error("scripted failure")),
+        1 => Just(ToolStep::hang()),
+        2 => (0u64..500).prop_map(|ms| ToolStep::error("late failure").after_ms(ms)),
+    ]
+}
+
+/// An `approval_timeout` for `EngineLimits`: half the time short (1–399
+/// ms, so pending or slow approvals time out), half the time the default
+/// 10 minutes (so the end of the run or a cancellation closes them first).
+///
+/// ```
+/// use proptest::strategy::{Strategy, ValueTree};
+/// use std::time::Duration;
+/// let mut runner = proptest::test_runner::TestRunner::deterministic();
+/// let timeout = keel_testkit::strategies::approval_timeout().new_tree(&mut runner).expect("tree").current();
+/// assert!(timeout < Duration::from_millis(400) || timeout == Duration::from_secs(600));
+/// ```
+pub fn approval_timeout() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        (1u64..400).prop_map(Duration::from_millis),
+        Just(Duration::from_secs(600)),
+    ]
+}
+
+/// A [`ScriptedRun`] with the hard cases added, for an engine with an
+/// interaction handler: see [`faulty_run`].
+///
+/// ```
+/// use keel_testkit::strategies::{FaultyRun, ScriptedRun};
+/// use std::time::Duration;
+/// let run = FaultyRun {
+///     run: ScriptedRun { calls: vec![], tools: vec![("alpha".into(), vec![])] },
+///     policies: vec![keel_engine::ToolPolicy { requires_approval: true, ..Default::default() }],
+///     start_panics: vec![1],
+///     interactions: vec![keel_testkit::InteractionStep::pending()],
+///     approval_timeout: Duration::from_millis(5),
+/// };
+/// assert!(run.needs_approval());
+/// assert_eq!(run.scripted_tools().len(), 1);
+/// assert_eq!(run.interactions().interactions_handle().remaining(), 1);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultyRun {
+    /// The provider's calls (a [`ScriptItem::Panic`] may sit anywhere in
+    /// one of them) and each tool's script (hard steps mixed in).
+    pub run: ScriptedRun,
+    /// One policy per entry of the run's [`tools`](ScriptedRun::tools), in
+    /// order; a missing one is the default.
+    pub policies: Vec<ToolPolicy>,
+    /// The provider's `start` calls (1-based) that panic synchronously
+    /// ([`ScriptedProvider::with_start_panic`]).
+    pub start_panics: Vec<usize>,
+    /// The interaction handler's script, in the order it is asked.
+    pub interactions: Vec<InteractionStep>,
+    /// The `EngineLimits::approval_timeout` to run it under.
+    pub approval_timeout: Duration,
+}
+
+impl FaultyRun {
+    /// A [`ScriptedProvider`] for the calls, panicking on the
+    /// [`start_panics`](Self::start_panics).
+    pub fn provider(&self) -> ScriptedProvider {
+        self.start_panics
+            .iter()
+            .fold(self.run.provider(), |provider, n| {
+                provider.with_start_panic(*n)
+            })
+    }
+
+    /// One [`ScriptedTool`] per tool, under its policy.
+    pub fn scripted_tools(&self) -> Vec<ScriptedTool> {
+        self.run
+            .tools
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (name, script))| {
+                let policy = self.policies.get(i).cloned().unwrap_or_default();
+                ScriptedTool::named(name, script.clone())
+                    .ok()
+                    .map(|tool| tool.with_policy(policy))
+            })
+            .collect()
+    }
+
+    /// A [`ScriptedInteractions`] playing [`interactions`](Self::interactions).
+    pub fn interactions(&self) -> ScriptedInteractions {
+        ScriptedInteractions::new(self.interactions.clone())
+    }
+
+    /// Whether any tool requires approval.
+    pub fn needs_approval(&self) -> bool {
+        self.policies.iter().any(|p| p.requires_approval)
+    }
+}
+
+/// A [`scripted_run`] made hard, for the engine's lifecycle property:
+///
+/// - every tool gets a random [`tool_policy`]: some need approval, some
+///   end the run when they fail, some have a short timeout of their own;
+/// - up to two tool steps become a [`hard_tool_step`] (panics in `call`
+///   or while polled, errors, hangs), beside the rare `panic` and `hang`
+///   that [`scripted_run`] already draws;
+/// - in about 12% of runs a provider call panics while polled
+///   ([`ScriptItem::Panic`] inserted at a random point of a random call),
+///   and in about 12% a `start` panics synchronously
+///   ([`start_panics`](FaultyRun::start_panics));
+/// - approvals are answered by up to nine [`interaction_step`]s (then the
+///   handler's script is exhausted and it fails), under an
+///   [`approval_timeout`] that is short or long.
+///
+/// Whatever the engine makes of it (approvals left pending and timing
+/// out, a failing `end_run` tool beside a pending approval, panics in
+/// every extension point), the log must be lifecycle-valid.
+///
+/// ```
+/// use proptest::strategy::{Strategy, ValueTree};
+/// let mut runner = proptest::test_runner::TestRunner::deterministic();
+/// let run = keel_testkit::strategies::faulty_run().new_tree(&mut runner).expect("tree").current();
+/// assert_eq!(run.policies.len(), run.run.tools.len());
+/// assert!(run.start_panics.iter().all(|n| (1..=run.run.calls.len()).contains(n)));
+/// ```
+pub fn faulty_run() -> impl Strategy<Value = FaultyRun> {
+    (
+        scripted_run(),
+        vec(tool_policy(), SCRIPTED_RUN_TOOLS.len()),
+        vec((any::<Index>(), hard_tool_step()), 0..3),
+        option::weighted(0.12, (any::<Index>(), any::<Index>())),
+        option::weighted(0.12, any::<Index>()),
+        vec(interaction_step(), 0..10),
+        approval_timeout(),
+    )
+        .prop_map(
+            |(mut run, policies, hard, stream_panic, start_panic, interactions, timeout)| {
+                for (at, step) in hard {
+                    replace_step(&mut run.tools, at, step);
+                }
+                if let Some((call, at)) = stream_panic {
+                    insert_panic(&mut run.calls, call, at);
+                }
+                let start_panics = start_panic
+                    .filter(|_| !run.calls.is_empty())
+                    .map(|n| n.index(run.calls.len()) + 1)
+                    .into_iter()
+                    .collect();
+                FaultyRun {
+                    run,
+                    policies,
+                    start_panics,
+                    interactions,
+                    approval_timeout: timeout,
+                }
+            },
+        )
+}
+
+/// Replaces the step at `at` among all tools' steps (counted across the
+/// tools in order) with `step`.
+fn replace_step(tools: &mut [(String, Vec<ToolStep>)], at: Index, step: ToolStep) {
+    let total: usize = tools.iter().map(|(_, script)| script.len()).sum();
+    if total == 0 {
+        return;
+    }
+    let mut n = at.index(total);
+    for (_, script) in tools.iter_mut() {
+        if let Some(slot) = script.get_mut(n) {
+            *slot = step;
+            return;
+        }
+        n -= script.len();
+    }
+}
+
+/// Inserts a [`ScriptItem::Panic`] into call `call`, before item `at` (or
+/// at its end).
+fn insert_panic(calls: &mut [Vec<ScriptItem>], call: Index, at: Index) {
+    if calls.is_empty() {
+        return;
+    }
+    let n = call.index(calls.len());
+    if let Some(items) = calls.get_mut(n) {
+        let at = at.index(items.len() + 1);
+        items.insert(at, ScriptItem::panic("scripted provider panic"));
+    }
 }
 
 // ---- event_run ----

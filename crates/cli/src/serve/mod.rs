@@ -344,7 +344,9 @@ fn exit_code(report: &EngineShutdown) -> i32 {
         report.unacknowledged.len(),
         report.runs_abandoned
     );
-    for run_id in &report.unacknowledged {
+    let mut left: Vec<&str> = report.unacknowledged.iter().map(|id| id.as_str()).collect();
+    left.sort_unstable();
+    for run_id in left {
         eprintln!("keel: left for recovery: {run_id}");
     }
     EXIT_FAILED

@@ -11,7 +11,8 @@ use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use keel_engine::{LiveRun, RunRequest, StartError};
+use keel_engine::{LiveRun, RunHandle, RunRequest, StartError};
+use keel_eventlog::SubscriptionBounds;
 use keel_observers::RunSummary;
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -45,15 +46,47 @@ pub async fn create_run(
     };
     let request = launch::run_request(&scenario, run_id.clone(), &daemon.launch())
         .map_err(|e| launch_problem(&e))?;
-    start(&daemon, request).await?;
+    let handle = start(&daemon, request).await?;
+    if !began(handle).await {
+        return Err(cancelled_before_it_began(&daemon, run_id.as_str()));
+    }
     Ok(created(run_id.as_str()))
+}
+
+/// Whether the run committed its first event (`run.started`): a run
+/// cancelled before its task first ran (by a shutdown that began right
+/// after the admission) commits nothing, and must not be answered 201.
+async fn began(handle: RunHandle) -> bool {
+    let log = handle.log().clone();
+    let Ok(mut sub) = log.subscribe(0, SubscriptionBounds::default()) else {
+        return log.stats().last_seq > 0;
+    };
+    tokio::select! {
+        biased;
+        first = sub.recv() => matches!(first, Some(Ok(_))),
+        // Dropping the handle detaches the run; joining ends with it.
+        _ = handle.join() => log.stats().last_seq > 0,
+    }
+}
+
+fn cancelled_before_it_began(daemon: &Daemon, id: &str) -> Problem {
+    if daemon.shutting_down() {
+        return shutting_down().with("run_id", id);
+    }
+    Problem::new(
+        StatusCode::CONFLICT,
+        "run-ended",
+        "The run ended before it began",
+        "the run was cancelled before its first event; nothing was recorded",
+    )
+    .with("run_id", id)
 }
 
 /// Admits and starts one run. One admission at a time, so the bound on
 /// live runs is exact and an id is checked against the live runs and the
 /// journal without a gap (a run leaves the engine only after its
 /// terminal was offered to the journal).
-async fn start(daemon: &Daemon, request: RunRequest) -> Result<(), Problem> {
+async fn start(daemon: &Daemon, request: RunRequest) -> Result<RunHandle, Problem> {
     let _admission = daemon.admission.lock().await;
     if daemon.shutting_down() {
         return Err(shutting_down());
@@ -75,10 +108,7 @@ async fn start(daemon: &Daemon, request: RunRequest) -> Result<(), Problem> {
         .engine
         .start(request)
         .map_err(|e| start_problem(&e))?;
-    // The engine keeps the run (lookup, cancel, shutdown); the handle is
-    // not needed to follow it.
-    drop(handle);
-    Ok(())
+    Ok(handle)
 }
 
 fn created(id: &str) -> Response {

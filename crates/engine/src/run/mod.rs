@@ -153,6 +153,18 @@ impl Runner {
     /// terminal committed.
     pub(crate) async fn run(self, cancel: CancelToken) -> RunEnd {
         let driven = AssertUnwindSafe(async {
+            // `run.started` is committed even when the run is cancelled
+            // before its task first runs: a run `start` accepted is in the
+            // log. The commit happens on the first poll; only its dispatch
+            // can be cut short.
+            let started = tokio::select! {
+                biased;
+                r = self.rec.record(self.run_started()) => r,
+                () = cancel.cancelled() => return None,
+            };
+            if let Err(e) = started {
+                return Some(Err(e));
+            }
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => None,

@@ -145,6 +145,10 @@ impl Recorder {
     /// terminals included.
     async fn reoffer(&self, failed_observer: Option<usize>) {
         let until = self.engine.closing_until(self.closing_deadline);
+        // Each offer gets at most the pipeline's per-observer deadline, so
+        // one hanging observer cannot use up the closing time the others
+        // (the local journal, say) need.
+        let per_offer = self.engine.pipeline.config().required_deadline;
         let mut skip: Vec<usize> = failed_observer.into_iter().collect();
         let pending = self.log.retained_after(self.acked.load(Ordering::SeqCst));
         for event in pending {
@@ -156,7 +160,7 @@ impl Recorder {
                 match self
                     .engine
                     .pipeline
-                    .dispatch_skipping(&event, left, &skip)
+                    .dispatch_skipping(&event, left.min(per_offer), &skip)
                     .await
                 {
                     Ok(()) => {

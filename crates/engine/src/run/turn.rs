@@ -64,14 +64,17 @@ fn turn_ref(turn: u64) -> TurnRef {
 }
 
 impl Runner {
+    /// `run.started`, which `Runner::run` records before the loop.
+    pub(super) fn run_started(&self) -> Payload {
+        Payload::RunStarted(RunStarted {
+            model: Some(self.model.clone()),
+            continues: self.continues.clone(),
+            extra: Extra::new(),
+        })
+    }
+
+    /// The turns, after `run.started`.
     pub(super) async fn drive(&self) -> Step<RunOutcome> {
-        self.rec
-            .record(Payload::RunStarted(RunStarted {
-                model: Some(self.model.clone()),
-                continues: self.continues.clone(),
-                extra: Extra::new(),
-            }))
-            .await?;
         if let Some(failure) = self.record_input().await? {
             return self.fail_run(failure).await;
         }
