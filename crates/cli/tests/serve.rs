@@ -1376,3 +1376,125 @@ async fn terminate_wait(d: Daemon) -> (std::process::ExitStatus, Daemon, Duratio
 
 #[path = "common/mod.rs"]
 mod common_replay;
+
+/// A scenario whose model calls `get_weather` for `city`, then answers;
+/// `messages` are the new messages when it continues a run.
+fn weather_turn(run_id: &str, city: &str, question: &str) -> String {
+    json!({
+        "run_id": run_id,
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": question}],
+        "tools": [{
+            "name": "get_weather", "description": "weather", "parameters": {"type": "object"},
+            "script": [{"ok": {"city": city}}]
+        }],
+        "provider": {"type": "scripted", "calls": [
+            [{"tool_call": {"call_id": format!("{run_id}_c1"), "name": "get_weather", "arguments": {"city": city}}},
+             {"complete": {"finish": "tool_calls"}}],
+            [{"text": format!("{city}: 3 °C.")}, {"complete": {"finish": "stop"}}]
+        ]}
+    })
+    .to_string()
+}
+
+/// `POST /v1/runs/{id}/messages`: a three-run conversation over HTTP; the
+/// third run's recorded input holds every earlier message, text, call
+/// and result, in order. A live, unknown or failed run is refused with a
+/// typed problem.
+#[tokio::test]
+async fn a_three_run_conversation_over_http() {
+    let d = Daemon::start(&[], None);
+    let c = client();
+    let post = |path: String, body: String| {
+        let c = c.clone();
+        let url = d.url(&path);
+        async move {
+            c.post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let r = post("/v1/runs".into(), weather_turn("chat_1", "Oslo", "Oslo?")).await;
+    assert_eq!(r.status(), 201);
+    wait_status(&c, &d, "chat_1", "completed").await;
+    for (n, city) in [(2, "Bergen"), (3, "Tromsø")] {
+        let previous = format!("chat_{}", n - 1);
+        let body = weather_turn(&format!("chat_{n}"), city, &format!("{city}?"));
+        let r = post(format!("/v1/runs/{previous}/messages"), body).await;
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+        wait_status(&c, &d, &format!("chat_{n}"), "completed").await;
+    }
+    let lines = c
+        .get(d.url("/v1/runs/chat_3/events?format=jsonl"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let inputs: Vec<Value> = lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "run.input")
+        .map(|e| e["payload"]["message"].clone())
+        .collect();
+    let roles: Vec<&str> = inputs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user"
+        ],
+        "{lines}"
+    );
+    let texts: Vec<String> = inputs
+        .iter()
+        .map(|m| {
+            m["parts"][0]["text"]
+                .as_str()
+                .or(m["parts"][0]["content"].as_str())
+                .unwrap_or("call")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(texts[3], "Oslo: 3 °C.");
+    assert_eq!(texts[6], r#"{"city":"Bergen"}"#);
+    assert_eq!(texts[8], "Tromsø?");
+    // Refusals: unknown, and a run that did not complete.
+    let r = post(
+        "/v1/runs/nope/messages".into(),
+        weather_turn("chat_x", "Oslo", "?"),
+    )
+    .await;
+    assert_eq!(r.status(), 404);
+    let failing = json!({
+        "run_id": "chat_failed", "model": "scripted-1",
+        "messages": [{"role": "user", "text": "hi"}],
+        "limits": {"retry": {"max_attempts": 1}},
+        "provider": {"type": "scripted", "calls": [[{"fail": {"kind": "auth", "message": "no", "retryable": false}}]]}
+    });
+    assert_eq!(
+        post("/v1/runs".into(), failing.to_string()).await.status(),
+        201
+    );
+    wait_status(&c, &d, "chat_failed", "failed").await;
+    let r = post(
+        "/v1/runs/chat_failed/messages".into(),
+        weather_turn("chat_y", "Oslo", "?"),
+    )
+    .await;
+    assert_eq!(r.status(), 409);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "urn:keel:problem:run-not-continuable", "{v}");
+    assert_eq!(v["status"], "failed");
+}

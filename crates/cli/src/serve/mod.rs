@@ -405,6 +405,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/v1/runs/{id}", get(runs::run_status))
         .route("/v1/runs/{id}/events", get(events::events))
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
+        .route("/v1/runs/{id}/messages", post(runs::continue_run))
         .route(
             "/v1/runs/{id}/interactions/{interaction_id}",
             post(approvals::answer_interaction),

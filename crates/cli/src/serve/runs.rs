@@ -5,6 +5,7 @@
 
 use super::problem::Problem;
 use super::{Daemon, json_response, providers, read_body};
+use crate::conversation::{self, ContinueError};
 use crate::launch::{self, LaunchError};
 use crate::scenario::{self, ScenarioError};
 use axum::body::Body;
@@ -46,11 +47,89 @@ pub async fn create_run(
     };
     let request = launch::run_request(&scenario, run_id.clone(), &daemon.launch())
         .map_err(|e| launch_problem(&e))?;
-    let handle = start(&daemon, request).await?;
+    admit(&daemon, request).await
+}
+
+/// Starts `request` and answers 201 once its `run.started` is committed.
+async fn admit(daemon: &Daemon, request: RunRequest) -> Result<Response, Problem> {
+    let run_id = request.run_id().clone();
+    let handle = start(daemon, request).await?;
     if !began(handle).await {
-        return Err(cancelled_before_it_began(&daemon, run_id.as_str()));
+        return Err(cancelled_before_it_began(daemon, run_id.as_str()));
     }
     Ok(created(run_id.as_str()))
+}
+
+/// `POST /v1/runs/{id}/messages`: a follow-up run continuing the completed
+/// run `id`. The body is a scenario, as for `POST /v1/runs` (same bounds
+/// and problems): its provider, tools and limits run the follow-up, and
+/// its `messages` are the new messages, appended to `id`'s history as
+/// rebuilt from the journal.
+pub async fn continue_run(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    if daemon.shutting_down() {
+        return Err(shutting_down());
+    }
+    let text = read_body(&headers, body).await?;
+    let scenario = scenario::parse(Path::new(BODY), &text).map_err(|e| scenario_problem(&e))?;
+    if !providers::permitted(&scenario.provider, &daemon.providers) {
+        return Err(provider_not_allowed());
+    }
+    if daemon.engine.live_run(&id).is_some() {
+        return Err(not_continuable(&id, "running"));
+    }
+    let run_id = match &scenario.run_id {
+        Some(run_id) => run_id.clone(),
+        None => crate::commands::run::new_run_id().map_err(|e| internal(e.message))?,
+    };
+    let continuation = {
+        let reader = Arc::clone(&daemon.reader);
+        let (previous, follow_up, new_run) =
+            (id.clone(), scenario.messages.clone(), run_id.clone());
+        tokio::task::spawn_blocking(move || {
+            let limits = keel_message::Limits::default();
+            conversation::continuation(&reader, &previous, &follow_up, &new_run, &limits)
+        })
+        .await
+        .map_err(Problem::journal)?
+        .map_err(|e| continue_problem(&id, &e))?
+    };
+    let request = launch::follow_up_request(&scenario, run_id, &daemon.launch(), continuation)
+        .map_err(|e| launch_problem(&e))?;
+    admit(&daemon, request).await
+}
+
+fn not_continuable(id: &str, status: &str) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "run-not-continuable",
+        "The run cannot be continued",
+        format!(
+            "the run is {status}; only a completed run can be continued (rule run.continuable)"
+        ),
+    )
+    .with("run_id", id)
+    .with("status", status)
+}
+
+fn continue_problem(id: &str, e: &ContinueError) -> Problem {
+    match e {
+        ContinueError::UnknownRun { .. } => Problem::unknown_run(id),
+        ContinueError::NotContinuable { status, .. } => not_continuable(id, status.as_str()),
+        ContinueError::Message(m) => invalid(m.to_string(), "messages"),
+        ContinueError::Journal(j) => Problem::journal(j),
+        e @ (ContinueError::History { .. } | ContinueError::Decode { .. }) => Problem::new(
+            StatusCode::CONFLICT,
+            "run-not-continuable",
+            "The run cannot be continued",
+            e.to_string(),
+        )
+        .with("run_id", id),
+    }
 }
 
 /// Whether the run committed its first event (`run.started`): a run
