@@ -105,11 +105,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod hosts;
 mod reader;
+mod recover;
 mod schema;
 mod writer;
 
 pub use reader::{JournalReader, RunSummary};
+pub use recover::{RecoveredRun, RecoveryReport, SkipReason, SkippedRun};
 pub use schema::SCHEMA_VERSION;
 
 use crate::observer::{ObserveFuture, ObserverError, RequiredObserver};
@@ -375,6 +378,9 @@ pub struct SqliteJournal {
     queue: Option<mpsc::Sender<writer::Request>>,
     writer: Option<JoinHandle<Result<(), JournalError>>>,
     stats: Arc<StatsCell>,
+    /// This host's lock file; released after the writer stopped.
+    host: hosts::HostLock,
+    busy_timeout: Duration,
 }
 
 impl SqliteJournal {
@@ -385,9 +391,12 @@ impl SqliteJournal {
     /// writing anything (refusing a newer schema, a database that is not a
     /// journal, or a damaged one, all with the file untouched); then open
     /// read-write, switch to WAL, set `synchronous`, and create the schema
-    /// in one transaction if the database is new. This call blocks (file
-    /// I/O, and up to `busy_timeout` if another process holds the lock);
-    /// from async code, call it on a blocking thread.
+    /// in one transaction if the database is new (or migrate an older
+    /// schema in place, in one transaction); then create and lock this
+    /// host's lock file in `<path>.hosts/` (see
+    /// [`recover_abandoned`](Self::recover_abandoned)). This call blocks
+    /// (file I/O, and up to `busy_timeout` if another process holds the
+    /// lock); from async code, call it on a blocking thread.
     pub fn open(
         path: impl AsRef<Path>,
         config: JournalConfig,
@@ -408,6 +417,7 @@ impl SqliteJournal {
         // Before anything that could write: refuse a newer or foreign schema.
         schema::probe(&path)?;
         let conn = open_writer(&path, &config)?;
+        let host = hosts::HostLock::acquire(&path)?;
         let stats = Arc::new(StatsCell::default());
         let (queue, rx) = mpsc::channel(config.queue_capacity);
         let writer = writer::Writer::new(
@@ -417,6 +427,7 @@ impl SqliteJournal {
             config.max_batch,
             config.max_batch_bytes,
             Arc::clone(&stats),
+            Arc::from(host.id()),
         );
         let handle = std::thread::Builder::new()
             .name("keel-journal".to_owned())
@@ -427,7 +438,15 @@ impl SqliteJournal {
             queue: Some(queue),
             writer: Some(handle),
             stats,
+            host,
+            busy_timeout: config.busy_timeout,
         })
+    }
+
+    /// This host's id (`h` and 32 lowercase hex digits): what `owners`
+    /// records for the runs it starts, and the name of its lock file.
+    pub fn host_id(&self) -> &str {
+        self.host.id()
     }
 
     /// The database path.
@@ -456,8 +475,11 @@ impl SqliteJournal {
 
     /// Stops taking events, waits for the writer to commit and acknowledge
     /// everything already queued, and closes the database (checkpointing
-    /// the WAL). Dropping the journal does the same and ignores errors.
-    /// Blocks until the writer is done.
+    /// the WAL), then releases this host's lock (removing its lock file):
+    /// from then on, runs it started and did not end are abandoned, for
+    /// [`recover_abandoned`](Self::recover_abandoned) to close. Dropping
+    /// the journal does the same and ignores errors. Blocks until the
+    /// writer is done.
     pub fn close(mut self) -> Result<(), JournalError> {
         self.shutdown()
     }
@@ -466,10 +488,13 @@ impl SqliteJournal {
         // Dropping the only sender ends the writer's loop once the queue
         // is empty.
         self.queue = None;
-        match self.writer.take() {
-            Some(handle) => handle.join().map_err(|_| JournalError::WriterPanicked)?,
+        let result = match self.writer.take() {
+            Some(handle) => handle.join().unwrap_or(Err(JournalError::WriterPanicked)),
             None => Ok(()),
-        }
+        };
+        // Only once nothing more can be written.
+        self.host.release();
+        result
     }
 
     async fn append(&self, event: &Arc<Event>) -> Result<(), ObserverError> {

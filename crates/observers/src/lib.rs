@@ -19,8 +19,8 @@ pub use tracing_bridge::TracingObserver;
 pub mod journal;
 #[cfg(feature = "sqlite")]
 pub use journal::{
-    JournalConfig, JournalError, JournalReader, JournalStats, RunStatus, RunSummary, SqliteJournal,
-    Synchronous,
+    JournalConfig, JournalError, JournalReader, JournalStats, RecoveredRun, RecoveryReport,
+    RunStatus, RunSummary, SkipReason, SkippedRun, SqliteJournal, Synchronous,
 };
 
 #[cfg(feature = "nats")]

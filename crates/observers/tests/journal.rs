@@ -625,13 +625,13 @@ fn check_refused(rows: &[RefuseRow]) {
 #[test]
 fn refuses_newer_or_foreign_databases_without_touching_them() {
     fn newer(e: &JournalError) -> bool {
-        matches!(e, JournalError::NewerSchema { found: 2, supported, .. } if *supported == SCHEMA_VERSION)
+        matches!(e, JournalError::NewerSchema { found, supported, .. } if *found == SCHEMA_VERSION + 1 && *supported == SCHEMA_VERSION)
     }
     check_refused(&[
         RefuseRow {
             name: "newer schema, cleanly closed (no -wal, no -shm)",
             setup: |p| {
-                journal_like(p, 2);
+                journal_like(p, i64::from(SCHEMA_VERSION) + 1);
                 None
             },
             want: newer,
@@ -639,7 +639,7 @@ fn refuses_newer_or_foreign_databases_without_touching_them() {
         RefuseRow {
             name: "newer schema, its writer still running (live -wal and -shm)",
             setup: |p| {
-                let conn = journal_like(p, 2);
+                let conn = journal_like(p, i64::from(SCHEMA_VERSION) + 1);
                 conn.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
                 conn.execute_batch("INSERT INTO runs VALUES ('run_2', 5, 'running', 2, 3, 'x')")
                     .unwrap();
@@ -743,7 +743,7 @@ fn reopen_continues_where_the_file_left_off() {
         .unwrap();
     assert_eq!(
         (version, events.as_str()),
-        (1, keel_eventlog::SCHEMA_VERSION)
+        (i64::from(SCHEMA_VERSION), keel_eventlog::SCHEMA_VERSION)
     );
     let mode: String = admin
         .pragma_query_value(None, "journal_mode", |r| r.get(0))

@@ -54,7 +54,7 @@ impl JournalReader {
                     path: path.to_path_buf(),
                 });
             }
-            Found::Current => {}
+            Found::Journal(_) => {}
         }
         let sql = |op| {
             let path = path.to_path_buf();
@@ -72,7 +72,7 @@ impl JournalReader {
         // Re-check on the connection we keep (the file may have changed
         // since the probe).
         match schema::inspect(&conn, path)? {
-            Found::Current => {}
+            Found::Journal(_) => {}
             Found::Missing | Found::Empty => {
                 return Err(JournalError::NotFound {
                     path: path.to_path_buf(),

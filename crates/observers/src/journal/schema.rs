@@ -1,12 +1,37 @@
 //! The schema: version probe (read-only, before anything is written),
-//! creation, and the checks shared by the writer and the reader.
+//! creation, migration, and the checks shared by the writer and the reader.
+//!
+//! A new database is created at version 1 and migrated forward in the same
+//! transaction, so creation and the migration of an existing store run the
+//! same statements.
 
 use super::JournalError;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use std::path::Path;
 
-/// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this build writes. It reads every version from 1 to
+/// this one; a writer migrates an older store in place when it opens it.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Version 1 to 2: which host owns each running run (see `hosts.rs`).
+const V1_TO_V2: &str = "
+CREATE TABLE owners (
+    run_id TEXT PRIMARY KEY,
+    host   TEXT NOT NULL
+) WITHOUT ROWID;
+";
+
+/// `MIGRATIONS[i]` takes a store from version `i + 1` to `i + 2`.
+const MIGRATIONS: [&str; (SCHEMA_VERSION - 1) as usize] = [V1_TO_V2];
+
+/// The tables each version must hold.
+fn tables(version: u32) -> &'static [&'static str] {
+    if version >= 2 {
+        &["runs", "events", "owners"]
+    } else {
+        &["runs", "events"]
+    }
+}
 
 /// The DDL of version 1, run in one transaction with the version row.
 const CREATE_V1: &str = "
@@ -39,8 +64,9 @@ pub(crate) enum Found {
     /// A database with no tables at all (new, or its creation never
     /// committed).
     Empty,
-    /// A Keel journal of this schema version.
-    Current,
+    /// A Keel journal of this schema version or an older one (the
+    /// version it records).
+    Journal(u32),
 }
 
 /// Reads the schema version without writing anything: not the database
@@ -160,7 +186,7 @@ pub(crate) fn inspect(conn: &Connection, path: &Path) -> Result<Found, JournalEr
             supported: SCHEMA_VERSION,
         });
     }
-    for table in ["runs", "events"] {
+    for &table in tables(version) {
         let present: bool = conn
             .query_row(
                 "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
@@ -172,12 +198,14 @@ pub(crate) fn inspect(conn: &Connection, path: &Path) -> Result<Found, JournalEr
             return Err(invalid(format!("table {table} is missing")));
         }
     }
-    Ok(Found::Current)
+    Ok(Found::Journal(version))
 }
 
-/// Creates the schema if the database is empty, inside one `BEGIN
-/// IMMEDIATE` transaction that re-checks the version under the write
-/// lock (another process may have created or upgraded it since the probe).
+/// Creates the schema if the database is empty, or migrates an older one
+/// to [`SCHEMA_VERSION`], inside one `BEGIN IMMEDIATE` transaction that
+/// re-checks the version under the write lock (another process may have
+/// created or upgraded it since the probe). A failed migration rolls back
+/// whole: the store stays at its old version.
 pub(crate) fn ensure(conn: &Connection, path: &Path) -> Result<(), JournalError> {
     let sql = |op| {
         let path = path.to_path_buf();
@@ -186,15 +214,20 @@ pub(crate) fn ensure(conn: &Connection, path: &Path) -> Result<(), JournalError>
     conn.execute_batch("BEGIN IMMEDIATE")
         .map_err(sql("begin the schema transaction"))?;
     let result = (|| {
-        if inspect(conn, path)? == Found::Empty {
-            conn.execute_batch(CREATE_V1)
-                .map_err(sql("create the schema"))?;
-            conn.execute(
-                "INSERT INTO keel_schema (version, events) VALUES (?1, ?2)",
-                rusqlite::params![SCHEMA_VERSION, keel_eventlog::SCHEMA_VERSION],
-            )
-            .map_err(sql("record the schema version"))?;
-        }
+        let from = match inspect(conn, path)? {
+            Found::Journal(version) => version,
+            Found::Missing | Found::Empty => {
+                conn.execute_batch(CREATE_V1)
+                    .map_err(sql("create the schema"))?;
+                conn.execute(
+                    "INSERT INTO keel_schema (version, events) VALUES (1, ?1)",
+                    [keel_eventlog::SCHEMA_VERSION],
+                )
+                .map_err(sql("record the schema version"))?;
+                1
+            }
+        };
+        migrate(conn, path, from)?;
         conn.execute_batch("COMMIT")
             .map_err(sql("commit the schema transaction"))
     })();
@@ -202,4 +235,22 @@ pub(crate) fn ensure(conn: &Connection, path: &Path) -> Result<(), JournalError>
         let _ = conn.execute_batch("ROLLBACK");
     }
     result
+}
+
+/// Runs the migrations from version `from` to [`SCHEMA_VERSION`] inside the
+/// caller's transaction.
+fn migrate(conn: &Connection, path: &Path, from: u32) -> Result<(), JournalError> {
+    let sql = |op| {
+        let path = path.to_path_buf();
+        move |source| JournalError::Sqlite { path, op, source }
+    };
+    let start = usize::try_from(from.saturating_sub(1)).unwrap_or(usize::MAX);
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(start) {
+        conn.execute_batch(step)
+            .map_err(sql("migrate the schema"))?;
+        let to = u32::try_from(i).unwrap_or(u32::MAX).saturating_add(2);
+        conn.execute("UPDATE keel_schema SET version = ?1", [to])
+            .map_err(sql("record the schema version"))?;
+    }
+    Ok(())
 }

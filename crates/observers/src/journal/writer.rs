@@ -34,6 +34,11 @@ const UPSERT_RUN: &str = "INSERT INTO runs (run_id, last_seq, status, started_ts
      VALUES (?1, ?2, ?3, ?4, ?5) \
      ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq, \
      status = excluded.status, updated_ts = excluded.updated_ts";
+/// `run.started` makes the host that journals it the run's owner.
+const UPSERT_OWNER: &str = "INSERT INTO owners (run_id, host) VALUES (?1, ?2) \
+     ON CONFLICT (run_id) DO UPDATE SET host = excluded.host";
+/// A run that ended has no owner: `owners` only lists running runs.
+const DELETE_OWNER: &str = "DELETE FROM owners WHERE run_id = ?1";
 
 /// What the journal holds for one run.
 #[derive(Debug, Clone, Copy)]
@@ -82,6 +87,8 @@ pub(crate) struct Writer {
     pub(crate) max_batch: usize,
     pub(crate) max_batch_bytes: usize,
     pub(crate) stats: Arc<StatsCell>,
+    /// This host's id, recorded as the owner of the runs it starts.
+    host: Arc<str>,
     /// Committed state of runs this writer has touched or looked up. Valid
     /// while no other connection commits: checked with `data_version` at
     /// the start of every transaction.
@@ -97,6 +104,7 @@ impl Writer {
         max_batch: usize,
         max_batch_bytes: usize,
         stats: Arc<StatsCell>,
+        host: Arc<str>,
     ) -> Writer {
         Writer {
             path,
@@ -105,6 +113,7 @@ impl Writer {
             max_batch,
             max_batch_bytes,
             stats,
+            host,
             cache: HashMap::new(),
             data_version: None,
         }
@@ -310,24 +319,7 @@ impl Writer {
             ))));
         };
         if seq <= state.last_seq {
-            let stored: Option<String> = self
-                .conn
-                .prepare_cached(SELECT_LINE)
-                .map_err(at("prepare the event lookup"))?
-                .query_row(params![run, seq_sql], |r| r.get(0))
-                .optional()
-                .map_err(at("read a stored event"))?;
-            return Ok(match stored {
-                Some(line) if line == event.line() => Outcome::Duplicate,
-                Some(_) => Outcome::Refused(ObserverError::Conflict {
-                    run_id: run.to_owned(),
-                    seq,
-                }),
-                None => Outcome::Refused(ObserverError::Failed(format!(
-                    "sqlite journal: run {run} records last_seq {} but holds no seq {seq}",
-                    state.last_seq
-                ))),
-            });
+            return self.stored(event, seq_sql, state.last_seq);
         }
         if seq != state.last_seq + 1 {
             return Ok(Outcome::Refused(ObserverError::Gap {
@@ -347,10 +339,7 @@ impl Writer {
                 event.line()
             ])
             .map_err(at("insert the event"))?;
-        let status = match event.kind().lifecycle_parts() {
-            Some((Scope::Run, Phase::Ended(terminal))) => RunStatus::from(terminal),
-            _ => state.status,
-        };
+        let status = self.track_owner(event)?.unwrap_or(state.status);
         let started_ts = if state.last_seq == 0 {
             event.ts()
         } else {
@@ -366,6 +355,56 @@ impl Writer {
             },
         );
         Ok(Outcome::Stored)
+    }
+
+    /// The outcome of an event at or below the run's `last_seq`: the same
+    /// bytes are a duplicate, other bytes a conflict.
+    fn stored(&self, event: &Event, seq_sql: i64, last_seq: u64) -> Result<Outcome, TxError> {
+        let run = event.run_id().as_str();
+        let seq = event.seq();
+        let stored: Option<String> = self
+            .conn
+            .prepare_cached(SELECT_LINE)
+            .map_err(at("prepare the event lookup"))?
+            .query_row(params![run, seq_sql], |r| r.get(0))
+            .optional()
+            .map_err(at("read a stored event"))?;
+        Ok(match stored {
+            Some(line) if line == event.line() => Outcome::Duplicate,
+            Some(_) => Outcome::Refused(ObserverError::Conflict {
+                run_id: run.to_owned(),
+                seq,
+            }),
+            None => Outcome::Refused(ObserverError::Failed(format!(
+                "sqlite journal: run {run} records last_seq {last_seq} but holds no seq {seq}"
+            ))),
+        })
+    }
+
+    /// Keeps `owners` in step with a stored event: `run.started` makes this
+    /// host the owner, the run's terminal removes the row. Returns the
+    /// run's new status when the event ends it.
+    fn track_owner(&self, event: &Event) -> Result<Option<RunStatus>, TxError> {
+        let run = event.run_id().as_str();
+        match event.kind().lifecycle_parts() {
+            Some((Scope::Run, Phase::Started)) => {
+                self.conn
+                    .prepare_cached(UPSERT_OWNER)
+                    .map_err(at("prepare the owner update"))?
+                    .execute(params![run, &*self.host])
+                    .map_err(at("record the run's owner"))?;
+                Ok(None)
+            }
+            Some((Scope::Run, Phase::Ended(terminal))) => {
+                self.conn
+                    .prepare_cached(DELETE_OWNER)
+                    .map_err(at("prepare the owner removal"))?
+                    .execute([run])
+                    .map_err(at("remove the run's owner"))?;
+                Ok(Some(RunStatus::from(terminal)))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The committed state of `run` (a new run when absent).
