@@ -28,6 +28,9 @@ pub enum Command {
     Runs(RunsArgs),
     /// Check every stored run: contiguous sequences, lifecycle, canonical lines.
     Verify(DbArgs),
+    /// Close the runs a dead host left running (recovery terminals, rule
+    /// run.host_lost); runs a live process owns are left to it.
+    Recover(DbArgs),
     /// Write a run as JSON Lines: a header line, then its events.
     Export(ExportArgs),
     /// Store a run from a file written by `keel export`.

@@ -67,6 +67,7 @@ pub fn main() -> i32 {
         args::Command::Events(a) => commands::history::events(a),
         args::Command::Runs(a) => commands::history::runs(a),
         args::Command::Verify(a) => commands::history::verify(a),
+        args::Command::Recover(a) => commands::recover::recover(a),
         args::Command::Export(a) => commands::transfer::export(a),
         args::Command::Import(a) => commands::transfer::import(a),
         args::Command::Serve(a) => serve::serve(a),
