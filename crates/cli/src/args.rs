@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 /// Run agents from scenario files; read, verify, export and import their history.
 ///
-/// Exit codes: 0 success (a completed run), 1 a failed run or a verify
-/// violation, 2 bad input, 130 a run cancelled with Ctrl-C.
+/// Exit codes: 0 success (a completed run), 1 a failed run, a verify
+/// violation or a recover that needs attention, 2 bad input, 130 a run
+/// cancelled with Ctrl-C.
 #[derive(Debug, Parser)]
 #[command(name = "keel", version, about, long_about)]
 pub struct Cli {

@@ -59,7 +59,7 @@
 //!   cannot write and creates no `-wal`/`-shm` file, ahead of the
 //!   `journal_mode=WAL` pragma and any `CREATE`.
 //!
-//! # Tables (schema version 1)
+//! # Tables (schema version 2)
 //!
 //! ```sql
 //! CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
@@ -69,11 +69,28 @@
 //! CREATE TABLE events (run_id TEXT NOT NULL, seq INTEGER NOT NULL,
 //!     kind TEXT NOT NULL, ts INTEGER NOT NULL, line TEXT NOT NULL,
 //!     PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
+//! -- only running runs: set by `run.started`, removed by the run terminal
+//! CREATE TABLE owners (run_id TEXT PRIMARY KEY, host TEXT NOT NULL) WITHOUT ROWID;
 //! ```
 //!
 //! `line` holds the canonical line byte for byte; `kind` and `ts` are
 //! copies for queries. `runs` is updated in the same transaction as the
-//! events, so `runs.last_seq` always equals the greatest stored seq.
+//! events, so `runs.last_seq` always equals the greatest stored seq. A
+//! version 1 store is migrated in place, in one transaction; readers read
+//! versions 1 and 2; an older binary refuses version 2.
+//!
+//! # Ownership and recovery
+//!
+//! Each open `SqliteJournal` is a host with a random id that holds an
+//! exclusive OS lock on `<db>.hosts/<host>.lock` for its lifetime (the
+//! kernel releases it the moment the process dies). A run is abandoned
+//! when it is running and has no owner, or its owner's lock file is
+//! missing or can be locked. [`SqliteJournal::recover_abandoned`] claims
+//! each abandoned run by compare-and-set (the owner must still be the dead
+//! host, the run still at the same `last_seq`), restores its log from the
+//! stored lines and journals `keel_eventlog::recovery::terminals` through
+//! the writer, so seqs continue with no gap or reuse. It is idempotent, and
+//! of any number of recoverers exactly one closes a run.
 //!
 //! # Example
 //!
