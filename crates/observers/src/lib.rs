@@ -30,3 +30,10 @@ pub use nats::{
     JetStreamConfig, JetStreamError, JetStreamHandle, JetStreamObserver, RemoteSubscribeError,
     RemoteSubscription, RemoteSubscriptionError,
 };
+#[cfg(feature = "nats")]
+pub mod nats_recovery;
+#[cfg(feature = "nats")]
+pub use nats_recovery::{
+    HostHeartbeat, JetStreamRecovery, JetStreamRecoveryError, LocalSync, Ownership,
+    RecoveredInStream, StreamRecovery, StreamStanding,
+};

@@ -40,7 +40,16 @@
 //!   renumbered: a later retry of the same event is deduplicated.
 //! - **Cancel safety.** Dropping the future at any point leaves either no
 //!   message or exactly the event's message; a retry is `Ok` either way.
+//! - **Ownership.** Before it publishes a run's `run.started`, the observer
+//!   records its host as the run's owner (KV bucket
+//!   [`OWNERS_BUCKET`](crate::nats_recovery::OWNERS_BUCKET)) and keeps that
+//!   host's heartbeat alive (KV bucket
+//!   [`HOSTS_BUCKET`](crate::nats_recovery::HOSTS_BUCKET)); after the
+//!   run's terminal is acked it removes the record. A run whose host died
+//!   is then found abandoned and closed by
+//!   [`JetStreamRecovery`](crate::nats_recovery::JetStreamRecovery).
 
+use crate::nats_recovery::{HostHeartbeat, Ownership};
 use crate::observer::{ObserveFuture, ObserverError, RequiredObserver};
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
@@ -187,7 +196,7 @@ impl JetStreamHandle {
 
     /// The last stored message of a run: `(stream_seq, line)`, or `None`
     /// if the run has no message.
-    async fn last_of(&self, run_id: &str) -> Result<Option<(u64, Bytes)>, String> {
+    pub(crate) async fn last_of(&self, run_id: &str) -> Result<Option<(u64, Bytes)>, String> {
         match self
             .stream
             .get_last_raw_message_by_subject(&self.config.subject(run_id))
@@ -197,6 +206,62 @@ impl JetStreamHandle {
             Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
             Err(e) => Err(e.to_string()),
         }
+    }
+}
+
+/// What the server answered to the publish of one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Published {
+    /// Appended at this stream sequence.
+    Stored(u64),
+    /// A message with the same `Nats-Msg-Id` is already stored, at this
+    /// stream sequence (its bytes may differ).
+    Duplicate(u64),
+    /// The subject's last stream sequence is not the one expected: someone
+    /// else wrote the run.
+    WrongLastSequence,
+}
+
+impl JetStreamHandle {
+    /// Publishes `event`'s line to its run's subject with `Nats-Msg-Id:
+    /// <run_id>:<seq>` and `Nats-Expected-Last-Subject-Sequence:
+    /// expected`, and waits for the answer. `Err` is the client's or
+    /// server's message for any other failure.
+    pub(crate) async fn publish_event(
+        &self,
+        event: &Event,
+        expected: u64,
+    ) -> Result<Published, String> {
+        let run_id = event.run_id().as_str();
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(Bytes::copy_from_slice(event.line().as_bytes()))
+            .message_id(format!("{run_id}:{}", event.seq()))
+            .expected_last_subject_sequence(expected);
+        let ack = match self
+            .context
+            .send_publish(self.config.subject(run_id), msg)
+            .await
+        {
+            Ok(fut) => fut.await,
+            Err(e) => Err(e),
+        };
+        match ack {
+            Ok(ack) if ack.duplicate => Ok(Published::Duplicate(ack.sequence)),
+            Ok(ack) => Ok(Published::Stored(ack.sequence)),
+            Err(e) if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
+                Ok(Published::WrongLastSequence)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The bytes of the message at `stream_seq`.
+    pub(crate) async fn stored_line(&self, stream_seq: u64) -> Result<Bytes, String> {
+        self.stream
+            .get_raw_message(stream_seq)
+            .await
+            .map(|m| m.payload)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -212,6 +277,9 @@ pub struct JetStreamObserver {
     handle: JetStreamHandle,
     name: String,
     runs: Mutex<HashMap<String, RunState>>,
+    /// The host this observer records as the owner of the runs it starts
+    /// (started on the first `run.started` unless given).
+    host: tokio::sync::OnceCell<Arc<HostHeartbeat>>,
 }
 
 impl std::fmt::Debug for JetStreamObserver {
@@ -228,10 +296,17 @@ fn seq_of(line: &[u8]) -> Option<u64> {
     Event::decode(text).ok().map(|e| e.seq())
 }
 
-fn is_run_terminal(event: &Event) -> bool {
+pub(crate) fn is_run_terminal(event: &Event) -> bool {
     matches!(
         event.kind().lifecycle_parts(),
         Some((Scope::Run, Phase::Ended(_)))
+    )
+}
+
+fn is_run_start(event: &Event) -> bool {
+    matches!(
+        event.kind().lifecycle_parts(),
+        Some((Scope::Run, Phase::Started))
     )
 }
 
@@ -243,12 +318,53 @@ impl JetStreamObserver {
         ))
     }
 
-    /// An observer over an existing handle.
+    /// An observer over an existing handle. On the first `run.started` it
+    /// starts a [`HostHeartbeat`] of its own (a fresh host id, the
+    /// buckets' defaults) on the current tokio runtime; the heartbeat
+    /// stops when the observer is dropped.
     pub fn new(handle: JetStreamHandle) -> JetStreamObserver {
         JetStreamObserver {
             name: format!("jetstream:{}", handle.config.stream),
             handle,
             runs: Mutex::new(HashMap::new()),
+            host: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// An observer that records `host` as the owner of the runs it starts.
+    pub fn with_host(handle: JetStreamHandle, host: Arc<HostHeartbeat>) -> JetStreamObserver {
+        let observer = JetStreamObserver::new(handle);
+        // A fresh cell cannot be full.
+        let _ = observer.host.set(host);
+        observer
+    }
+
+    /// The host recorded as the owner of this observer's runs, once there
+    /// is one (given, or started by the first `run.started`).
+    pub fn host(&self) -> Option<&Arc<HostHeartbeat>> {
+        self.host.get()
+    }
+
+    /// Records this observer's host as the owner of `event`'s run, before
+    /// its `run.started` is published: a recoverer that sees the run in the
+    /// stream always finds its owner. A run another live host owns is a
+    /// second writer: [`ObserverError::Conflict`], nothing published.
+    async fn own(&self, event: &Event) -> Result<(), ObserverError> {
+        let host = self
+            .host
+            .get_or_try_init(|| async {
+                let ownership = Ownership::open(&self.handle).await?;
+                HostHeartbeat::start(ownership).await.map(Arc::new)
+            })
+            .await
+            .map_err(|e| ObserverError::Failed(format!("jetstream: {e}")))?;
+        match host.own(event.run_id()).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ObserverError::Conflict {
+                run_id: event.run_id().to_string(),
+                seq: event.seq(),
+            }),
+            Err(e) => Err(ObserverError::Failed(format!("jetstream: {e}"))),
         }
     }
 
@@ -329,38 +445,49 @@ impl JetStreamObserver {
         } else {
             0
         };
-        let line = Bytes::copy_from_slice(event.line().as_bytes());
-        let msg = jetstream::message::PublishMessage::build()
-            .payload(line.clone())
-            .message_id(format!("{run_id}:{}", event.seq()))
-            .expected_last_subject_sequence(expected);
-        let subject = self.handle.config.subject(run_id);
-        let ack = match self.handle.context.send_publish(subject, msg).await {
-            Ok(fut) => fut.await,
-            Err(e) => Err(e),
-        };
-        match ack {
-            Ok(ack) if ack.duplicate => {
-                match self.handle.stream.get_raw_message(ack.sequence).await {
-                    Ok(stored) if stored.payload == line => {
-                        self.remember(event, ack.sequence);
+        if is_run_start(event) {
+            self.own(event).await?;
+        }
+        let answer = self.handle.publish_event(event, expected).await;
+        self.settle(event, answer).await?;
+        if is_run_terminal(event)
+            && let Some(host) = self.host.get()
+        {
+            // Best effort: a stale record of an ended run is harmless.
+            let _ = host.release(event.run_id()).await;
+        }
+        Ok(())
+    }
+
+    /// `Ok` when the server's answer shows `event`'s bytes stored at its
+    /// seq.
+    async fn settle(
+        &self,
+        event: &Event,
+        answer: Result<Published, String>,
+    ) -> Result<(), ObserverError> {
+        let line = event.line().as_bytes();
+        match answer {
+            Ok(Published::Duplicate(stream_seq)) => {
+                match self.handle.stored_line(stream_seq).await {
+                    Ok(stored) if stored == line => {
+                        self.remember(event, stream_seq);
                         Ok(())
                     }
                     Ok(_) => Err(self.conflict(event)),
                     Err(e) => Err(ObserverError::Failed(format!(
-                        "jetstream: reading duplicate {}: {e}",
-                        ack.sequence
+                        "jetstream: reading duplicate {stream_seq}: {e}"
                     ))),
                 }
             }
-            Ok(ack) => {
-                self.remember(event, ack.sequence);
+            Ok(Published::Stored(stream_seq)) => {
+                self.remember(event, stream_seq);
                 Ok(())
             }
-            Err(e) if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
+            Ok(Published::WrongLastSequence) => {
                 // Someone else wrote this run, or this is a retry outside
                 // the duplicate window: same bytes at the tail is a retry.
-                match self.handle.last_of(run_id).await {
+                match self.handle.last_of(event.run_id().as_str()).await {
                     Ok(Some((stream_seq, stored)))
                         if stored == line && seq_of(&stored) == Some(event.seq()) =>
                     {

@@ -1,10 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! The JetStream required observer and remote subscription against real
-//! nats-server processes (each test starts its own on a free loopback port
+//! The JetStream required observer, remote subscription and recovery
+//! through JetStream against real nats-server processes (each test starts its own on a free loopback port
 //! with temp storage, and kills it on drop). Without `nats-server` on PATH
 //! each test prints `SKIPPED: nats-server not on PATH` and returns; CI
 //! installs it (`.ci/run`).
-#![cfg(feature = "nats")]
+#![cfg(all(feature = "nats", feature = "sqlite"))]
 
 use keel_eventlog::{
     Event, Extra, LogConfig, ModelCompleted, ModelStarted, Payload, RunCompleted, RunLog,
@@ -37,6 +37,11 @@ fn have_nats_server() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !found {
+        // CI installs it (`.ci/run`): there a missing server is a failure.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "nats-server not on PATH in CI"
+        );
         println!("SKIPPED: nats-server not on PATH");
     }
     found
@@ -445,4 +450,595 @@ async fn server_killed_mid_run_then_restarted() {
     let all = read_all(&mut sub).await;
     let expected: Vec<String> = acked.iter().map(|e| e.line().to_owned()).collect();
     assert_eq!(all, expected, "contiguous, no seq reused, no duplicate");
+}
+
+// ------------------------------------------------------------ recovery
+
+use keel_eventlog::{
+    InteractionStarted, ModelCompleted as Completed, ToolCall, ToolRef, recovery::HOST_LOST,
+};
+use keel_message::{CallId, CanonicalJson, InteractionId, ToolName};
+use keel_observers::{
+    HostHeartbeat, JetStreamHandle, JetStreamRecovery, JetStreamRecoveryError, JournalConfig,
+    LocalSync, Ownership, SqliteJournal, StreamRecovery, StreamStanding,
+};
+
+/// How a run is left open when its host dies.
+#[derive(Debug, Clone, Copy)]
+enum Open {
+    /// run.started only.
+    Started,
+    /// A model call that streamed `n` deltas.
+    Streaming(usize),
+    /// A tool in flight.
+    Tool,
+    /// An approval pending on a tool call.
+    Approval,
+}
+
+const OPENS: [Open; 5] = [
+    Open::Started,
+    Open::Streaming(0),
+    Open::Streaming(3),
+    Open::Tool,
+    Open::Approval,
+];
+
+impl Run {
+    /// The events of a run left open as `open` says.
+    fn open(&self, open: Open) -> Vec<Arc<Event>> {
+        let mut events = self.start();
+        match open {
+            Open::Started => events.truncate(1),
+            Open::Streaming(n) => events.extend((0..n).map(|i| self.delta(i))),
+            Open::Tool | Open::Approval => {
+                let call = CallId::parse("call_1").unwrap();
+                let tool = ToolName::parse("probe").unwrap();
+                events.push(self.commit(Payload::ToolCall(ToolCall {
+                    turn: 1,
+                    operation_id: self.op.clone(),
+                    call_id: call.clone(),
+                    name: tool.clone(),
+                    arguments: CanonicalJson::parse("{}").unwrap(),
+                    extra: Extra::new(),
+                })));
+                events.push(self.commit(Payload::ModelCompleted(Completed {
+                    turn: 1,
+                    operation_id: self.op.clone(),
+                    finish: keel_stream::FinishReason::ToolCalls,
+                    usage: None,
+                    metadata: None,
+                    extra: Extra::new(),
+                })));
+                if matches!(open, Open::Approval) {
+                    events.push(self.commit(Payload::InteractionStarted(InteractionStarted {
+                        turn: 1,
+                        interaction_id: InteractionId::parse("approve_1").unwrap(),
+                        request: "approve probe?".to_owned(),
+                        call_id: Some(call),
+                        extra: Extra::new(),
+                    })));
+                } else {
+                    events.push(self.commit(Payload::ToolStarted(ToolRef {
+                        turn: 1,
+                        call_id: call,
+                        tool,
+                        extra: Extra::new(),
+                    })));
+                }
+            }
+        }
+        events
+    }
+}
+
+/// A connection of its own (a recoverer on another gateway).
+async fn handle(server: &NatsServer) -> JetStreamHandle {
+    JetStreamHandle::connect(server.config()).await.unwrap()
+}
+
+/// Every message on `run_id`'s subject, raw, in stream order (duplicates
+/// and out-of-order seqs included: a subscription would hide them).
+async fn stream_lines(handle: &JetStreamHandle, run_id: &str) -> Vec<String> {
+    let stream = handle.context().get_stream("KEEL_EVENTS").await.unwrap();
+    let subject = handle.config().subject(run_id);
+    let mut lines = Vec::new();
+    let mut next = 1;
+    while let Ok(m) = stream
+        .get_first_raw_message_by_subject(&subject, next)
+        .await
+    {
+        lines.push(String::from_utf8(m.payload.to_vec()).unwrap());
+        next = m.sequence + 1;
+    }
+    lines
+}
+
+/// Every line of `run_id` in a SQLite journal.
+fn journal_lines(journal: &SqliteJournal, run_id: &str) -> Vec<String> {
+    journal
+        .reader()
+        .unwrap()
+        .events_after(run_id, 0, 100_000)
+        .unwrap()
+}
+
+/// `lines` are one whole run: seqs 1, 2, 3, … with no gap or reuse,
+/// importable (every lifecycle rule), every scope closed, and exactly
+/// `recovered` terminals after the first `prefix` lines, each a recovery's
+/// (`host_lost`, a tool `uncertain`). Returns the kinds of the terminals.
+fn assert_recovered_once(run_id: &str, lines: &[String], prefix: usize) -> Vec<String> {
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(
+            Event::decode(line).unwrap().seq(),
+            i as u64 + 1,
+            "seq skipped or reused"
+        );
+    }
+    let log = RunLog::import(
+        RunId::parse(run_id).unwrap(),
+        lines.iter().map(String::as_str),
+        LogConfig::default(),
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    assert!(log.open_scope_starts().is_empty(), "a scope left open");
+    let terminals = &lines[prefix..];
+    let run_ends = lines
+        .iter()
+        .filter(|l| {
+            let e = Event::decode(l).unwrap();
+            matches!(
+                e.kind().lifecycle_parts(),
+                Some((keel_eventlog::Scope::Run, keel_eventlog::Phase::Ended(_)))
+            )
+        })
+        .count();
+    assert_eq!(run_ends, 1, "exactly one run terminal");
+    let last = Event::decode(&lines[lines.len() - 1]).unwrap();
+    assert_eq!(last.kind().name(), "run.failed");
+    assert!(last.line().contains(HOST_LOST), "{}", last.line());
+    for line in terminals {
+        let e = Event::decode(line).unwrap();
+        assert!(e.kind().name().ends_with(".failed"), "{}", e.kind().name());
+        if e.kind().name() == "tool.failed" {
+            assert!(line.contains("\"uncertain\""), "{line}");
+        }
+    }
+    terminals
+        .iter()
+        .map(|l| Event::decode(l).unwrap().kind().name().into_owned())
+        .collect()
+}
+
+/// Publishes `events` as a live host does (owner recorded, heartbeat on).
+async fn publish_open(observer: &JetStreamObserver, events: &[Arc<Event>]) {
+    for e in events {
+        observer.observe(e).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_left_open_by_a_dead_host_is_recovered_once() {
+    if !have_nats_server() {
+        return;
+    }
+    let server = NatsServer::start("dead-host");
+    let engine = handle(&server).await;
+    // A short heartbeat TTL for the test (the bucket is created here).
+    let ownership = Ownership::open_with_ttl(&engine, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(ownership.host_ttl(), Duration::from_secs(1));
+    let host = Arc::new(HostHeartbeat::start(ownership.clone()).await.unwrap());
+    let host_id = host.id().to_owned();
+    let observer = JetStreamObserver::with_host(engine.clone(), host);
+    let run = Run::new("run_dead");
+    let events = run.open(Open::Streaming(2));
+    publish_open(&observer, &events).await;
+    let gateway = JetStreamRecovery::open(handle(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        gateway
+            .ownership()
+            .owner(&RunId::parse("run_dead").unwrap())
+            .await
+            .unwrap(),
+        Some(host_id.clone()),
+        "recorded before run.started was published"
+    );
+
+    // The host dies (its heartbeat task stops; nothing is cleaned up).
+    drop(observer);
+    let died = Instant::now();
+    // Until the key expires the owner looks alive: nothing is touched.
+    match gateway.recover("run_dead").await.unwrap() {
+        StreamRecovery::OwnerAlive { host } => assert_eq!(host, host_id),
+        other => panic!("expected OwnerAlive, got {other:?}"),
+    }
+    assert_eq!(stream_lines(&engine, "run_dead").await.len(), events.len());
+    wait_abandoned(&gateway, "run_dead", &host_id, died).await;
+    let found_gone = died.elapsed();
+    let t = Instant::now();
+    let recovered = match gateway.recover("run_dead").await.unwrap() {
+        StreamRecovery::Recovered(r) => r,
+        other => panic!("expected Recovered, got {other:?}"),
+    };
+    println!(
+        "owner found gone {} ms after its death; recovery took {} ms",
+        found_gone.as_millis(),
+        t.elapsed().as_millis()
+    );
+    assert_eq!(recovered.previous_owner, Some(host_id));
+    assert!(recovered.forwarded.is_empty());
+    let kinds: Vec<String> = recovered
+        .terminals
+        .iter()
+        .map(|e| e.kind().name().into_owned())
+        .collect();
+    assert_eq!(kinds, ["model.failed", "turn.failed", "run.failed"]);
+    assert!(recovered.terminals[0].line().contains("\"partial\""));
+    let lines = stream_lines(&engine, "run_dead").await;
+    let want: Vec<String> = events
+        .iter()
+        .chain(&recovered.terminals)
+        .map(|e| e.line().to_owned())
+        .collect();
+    assert_eq!(lines, want, "the stream holds the prefix and our terminals");
+    assert_recovered_once("run_dead", &lines, events.len());
+    assert_idempotent(&server, &gateway, "run_dead", &want).await;
+}
+
+/// Polls until `run_id`'s owner `host` is found gone (its heartbeat key
+/// expired), at most 5 s after `died`.
+async fn wait_abandoned(gateway: &JetStreamRecovery, run_id: &str, host: &str, died: Instant) {
+    loop {
+        match gateway.standing(run_id).await.unwrap() {
+            StreamStanding::Abandoned { owner } => {
+                assert_eq!(owner.as_deref(), Some(host));
+                return;
+            }
+            StreamStanding::Owned { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(
+            died.elapsed() < Duration::from_secs(5),
+            "the heartbeat never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `run_id` has no owner record left, and recovering it again, here and
+/// from another gateway, writes nothing: the stream still holds `want`. Unknown and invalid ids are
+/// typed.
+async fn assert_idempotent(
+    server: &NatsServer,
+    gateway: &JetStreamRecovery,
+    run_id: &str,
+    want: &[String],
+) {
+    // The owner record went with the run.
+    let run = RunId::parse(run_id).unwrap();
+    assert_eq!(gateway.ownership().owner(&run).await.unwrap(), None);
+    let owned = gateway.ownership().owned_runs().await.unwrap();
+    assert!(!owned.contains(&run));
+    let other = JetStreamRecovery::open(handle(server).await).await.unwrap();
+    for again in [gateway, &other] {
+        assert!(matches!(
+            again.recover(run_id).await.unwrap(),
+            StreamRecovery::RecoveredElsewhere { appended: 0 }
+        ));
+        assert_eq!(
+            again.standing(run_id).await.unwrap(),
+            StreamStanding::Ended { by_recovery: true }
+        );
+    }
+    assert_eq!(stream_lines(&handle(server).await, run_id).await, want);
+    assert!(matches!(
+        gateway.recover("run_nobody").await.unwrap(),
+        StreamRecovery::NotInStream
+    ));
+    assert!(matches!(
+        gateway.recover("run *").await,
+        Err(JetStreamRecoveryError::RunId(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_owner_is_alive_is_not_touched() {
+    if !have_nats_server() {
+        return;
+    }
+    let server = NatsServer::start("alive");
+    let observer = JetStreamObserver::connect(server.config()).await.unwrap();
+    let run = Run::new("run_alive");
+    let open = run.open(Open::Tool);
+    publish_open(&observer, &open).await;
+    let host = observer.host().unwrap().id().to_owned();
+    let gateway = JetStreamRecovery::open(handle(&server).await)
+        .await
+        .unwrap();
+    // Longer than the heartbeat TTL: the live host keeps its key.
+    let until = Instant::now() + gateway.ownership().host_ttl() + Duration::from_millis(500);
+    while Instant::now() < until {
+        match gateway.recover("run_alive").await.unwrap() {
+            StreamRecovery::OwnerAlive { host: h } => assert_eq!(h, host),
+            other => panic!("a live host's run was touched: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The host goes on and ends the run itself.
+    let rest = vec![
+        run.commit(Payload::ToolCompleted(keel_eventlog::ToolCompleted {
+            turn: 1,
+            call_id: CallId::parse("call_1").unwrap(),
+            tool: ToolName::parse("probe").unwrap(),
+            output: "ok".to_owned(),
+            extra: Extra::new(),
+        })),
+        run.commit(Payload::TurnCompleted(TurnRef {
+            turn: 1,
+            extra: Extra::new(),
+        })),
+        run.commit(Payload::RunCompleted(RunCompleted::default())),
+    ];
+    publish_open(&observer, &rest).await;
+    assert!(matches!(
+        gateway.recover("run_alive").await.unwrap(),
+        StreamRecovery::NotAbandoned
+    ));
+    assert_eq!(
+        gateway.standing("run_alive").await.unwrap(),
+        StreamStanding::Ended { by_recovery: false }
+    );
+    let want: Vec<String> = open
+        .iter()
+        .chain(&rest)
+        .map(|e| e.line().to_owned())
+        .collect();
+    assert_eq!(stream_lines(observer.handle(), "run_alive").await, want);
+    let run_id = RunId::parse("run_alive").unwrap();
+    assert_eq!(
+        gateway.ownership().owner(&run_id).await.unwrap(),
+        None,
+        "released at the terminal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_recoverers_racing_close_each_run_once() {
+    if !have_nats_server() {
+        return;
+    }
+    const RUNS: usize = 40;
+    let server = NatsServer::start("race");
+    let observer = JetStreamObserver::connect(server.config()).await.unwrap();
+    let mut prefixes = Vec::new();
+    for i in 0..RUNS {
+        let run = Run::new(&format!("run_race_{i}"));
+        let events = run.open(OPENS[i % OPENS.len()]);
+        publish_open(&observer, &events).await;
+        prefixes.push(events);
+    }
+    // The host stops: its runs are abandoned at once.
+    stop_host(observer).await;
+
+    let a = JetStreamRecovery::open(handle(&server).await)
+        .await
+        .unwrap();
+    let b = JetStreamRecovery::open(handle(&server).await)
+        .await
+        .unwrap();
+    let reader = handle(&server).await;
+    let (mut won, mut lost) = (0, 0);
+    for (i, prefix) in prefixes.iter().enumerate() {
+        let run_id = format!("run_race_{i}");
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let race = |r: JetStreamRecovery| {
+            let (barrier, run_id) = (Arc::clone(&barrier), run_id.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                r.recover(&run_id).await.unwrap()
+            })
+        };
+        let (x, y) = (race(a.clone()), race(b.clone()));
+        let outcomes = [x.await.unwrap(), y.await.unwrap()];
+        let recovered: Vec<_> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                StreamRecovery::Recovered(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        let elsewhere = outcomes
+            .iter()
+            .filter(|o| matches!(o, StreamRecovery::RecoveredElsewhere { .. }))
+            .count();
+        assert_eq!(recovered.len() + elsewhere, 2, "run {run_id}: {outcomes:?}");
+        let lines = stream_lines(&reader, &run_id).await;
+        assert_recovered_once(&run_id, &lines, prefix.len());
+        // The one full set in the stream is the winner's, or (a race lost
+        // after the first terminal) the two share it seq by seq.
+        if let [winner] = recovered.as_slice() {
+            let theirs: Vec<&str> = winner.terminals.iter().map(|e| e.line()).collect();
+            let stored: Vec<&str> = lines[prefix.len()..].iter().map(String::as_str).collect();
+            assert_eq!(stored, theirs, "run {run_id}: the winner's terminals");
+        }
+        won += recovered.len();
+        lost += elsewhere;
+        assert!(matches!(
+            a.recover(&run_id).await.unwrap(),
+            StreamRecovery::RecoveredElsewhere { appended: 0 }
+        ));
+    }
+    println!("{RUNS} races: {won} recovered, {lost} found it recovered by the other");
+    assert_eq!(won, RUNS, "exactly one recoverer closes each run");
+}
+
+/// A temp directory for SQLite stores, removed on drop.
+struct Stores(PathBuf);
+
+impl Stores {
+    fn new(name: &str) -> Stores {
+        let dir = std::env::temp_dir().join(format!("keel-nats-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Stores(dir)
+    }
+
+    fn open(&self, name: &str) -> SqliteJournal {
+        SqliteJournal::open(self.0.join(name), JournalConfig::default()).unwrap()
+    }
+}
+
+impl Drop for Stores {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The host's observer stops (its heartbeat key deleted): its runs are
+/// abandoned at once.
+async fn stop_host(observer: JetStreamObserver) {
+    let host = Arc::clone(observer.host().unwrap());
+    drop(observer);
+    Arc::into_inner(host).unwrap().stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_copy_ahead_is_forwarded_then_copied_back() {
+    if !have_nats_server() {
+        return;
+    }
+    let server = NatsServer::start("ahead");
+    let stores = Stores::new("ahead");
+    let observer = JetStreamObserver::connect(server.config()).await.unwrap();
+    // The host journals every event locally first; its last event never
+    // reached JetStream (killed between the two observers).
+    let store = stores.open("a.db");
+    let run = Run::new("run_ahead");
+    let events = run.open(Open::Tool);
+    for e in &events {
+        store.observe(e).await.unwrap();
+    }
+    publish_open(&observer, &events[..events.len() - 1]).await;
+    stop_host(observer).await;
+
+    // The host restarts: its copy is ahead of the stream by one event.
+    let gateway = JetStreamRecovery::open(handle(&server).await)
+        .await
+        .unwrap();
+    let local = journal_lines(&store, "run_ahead");
+    let recovered = match gateway
+        .recover_with_local("run_ahead", &local)
+        .await
+        .unwrap()
+    {
+        StreamRecovery::Recovered(r) => r,
+        other => panic!("expected Recovered, got {other:?}"),
+    };
+    assert_eq!(recovered.forwarded.len(), 1);
+    assert_eq!(
+        recovered.forwarded[0].line(),
+        events[events.len() - 1].line()
+    );
+    let kinds: Vec<String> = recovered
+        .terminals
+        .iter()
+        .map(|e| e.kind().name().into_owned())
+        .collect();
+    assert_eq!(kinds, ["tool.failed", "turn.failed", "run.failed"]);
+    assert_eq!(
+        gateway
+            .sync_local(&store, "run_ahead", &local)
+            .await
+            .unwrap(),
+        LocalSync::Copied { events: 3 }
+    );
+    let stream = stream_lines(&handle(&server).await, "run_ahead").await;
+    assert_eq!(journal_lines(&store, "run_ahead"), stream, "byte for byte");
+    assert_recovered_once("run_ahead", &stream, events.len());
+    // Again: in step, nothing written.
+    let local = journal_lines(&store, "run_ahead");
+    assert!(matches!(
+        gateway
+            .recover_with_local("run_ahead", &local)
+            .await
+            .unwrap(),
+        StreamRecovery::RecoveredElsewhere { appended: 0 }
+    ));
+    assert_eq!(
+        gateway
+            .sync_local(&store, "run_ahead", &local)
+            .await
+            .unwrap(),
+        LocalSync::InStep
+    );
+    store.close().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_copies_take_the_terminals_another_gateway_wrote() {
+    if !have_nats_server() {
+        return;
+    }
+    let server = NatsServer::start("behind");
+    let stores = Stores::new("behind");
+    let observer = JetStreamObserver::connect(server.config()).await.unwrap();
+    // The host's store and the stream hold the same prefix; a second store
+    // holds only its first event.
+    let (a, c) = (stores.open("a.db"), stores.open("c.db"));
+    let run = Run::new("run_behind");
+    let events = run.open(Open::Approval);
+    for e in &events {
+        a.observe(e).await.unwrap();
+    }
+    c.observe(&events[0]).await.unwrap();
+    publish_open(&observer, &events).await;
+    // While the run is open in the stream, nothing is copied.
+    let gateway = JetStreamRecovery::open(handle(&server).await)
+        .await
+        .unwrap();
+    let local = journal_lines(&c, "run_behind");
+    assert_eq!(
+        gateway.sync_local(&c, "run_behind", &local).await.unwrap(),
+        LocalSync::StreamOpen
+    );
+    stop_host(observer).await;
+
+    // Another gateway (no local copy) recovers it; both stores copy.
+    assert!(matches!(
+        gateway.recover("run_behind").await.unwrap(),
+        StreamRecovery::Recovered(_)
+    ));
+    let stream = stream_lines(&handle(&server).await, "run_behind").await;
+    assert_recovered_once("run_behind", &stream, events.len());
+    for (store, copied) in [(&a, 3), (&c, stream.len() - 1)] {
+        let local = journal_lines(store, "run_behind");
+        assert_eq!(
+            gateway
+                .sync_local(store, "run_behind", &local)
+                .await
+                .unwrap(),
+            LocalSync::Copied { events: copied }
+        );
+        assert_eq!(journal_lines(store, "run_behind"), stream, "byte for byte");
+    }
+
+    // A copy that disagrees is refused, typed, and nothing is written.
+    let other = Run::new("run_behind");
+    let mut forged: Vec<String> = stream[..2].to_vec();
+    forged.push(other.open(Open::Tool)[2].line().to_owned());
+    match gateway.sync_local(&c, "run_behind", &forged).await {
+        Err(JetStreamRecoveryError::Diverged { seq, .. }) => assert_eq!(seq, 3),
+        other => panic!("expected Diverged, got {other:?}"),
+    }
+    assert_eq!(
+        stream_lines(&handle(&server).await, "run_behind").await,
+        stream
+    );
+    a.close().unwrap();
+    c.close().unwrap();
 }
