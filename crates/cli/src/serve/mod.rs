@@ -41,6 +41,7 @@ pub mod auth;
 pub mod events;
 pub mod problem;
 pub mod providers;
+mod recovery;
 pub mod runs;
 
 use crate::args::ServeArgs;
@@ -229,8 +230,19 @@ async fn open_daemon(
         Some(url) => Some(crate::jetstream::connect(url).await?),
         None => None,
     };
+    recovery::recover_at_startup(&journal, nats.as_ref()).await?;
     let approvals = Arc::new(Approvals::new());
-    let engine = Engine::builder()
+    let mut engine = Engine::builder();
+    if let Some(handle) = &nats {
+        // Posted runs are published to JetStream (owner recorded, heartbeat
+        // kept), before the journal: the journal then only holds what the
+        // stream acked, so after a kill it is a prefix of the stream, which
+        // recovery closes and copies back (serve/recovery.rs).
+        engine = engine.required_observer(Arc::new(keel_observers::JetStreamObserver::new(
+            handle.clone(),
+        )) as Arc<dyn RequiredObserver>);
+    }
+    let engine = engine
         .required_observer(Arc::clone(&journal) as Arc<dyn RequiredObserver>)
         .log_config(settings.log_config.clone())
         .interaction_handler(Arc::clone(&approvals) as Arc<dyn InteractionHandler>)
