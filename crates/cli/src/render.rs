@@ -153,21 +153,99 @@ impl Transcript {
                 return out;
             }
         };
+        match &payload {
+            Payload::RunStarted(_)
+            | Payload::TurnStarted(_)
+            | Payload::TurnCompleted(_)
+            | Payload::TurnFailed(_)
+            | Payload::TurnCancelled(_)
+            | Payload::RunCompleted(_)
+            | Payload::RunFailed(_)
+            | Payload::RunCancelled(_) => self.render_run(&mut out, event, payload),
+            Payload::ModelStarted(_)
+            | Payload::TextDelta(_)
+            | Payload::ToolCall(_)
+            | Payload::ModelCompleted(_)
+            | Payload::ModelFailed(_)
+            | Payload::ModelCancelled(_) => self.render_model(&mut out, payload),
+            Payload::ToolStarted(_)
+            | Payload::ToolCompleted(_)
+            | Payload::ToolFailed(_)
+            | Payload::ToolCancelled(_) => self.render_tool(&mut out, payload),
+            Payload::InteractionStarted(_)
+            | Payload::InteractionCompleted(_)
+            | Payload::InteractionFailed(_)
+            | Payload::InteractionCancelled(_) => self.render_interaction(&mut out, payload),
+            // The prelude already showed the input history.
+            Payload::RunInput(_) => {}
+            Payload::Extension { kind, .. } => {
+                let text = self.paint("2", &format!("· {kind}"));
+                self.line(&mut out, &text);
+            }
+        }
+        out
+    }
+
+    /// Run and turn events.
+    fn render_run(&mut self, out: &mut String, event: &Event, payload: Payload) {
         match payload {
             Payload::RunStarted(p) => {
                 let model = p.model.map(|m| format!(" · model {m}")).unwrap_or_default();
                 let text = self.paint("2", &format!("● run {}{model}", event.run_id()));
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
             Payload::TurnStarted(p) => {
                 self.stats.turns += 1;
                 self.calls_this_turn = 0;
                 if p.turn > 1 {
                     let text = self.paint("2", &format!("── turn {}", p.turn));
-                    self.line(&mut out, &text);
+                    self.line(out, &text);
                 }
             }
             Payload::TurnCompleted(_) | Payload::TurnFailed(_) | Payload::TurnCancelled(_) => {}
+            Payload::RunCompleted(p) => {
+                self.waiting = None;
+                if let Some(u) = p.usage {
+                    // The run's own total is the authority.
+                    self.stats.input_tokens = u.input_tokens();
+                    self.stats.output_tokens = u.output_tokens();
+                    self.stats.usage_reported = true;
+                }
+                let summary = self.summary();
+                let text = self.paint("1;32", &format!("✓ completed{summary}"));
+                self.line(out, &text);
+            }
+            Payload::RunFailed(p) => {
+                self.waiting = None;
+                let text = self.paint("1;31", &format!("✗ run failed: {}", p.error));
+                self.line(out, &text);
+                if self.last_failure_partial_retryable && !self.partial_restart {
+                    let text = self.paint(
+                    "2",
+                    "  (a partial failure is not retried: the output already streamed would be replaced; set limits.retry.partial to \"restart\" to retry it)",
+                );
+                    self.line(out, &text);
+                }
+                let summary = self.summary();
+                let text = self.paint(
+                    "2",
+                    &format!("  took {}", summary.trim_start_matches(" in ")),
+                );
+                self.line(out, &text);
+            }
+            Payload::RunCancelled(_) => {
+                self.waiting = None;
+                let summary = self.summary();
+                let text = self.paint("1;33", &format!("■ cancelled{summary}"));
+                self.line(out, &text);
+            }
+            _ => {}
+        }
+    }
+
+    /// A model call: its start, text, tool calls and terminal.
+    fn render_model(&mut self, out: &mut String, payload: Payload) {
+        match payload {
             Payload::ModelStarted(p) => {
                 self.stats.model_calls += 1;
                 if p.attempt > 1 {
@@ -176,33 +254,18 @@ impl Transcript {
                         "33",
                         &format!("↻ retrying the model call (attempt {})", p.attempt),
                     );
-                    self.line(&mut out, &text);
+                    self.line(out, &text);
                 }
                 self.waiting = Some("waiting for the model".to_owned());
             }
-            Payload::TextDelta(p) => {
-                self.waiting = None;
-                if !self.in_text && !self.at_line_start {
-                    out.push('\n');
-                }
-                // Model text is untrusted: an escape sequence or carriage
-                // return could rewrite the terminal, so control characters
-                // other than newline and tab are shown as U+FFFD.
-                out.extend(p.text.chars().map(|c| match c {
-                    '\n' | '\t' => c,
-                    c if c.is_control() => '\u{FFFD}',
-                    c => c,
-                }));
-                self.in_text = true;
-                self.at_line_start = p.text.ends_with('\n');
-            }
+            Payload::TextDelta(p) => self.model_text(out, &p.text),
             Payload::ToolCall(p) => {
                 self.calls_this_turn += 1;
                 self.call_names
                     .insert(p.call_id.as_str().to_owned(), p.name.as_str().to_owned());
                 let args = shorten(p.arguments.as_str());
                 let text = self.paint("36", &format!("→ {} {args}", p.name));
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
             Payload::ModelCompleted(p) => {
                 self.waiting = None;
@@ -218,7 +281,7 @@ impl Transcript {
                 self.in_text = false;
                 if matches!(p.finish, FinishReason::Length | FinishReason::ContentFilter) {
                     let text = self.paint("33", &format!("(the model stopped: {})", p.finish));
-                    self.line(&mut out, &text);
+                    self.line(out, &text);
                 }
             }
             Payload::ModelFailed(p) => {
@@ -239,13 +302,38 @@ impl Transcript {
                     text.push_str(" — the partial output above is discarded");
                 }
                 let text = self.paint("31", &text);
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
             Payload::ModelCancelled(_) => {
                 self.waiting = None;
                 let text = self.paint("33", "■ model call cancelled");
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
+            _ => {}
+        }
+    }
+
+    /// A text delta, as it streams in.
+    fn model_text(&mut self, out: &mut String, text: &str) {
+        self.waiting = None;
+        if !self.in_text && !self.at_line_start {
+            out.push('\n');
+        }
+        // Model text is untrusted: an escape sequence or carriage return
+        // could rewrite the terminal, so control characters other than
+        // newline and tab are shown as U+FFFD.
+        out.extend(text.chars().map(|c| match c {
+            '\n' | '\t' => c,
+            c if c.is_control() => '\u{FFFD}',
+            c => c,
+        }));
+        self.in_text = true;
+        self.at_line_start = text.ends_with('\n');
+    }
+
+    /// A tool call's scope.
+    fn render_tool(&mut self, out: &mut String, payload: Payload) {
+        match payload {
             Payload::ToolStarted(p) => {
                 self.stats.tool_calls += 1;
                 self.open_tools
@@ -257,7 +345,7 @@ impl Transcript {
                 self.update_tool_wait();
                 let label = self.result_label(p.tool.as_str(), p.call_id.as_str());
                 let text = self.paint("32", &format!("← {label}{}", shorten(&p.output)));
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
             Payload::ToolFailed(p) => {
                 self.stats.tool_failures += 1;
@@ -285,14 +373,21 @@ impl Transcript {
                     "31",
                     &format!("✗ {} failed: {}{typed}", p.tool, shorten(p.error.as_str())),
                 );
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
             Payload::ToolCancelled(p) => {
                 self.open_tools.remove(p.call_id.as_str());
                 self.update_tool_wait();
                 let text = self.paint("33", &format!("■ {} cancelled", p.tool));
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
+            _ => {}
+        }
+    }
+
+    /// An interaction (an approval).
+    fn render_interaction(&mut self, out: &mut String, payload: Payload) {
+        match payload {
             Payload::InteractionStarted(p) => {
                 self.waiting = None;
                 let call = match &p.call_id {
@@ -305,7 +400,7 @@ impl Transcript {
                 self.interactions
                     .insert(p.interaction_id.as_str().to_owned(), call.clone());
                 let text = self.paint("33", &format!("? {} requested{call}", p.request));
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
             Payload::InteractionCompleted(p) => {
                 let (code, mark) = if p.decision == "approved" {
@@ -319,60 +414,18 @@ impl Transcript {
                     .cloned()
                     .unwrap_or_default();
                 let text = self.paint(code, &format!("{mark} {}{call}", p.decision));
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
             Payload::InteractionFailed(p) => {
                 let text = self.paint("31", &format!("✗ approval failed: {}", p.error));
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
             Payload::InteractionCancelled(_) => {
                 let text = self.paint("33", "■ approval cancelled");
-                self.line(&mut out, &text);
+                self.line(out, &text);
             }
-            Payload::RunCompleted(p) => {
-                self.waiting = None;
-                if let Some(u) = p.usage {
-                    // The run's own total is the authority.
-                    self.stats.input_tokens = u.input_tokens();
-                    self.stats.output_tokens = u.output_tokens();
-                    self.stats.usage_reported = true;
-                }
-                let summary = self.summary();
-                let text = self.paint("1;32", &format!("✓ completed{summary}"));
-                self.line(&mut out, &text);
-            }
-            Payload::RunFailed(p) => {
-                self.waiting = None;
-                let text = self.paint("1;31", &format!("✗ run failed: {}", p.error));
-                self.line(&mut out, &text);
-                if self.last_failure_partial_retryable && !self.partial_restart {
-                    let text = self.paint(
-                        "2",
-                        "  (a partial failure is not retried: the output already streamed would be replaced; set limits.retry.partial to \"restart\" to retry it)",
-                    );
-                    self.line(&mut out, &text);
-                }
-                let summary = self.summary();
-                let text = self.paint(
-                    "2",
-                    &format!("  took {}", summary.trim_start_matches(" in ")),
-                );
-                self.line(&mut out, &text);
-            }
-            Payload::RunCancelled(_) => {
-                self.waiting = None;
-                let summary = self.summary();
-                let text = self.paint("1;33", &format!("■ cancelled{summary}"));
-                self.line(&mut out, &text);
-            }
-            // The prelude already showed the input history.
-            Payload::RunInput(_) => {}
-            Payload::Extension { kind, .. } => {
-                let text = self.paint("2", &format!("· {kind}"));
-                self.line(&mut out, &text);
-            }
+            _ => {}
         }
-        out
     }
 
     fn update_tool_wait(&mut self) {

@@ -415,8 +415,8 @@ async fn one_kill_point(i: u64, rng: &mut Rng) -> Point {
     Point {
         open: before.values().filter(|(s, _)| s == "running").count(),
         restart,
-        // A 201 means `run.started` is committed in the log, not yet
-        // journaled: a kill right after it can lose the whole run.
+        // A 201 is sent once the journal holds `run.started`, so no kill
+        // can lose an accepted run.
         lost: posted
             .accepted
             .iter()
@@ -463,6 +463,7 @@ async fn fifty_kill_points_leave_no_incomplete_run() {
         (total / points as u32).as_millis(),
         slowest.as_millis()
     );
+    assert_eq!(lost, 0, "runs answered 201 but never journaled");
 }
 
 // ------------------------------------------------------------ two gateways

@@ -57,7 +57,28 @@ async fn admit(daemon: &Daemon, request: RunRequest) -> Result<Response, Problem
     if !began(handle).await {
         return Err(cancelled_before_it_began(daemon, run_id.as_str()));
     }
+    journaled(daemon, run_id.as_str()).await?;
     Ok(created(run_id.as_str()))
+}
+
+/// How long a 201 waits for the journal to hold the run's `run.started`.
+const JOURNALED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until the journal holds the run, so a 201 names a run that a
+/// crash right after it cannot lose (recovery then closes it). Past
+/// [`JOURNALED_WAIT`] the journal is failing: the run is failing with it,
+/// and the 201 still names a live run.
+async fn journaled(daemon: &Daemon, id: &str) -> Result<(), Problem> {
+    let until = tokio::time::Instant::now() + JOURNALED_WAIT;
+    loop {
+        let lookup = id.to_owned();
+        if daemon.read(move |r| r.run_status(&lookup)).await?.is_some()
+            || tokio::time::Instant::now() >= until
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
 }
 
 /// `POST /v1/runs/{id}/messages`: a follow-up run continuing the completed
