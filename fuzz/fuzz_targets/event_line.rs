@@ -81,7 +81,15 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!((again.seq(), again.ts()), (event.seq(), event.ts()));
         }
         Err(e) => {
-            let rotated = common::rotate_string_values(line, Some(CONTENT));
+            // In `run.input`, `message` is a whole message object (role and
+            // part type tags included), not content: its texts are
+            // rotated through their own `text`/`content` members.
+            let content: Vec<&str> = if line.contains(r#""kind":"run.input""#) {
+                CONTENT.iter().copied().filter(|k| *k != "message").collect()
+            } else {
+                CONTENT.to_vec()
+            };
+            let rotated = common::rotate_string_values(line, Some(&content));
             if rotated == line {
                 return;
             }
