@@ -115,7 +115,16 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let client = reqwest::Client::new();
+    // Every POST says it is JSON (rule http.json_body).
+    let mut json = reqwest::header::HeaderMap::new();
+    json.insert(
+        reqwest::header::CONTENT_TYPE,
+        reqwest::header::HeaderValue::from_static("application/json"),
+    );
+    let client = reqwest::Client::builder()
+        .default_headers(json)
+        .build()
+        .expect("the HTTP client");
     println!(
         "sse_load: {DELTAS} deltas per run ({} events per client)",
         DELTAS + 6

@@ -108,7 +108,14 @@ fn stderr_of(db: &Path) -> String {
 }
 
 fn client() -> reqwest::Client {
+    // Every POST says it is JSON (rule http.json_body; GETs ignore it).
+    let mut json = reqwest::header::HeaderMap::new();
+    json.insert(
+        reqwest::header::CONTENT_TYPE,
+        reqwest::header::HeaderValue::from_static("application/json"),
+    );
     reqwest::Client::builder()
+        .default_headers(json)
         .pool_max_idle_per_host(0)
         .timeout(Duration::from_secs(20))
         .build()

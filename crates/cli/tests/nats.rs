@@ -217,7 +217,14 @@ fn stored_lines(db: &Path, run_id: &str) -> Vec<String> {
 }
 
 fn client() -> reqwest::Client {
+    // Every POST says it is JSON (rule http.json_body; GETs ignore it).
+    let mut json = reqwest::header::HeaderMap::new();
+    json.insert(
+        reqwest::header::CONTENT_TYPE,
+        reqwest::header::HeaderValue::from_static("application/json"),
+    );
     reqwest::Client::builder()
+        .default_headers(json)
         .pool_max_idle_per_host(0)
         .build()
         .unwrap()

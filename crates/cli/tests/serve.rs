@@ -105,7 +105,14 @@ impl Drop for Daemon {
 }
 
 fn client() -> reqwest::Client {
+    // Every POST says it is JSON (rule http.json_body; GETs ignore it).
+    let mut json = reqwest::header::HeaderMap::new();
+    json.insert(
+        reqwest::header::CONTENT_TYPE,
+        reqwest::header::HeaderValue::from_static("application/json"),
+    );
     reqwest::Client::builder()
+        .default_headers(json)
         .pool_max_idle_per_host(0)
         .build()
         .unwrap()

@@ -38,16 +38,19 @@
 
 pub mod approvals;
 pub mod auth;
+pub mod cross_site;
 pub mod events;
 pub mod problem;
 pub mod providers;
 mod recovery;
 pub mod runs;
+pub mod viewer;
 
 use crate::args::ServeArgs;
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use crate::launch::Launch;
 use approvals::Approvals;
+use cross_site::{AllowedOrigin, CrossSitePolicy};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -131,6 +134,8 @@ pub struct Daemon {
     nats: Option<keel_observers::JetStreamHandle>,
     /// `--allow-provider`: the network providers posted scenarios may use.
     providers: Vec<providers::ProviderAllowance>,
+    /// `--allow-origin`, `--public-host` and the listener: who may call.
+    cross_site: Arc<CrossSitePolicy>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -181,14 +186,38 @@ pub fn serve(args: ServeArgs) -> Result<i32, CliError> {
         .map(|a| providers::ProviderAllowance::parse(a))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| CliError::bad_input(e.to_string()))?;
+    let cross_site = cross_site_policy(&args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("keel-serve")
         .build()
         .map_err(|e| CliError::failure(format!("cannot start the async runtime: {e}")))?;
-    let result = rt.block_on(serve_async(args, token, settings, providers));
+    let result = rt.block_on(serve_async(args, token, settings, providers, cross_site));
     rt.shutdown_timeout(Duration::from_secs(1));
     result
+}
+
+/// The cross-site rules from `--allow-origin`, `--public-host` and the
+/// listener's address.
+fn cross_site_policy(args: &ServeArgs) -> Result<CrossSitePolicy, CliError> {
+    let bad = |e: cross_site::CrossSiteConfigError| CliError::bad_input(e.to_string());
+    let origins = args
+        .allow_origin
+        .iter()
+        .map(|o| AllowedOrigin::parse(o))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    let hosts = args
+        .public_host
+        .iter()
+        .map(|h| cross_site::parse_public_host(h))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    Ok(CrossSitePolicy::new(
+        args.listen.ip().is_loopback(),
+        hosts,
+        origins,
+    ))
 }
 
 fn read_token(args: &ServeArgs) -> Result<Option<Vec<u8>>, CliError> {
@@ -223,6 +252,7 @@ async fn open_daemon(
     token: Option<Vec<u8>>,
     settings: Settings,
     providers: Vec<providers::ProviderAllowance>,
+    cross_site: CrossSitePolicy,
 ) -> Result<Daemon, CliError> {
     let journal = Arc::new(SqliteJournal::open(&args.db.db, JournalConfig::default())?);
     let reader = Arc::new(journal.reader()?);
@@ -258,6 +288,7 @@ async fn open_daemon(
         settings,
         nats,
         providers,
+        cross_site: Arc::new(cross_site),
     })
 }
 
@@ -266,8 +297,9 @@ async fn serve_async(
     token: Option<Vec<u8>>,
     settings: Settings,
     providers: Vec<providers::ProviderAllowance>,
+    cross_site: CrossSitePolicy,
 ) -> Result<i32, CliError> {
-    let daemon = Arc::new(open_daemon(&args, token, settings, providers).await?);
+    let daemon = Arc::new(open_daemon(&args, token, settings, providers, cross_site).await?);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| CliError::bad_input(format!("--listen {}: {e}", args.listen)))?;
@@ -410,9 +442,11 @@ async fn shutdown_runs(daemon: &Daemon) -> EngineShutdown {
     report
 }
 
-/// The routes, behind the token check.
+/// The routes: the API behind the token check, the viewer's assets
+/// (which hold no data) outside it, and around both CORS and the
+/// cross-site defences, which run first.
 pub fn router(daemon: Arc<Daemon>) -> Router {
-    Router::new()
+    let api = Router::new()
         .route("/v1/runs", post(runs::create_run).get(runs::list_runs))
         .route("/v1/runs/{id}", get(runs::run_status))
         .route("/v1/runs/{id}/events", get(events::events))
@@ -426,8 +460,16 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&daemon),
             auth::require_token,
-        ))
-        .with_state(daemon)
+        ));
+    let mut app = api;
+    if let Some(cors) = cross_site::cors_layer(&daemon.cross_site, daemon.token.is_some()) {
+        app = app.layer(cors);
+    }
+    app.layer(axum::middleware::from_fn_with_state(
+        Arc::clone(&daemon.cross_site),
+        cross_site::defend,
+    ))
+    .with_state(daemon)
 }
 
 async fn not_found() -> Problem {
