@@ -515,7 +515,7 @@
         result.textContent = 'sending…';
         try {
           await postJson(base + '/interactions/' + encodeURIComponent(iid), { decision });
-          result.textContent = decision === 'approved' ? 'approved, waiting for the run' : 'denied, waiting for the run';
+          if (node.dataset.state === 'running') result.textContent = decision + ', waiting for the run';
         } catch (p) {
           result.textContent = (p && p.title ? p.title : 'failed') + (p && p.detail ? ': ' + p.detail : '');
           if (node.dataset.state === 'running') {
@@ -524,6 +524,7 @@
           }
         }
       };
+      node.callId = callId;
       approve.addEventListener('click', () => decide('approved'));
       deny.addEventListener('click', () => decide('denied'));
       if (call) {
@@ -548,8 +549,12 @@
       else if (terminal === 'failed') text = 'failed: ' + String(p.error || '');
       decision.textContent = text;
       node.dataset.decision = terminal === 'completed' ? String(p.decision || '') : terminal;
-      if (p.call_id === undefined) {
-        // The call it gated, if any, shows the outcome via its tool events.
+      // The call it gated shows the decision until its tool events (if any) arrive.
+      const call = node.callId ? state.calls.get(node.callId) : null;
+      if (call && call.node.dataset.state === 'awaiting') {
+        if (terminal === 'completed' && p.decision === 'approved') setCall(call, 'approved', 'approved');
+        else if (terminal === 'completed') setCall(call, 'denied', String(p.decision || 'denied'));
+        else setCall(call, terminal, 'approval ' + terminal);
       }
       updatePending();
     }
@@ -810,7 +815,7 @@
             const uncertain = p.outcome === 'uncertain';
             if (uncertain) barState = 'uncertain';
             detail = String(p.error || '');
-            const extra = [p.outcome, p.retry].filter((x) => typeof x === 'string').join(', ');
+            const extra = [uncertain ? null : p.outcome, p.retry].filter((x) => typeof x === 'string').join(', ');
             const statusText = (uncertain ? 'uncertain outcome' : 'failed') + (extra ? ' (' + extra + ')' : '');
             if (call) setCall(call, barState, statusText, detail);
             else note('tool ' + (p.tool || '') + ' ' + p.call_id + ' failed: ' + detail, barState);
@@ -867,6 +872,8 @@
         const title = typeof doc.title === 'string' ? doc.title : type === 'shutdown' ? 'The daemon is shutting down' : 'Stream error';
         const detail = typeof doc.detail === 'string' ? doc.detail : '';
         showNotice(title, detail, type === 'shutdown' ? 'info' : 'error');
+        // Events that are gone stay gone: reconnecting would only repeat this.
+        if (type === 'error' && typeof doc.type === 'string' && /cursor-expired|unknown-run/.test(doc.type)) return 'fatal';
         return type;
       }
       return applyLine(data);
@@ -1025,6 +1032,9 @@
           break;
         case 'error':
           scheduleReconnect('stream error');
+          break;
+        case 'fatal':
+          setStream('stopped', 'error');
           break;
         default:
           scheduleReconnect(outcome === 'dropped' ? 'connection dropped' : 'stream ended');
