@@ -119,7 +119,7 @@
 
   function askForToken() {
     showNotice(
-      'This daemon needs a token.',
+      token() ? 'The daemon refused this token.' : 'This daemon needs a token.',
       'Paste the bearer token (the one in --token-file or KEEL_TOKEN) in the Token field above and press Save.',
       'auth'
     );

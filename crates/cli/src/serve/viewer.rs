@@ -134,16 +134,17 @@ mod tests {
             assert_eq!(get("cache-control").as_deref(), Some("no-cache"));
             assert_eq!(response.text().await.unwrap(), body, "{path}");
         }
-        let missing = client.get(format!("{base}/ui/other.js")).send().await.unwrap();
+        let missing = client
+            .get(format!("{base}/ui/other.js"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(missing.status(), 404);
     }
 
     #[test]
     fn the_policy_allows_this_origin_only_and_nothing_inline() {
-        let directives: Vec<&str> = CONTENT_SECURITY_POLICY
-            .split(';')
-            .map(str::trim)
-            .collect();
+        let directives: Vec<&str> = CONTENT_SECURITY_POLICY.split(';').map(str::trim).collect();
         for expected in [
             "default-src 'none'",
             "script-src 'self'",
@@ -180,7 +181,12 @@ mod tests {
             }
         }
         // A string passed to a timer is evaluated as code too.
-        for timer in ["setTimeout(\"", "setTimeout('", "setInterval(\"", "setInterval('"] {
+        for timer in [
+            "setTimeout(\"",
+            "setTimeout('",
+            "setInterval(\"",
+            "setInterval('",
+        ] {
             assert!(!APP_JS.contains(timer), "app.js passes a string to a timer");
         }
     }
