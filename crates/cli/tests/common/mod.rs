@@ -1,6 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 //! Helpers shared by the `keel` binary's integration tests.
 
+pub mod browser;
+
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
 

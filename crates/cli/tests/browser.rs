@@ -1,0 +1,858 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! `keel serve` in a real headless browser (Chromium through chromedriver):
+//! CORS and EventSource from another origin, the reconnect after the
+//! end, a forced disconnect, the built-in viewer (transcript, timeline,
+//! approvals, a token, model text rendered as text), and the cross-site
+//! and rebinding defences.
+//!
+//! Without chromium and chromedriver on PATH each test prints a SKIPPED
+//! line and passes, except under `CI=true`, where it fails (`.ci/run`
+//! installs them). `KEEL_SCREENSHOT=PATH` (relative to the repository
+//! root) makes the viewer test write its screenshot of the run page there.
+
+mod common;
+
+use common::browser::{
+    Browser, Daemon, Proxy, Site, example_path, http, is_run_terminal, tools, wait_until,
+};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+const SECS_10: Duration = Duration::from_secs(10);
+const SECS_20: Duration = Duration::from_secs(20);
+
+// ------------------------------------------------------------ scenarios
+
+/// `n` text deltas `"w{i} "`, `delay` ms apart, then stop.
+fn slow_text(n: usize, delay: u64) -> String {
+    let mut items = Vec::new();
+    for i in 0..n {
+        items.push(json!({"delay_ms": delay}));
+        items.push(json!({"text": format!("w{i} ")}));
+    }
+    items.push(json!({"complete": {"finish": "stop"}}));
+    json!({
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "count"}],
+        "provider": {"type": "scripted", "calls": [items]}
+    })
+    .to_string()
+}
+
+/// A quick run: two deltas, then stop.
+fn quick() -> String {
+    slow_text(2, 0)
+}
+
+/// A tool that needs approval, then a closing text.
+fn gated() -> String {
+    json!({
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "open the gate"}],
+        "tools": [{"name": "gate", "description": "opens the gate",
+                   "parameters": {"type": "object"}, "requires_approval": true,
+                   "script": [{"ok": "gate opened: 42"}]}],
+        "provider": {"type": "scripted", "calls": [
+            [{"text": "Opening the gate."},
+             {"tool_call": {"call_id": "g1", "name": "gate", "arguments": {"why": "test"}}},
+             {"complete": {"finish": "tool_calls"}}],
+            [{"text": "The gate is open."}, {"complete": {"finish": "stop"}}]
+        ]}
+    })
+    .to_string()
+}
+
+const SCRIPT_TEXT: &str = "<script>window.__pwned=1</script>";
+const IMG_TEXT: &str = "<img src=x onerror=\"window.__pwned=1\">";
+
+/// Model text and tool content that would run script if rendered as HTML.
+fn hostile() -> String {
+    json!({
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "<b>user</b><img src=u onerror=\"window.__pwned=4\">"}],
+        "tools": [{"name": "echo", "description": "echoes",
+                   "parameters": {"type": "object"},
+                   "script": [{"ok": "<b>bold</b><img src=z onerror=\"window.__pwned=3\">"}]}],
+        "provider": {"type": "scripted", "calls": [
+            [{"text": "Here: "}, {"text": SCRIPT_TEXT}, {"text": " and "}, {"text": IMG_TEXT},
+             {"tool_call": {"call_id": "e1", "name": "echo",
+                            "arguments": {"html": "<img src=y onerror=\"window.__pwned=2\">"}}},
+             {"complete": {"finish": "tool_calls"}}],
+            [{"text": "<svg onload=\"window.__pwned=5\"></svg> done"}, {"complete": {"finish": "stop"}}]
+        ]}
+    })
+    .to_string()
+}
+
+// --------------------------------------------------- EventSource in a page
+
+/// Opens an EventSource on `url` in the page; its events are collected
+/// in `window.__r`.
+async fn open_event_source(b: &Browser, url: &str) {
+    b.js(
+        r#"
+        const r = {open: 0, error: 0, seqs: [], ids: [], kinds: [], states: []};
+        window.__r = r;
+        const es = new EventSource(arguments[0]);
+        window.__es = es;
+        es.onopen = () => { r.open++; };
+        es.onerror = () => { r.error++; r.states.push(es.readyState); };
+        es.onmessage = (e) => {
+            const v = JSON.parse(e.data);
+            r.seqs.push(v.seq); r.ids.push(e.lastEventId); r.kinds.push(v.kind);
+        };
+        return true;
+        "#,
+        vec![json!(url)],
+    )
+    .await;
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct EsState {
+    open: u64,
+    error: u64,
+    seqs: Vec<u64>,
+    ids: Vec<String>,
+    kinds: Vec<String>,
+    /// 0 connecting, 1 open, 2 closed.
+    state: u64,
+}
+
+async fn es_state(b: &Browser) -> EsState {
+    let v = b
+        .js(
+            "const r = window.__r; return {open: r.open, error: r.error, seqs: r.seqs, \
+             ids: r.ids, kinds: r.kinds, state: window.__es.readyState};",
+            vec![],
+        )
+        .await;
+    serde_json::from_value(v).unwrap()
+}
+
+/// Waits until the page's EventSource saw a run terminal.
+async fn until_terminal(b: &Browser, within: Duration) -> EsState {
+    wait_until("the page to receive the run's terminal", within, || async {
+        let s = es_state(b).await;
+        s.kinds
+            .last()
+            .is_some_and(|k| is_run_terminal(k))
+            .then_some(s)
+    })
+    .await
+}
+
+/// `seqs` is exactly 1..=last, and the ids match.
+fn assert_every_seq_once(s: &EsState, last: u64) {
+    let want: Vec<u64> = (1..=last).collect();
+    assert_eq!(s.seqs, want, "a gap or a duplicate in what the page got");
+    let ids: Vec<String> = want.iter().map(u64::to_string).collect();
+    assert_eq!(s.ids, ids, "lastEventId is not the seq");
+}
+
+// ------------------------------------------------------------------ tests
+
+/// 1. A page on an allowed origin follows a run with EventSource
+/// (`?named=false`); a page on an origin not listed gets nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_origin_follows_a_run_only_when_allowed() {
+    let Some(tools) = tools("another_origin_follows_a_run_only_when_allowed") else {
+        return;
+    };
+    let allowed = Site::start().await;
+    let other = Site::start().await;
+    let daemon = Daemon::start(&["--allow-origin", &allowed.origin], &[]);
+    let b = Browser::start(&tools).await;
+
+    // The run streams for about 1.5 s: the page follows it live.
+    let run = daemon.create(&slow_text(15, 100), None).await;
+    let url = daemon.url(&format!("/v1/runs/{run}/events?named=false"));
+    b.goto(&allowed.url("/page")).await;
+    open_event_source(&b, &url).await;
+    let s = until_terminal(&b, SECS_20).await;
+    b.js("window.__es.close(); return true;", vec![]).await;
+    let last = daemon.run(&run, None).await["last_seq"].as_u64().unwrap();
+    assert_eq!(s.kinds.last().unwrap(), "run.completed");
+    assert_every_seq_once(&s, last);
+    assert_eq!(s.open, 1);
+
+    // The CORS answer names the origin, never `*`.
+    let r = http()
+        .get(&url)
+        .header("origin", &allowed.origin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.headers()
+            .get("access-control-allow-origin")
+            .map(|v| v.to_str().unwrap()),
+        Some(allowed.origin.as_str())
+    );
+    let r = http()
+        .get(&url)
+        .header("origin", &other.origin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+
+    // A page on an origin not listed: the EventSource fails, no message.
+    b.goto(&other.url("/page")).await;
+    open_event_source(&b, &url).await;
+    let s = wait_until("the blocked EventSource to close", SECS_10, || async {
+        let s = es_state(&b).await;
+        (s.state == 2).then_some(s)
+    })
+    .await;
+    assert!(s.seqs.is_empty(), "a blocked page read events: {s:?}");
+    assert_eq!(s.open, 0, "{s:?}");
+    assert!(s.error >= 1);
+    // fetch() is blocked too (a TypeError, no body).
+    let got = b
+        .js_async(
+            "const done = arguments[arguments.length - 1];
+             fetch(arguments[0]).then(r => r.text()).then(t => done('read: ' + t),
+                                                          e => done('blocked: ' + e.name));",
+            vec![json!(daemon.url(&format!("/v1/runs/{run}")))],
+        )
+        .await;
+    assert_eq!(got, json!("blocked: TypeError"));
+    b.close().await;
+}
+
+/// 2. After a finished run, the browser opens the stream once in 10 s:
+/// the reconnect at the terminal gets 204 and EventSource stops.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_run_is_streamed_once_in_ten_seconds() {
+    let Some(tools) = tools("a_finished_run_is_streamed_once_in_ten_seconds") else {
+        return;
+    };
+    let site = Site::start().await;
+    let daemon = Daemon::start(&["--allow-origin", &site.origin], &[]);
+    let proxy = Proxy::start(daemon.addr).await;
+    let run = daemon.create(&quick(), None).await;
+    let last = daemon.wait_ended(&run, None).await["last_seq"]
+        .as_u64()
+        .unwrap();
+    let b = Browser::start(&tools).await;
+    b.goto(&site.url("/page")).await;
+    open_event_source(
+        &b,
+        &format!("{}/v1/runs/{run}/events?named=false", proxy.base()),
+    )
+    .await;
+    let started = Instant::now();
+    // The whole window, not less: a browser that keeps reconnecting
+    // (every `retry:` interval) is caught in it.
+    let s = until_terminal(&b, SECS_10).await;
+    assert_every_seq_once(&s, last);
+    tokio::time::sleep(SECS_10.saturating_sub(started.elapsed())).await;
+    let s = es_state(&b).await;
+    let requests = proxy.requests(&format!("GET /v1/runs/{run}/events"));
+    assert_eq!(s.open, 1, "the stream was opened {} times: {s:?}", s.open);
+    assert_eq!(
+        s.state, 2,
+        "EventSource did not stop (readyState {})",
+        s.state
+    );
+    assert_every_seq_once(&s, last);
+    // The stream, then at most the one reconnect that got 204.
+    assert!(
+        (1..=2).contains(&requests),
+        "{requests} stream requests in 10 s:\n{}",
+        proxy.sent()
+    );
+    // The reconnect carried the terminal's seq.
+    if requests == 2 {
+        assert!(
+            proxy
+                .sent()
+                .to_ascii_lowercase()
+                .contains(&format!("last-event-id: {last}\r\n")),
+            "{}",
+            proxy.sent()
+        );
+    }
+    // Same thing straight: a cursor at the terminal gets 204.
+    let r = http()
+        .get(daemon.url(&format!("/v1/runs/{run}/events")))
+        .header("last-event-id", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    b.close().await;
+}
+
+/// 3. After a forced disconnect mid-run, EventSource's own reconnect
+/// with Last-Event-ID gets every seq exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forced_disconnect_loses_and_repeats_nothing() {
+    let Some(tools) = tools("a_forced_disconnect_loses_and_repeats_nothing") else {
+        return;
+    };
+    let site = Site::start().await;
+    let daemon = Daemon::start(&["--allow-origin", &site.origin], &[]);
+    let proxy = Proxy::start(daemon.addr).await;
+    let b = Browser::start(&tools).await;
+    b.goto(&site.url("/page")).await;
+    // About 4 s of streaming: 50 deltas 80 ms apart.
+    let run = daemon.create(&slow_text(50, 80), None).await;
+    open_event_source(
+        &b,
+        &format!("{}/v1/runs/{run}/events?named=false", proxy.base()),
+    )
+    .await;
+    let before = wait_until("some events before the cut", SECS_10, || async {
+        let s = es_state(&b).await;
+        (s.seqs.len() >= 8).then_some(s.seqs.len())
+    })
+    .await;
+    let cut = proxy.drop_all();
+    assert!(cut >= 1, "no open connection to cut");
+    let status = daemon.run(&run, None).await["status"].clone();
+    assert_eq!(status, "running", "the run ended before the cut");
+    let s = until_terminal(&b, SECS_20).await;
+    let last = daemon.run(&run, None).await["last_seq"].as_u64().unwrap();
+    assert!(s.error >= 1, "the page never saw the drop: {s:?}");
+    assert!(s.open >= 2, "no reconnect: {s:?}");
+    assert!(s.seqs.len() > before);
+    assert_every_seq_once(&s, last);
+    assert!(proxy.accepted() >= 2, "{} connections", proxy.accepted());
+    assert!(
+        proxy
+            .sent()
+            .to_ascii_lowercase()
+            .contains("last-event-id: "),
+        "the reconnect did not send Last-Event-ID"
+    );
+    b.close().await;
+}
+
+/// Resolves `KEEL_SCREENSHOT` (relative paths from the repository root).
+fn screenshot_path() -> Option<std::path::PathBuf> {
+    let p = std::path::PathBuf::from(std::env::var_os("KEEL_SCREENSHOT")?);
+    Some(if p.is_absolute() {
+        p
+    } else {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(p)
+    })
+}
+
+/// 4. The viewer shows a finished run's transcript and timeline (and
+/// the run list its row); the screenshot of the README.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_viewer_shows_a_finished_run() {
+    let Some(tools) = tools("the_viewer_shows_a_finished_run") else {
+        return;
+    };
+    let daemon = Daemon::start(&[], &[]);
+    let scenario = std::fs::read_to_string(example_path("weather_tools.json")).unwrap();
+    let run = daemon.create(&scenario, None).await;
+    let entry = daemon.wait_ended(&run, None).await;
+    assert_eq!(entry["status"], "completed");
+    let events = daemon.events(&run, None).await;
+    let count = |kind: &str| events.iter().filter(|e| e["kind"] == kind).count();
+    let last = events.last().unwrap()["seq"].as_u64().unwrap();
+
+    let b = Browser::start(&tools).await;
+    b.goto(&daemon.url(&format!("/runs/{run}"))).await;
+    b.wait_js(
+        "#run-status to say completed",
+        SECS_20,
+        "const s = document.querySelector('#run-status'); \
+         return s && s.textContent.trim() === 'completed';",
+    )
+    .await;
+    b.wait_js(
+        "body[data-last-seq] to reach the terminal",
+        SECS_10,
+        &format!("return document.body.dataset.lastSeq === '{last}';"),
+    )
+    .await;
+    let applied = b.texts("#event-count").await.concat();
+    assert_eq!(applied.trim(), events.len().to_string(), "#event-count");
+
+    // The transcript: the streamed text, joined, and the tool calls.
+    let text = b
+        .texts("#transcript .message[data-role=assistant] .text")
+        .await
+        .concat();
+    for want in [
+        "Let me check both cities.",
+        "Oslo is 3 °C and overcast; Bergen is 7 °C with rain.",
+        "Bergen is 4 °C warmer than Oslo today — but bring an umbrella.",
+    ] {
+        assert!(
+            text.contains(want),
+            "{want:?} not in the transcript: {text:?}"
+        );
+    }
+    let user = b
+        .texts("#transcript .message[data-role=user] .text")
+        .await
+        .concat();
+    assert!(user.contains("how much warmer is Bergen?"), "{user:?}");
+    for (call, tool, result) in [
+        ("c1", "get_weather", "overcast"),
+        ("c2", "get_weather", "rain"),
+        ("c3", "calculator", "4"),
+    ] {
+        let css = format!(".tool-call[data-call-id={call}][data-tool-name={tool}]");
+        let got = b.texts(&format!("{css} .tool-result")).await.concat();
+        assert!(got.contains(result), "{css}: result {got:?}");
+        let args = b.texts(&format!("{css} .tool-args")).await.concat();
+        assert!(!args.is_empty(), "{css}: no arguments shown");
+    }
+
+    // The timeline: a bar per scope, the failed model attempt marked.
+    assert_eq!(b.count("#timeline .bar[data-scope=run]").await, 1);
+    assert_eq!(
+        b.count("#timeline .bar[data-scope=turn]").await,
+        count("turn.started")
+    );
+    assert_eq!(
+        b.count("#timeline .bar[data-scope=model]").await,
+        count("model.started")
+    );
+    assert_eq!(
+        b.count("#timeline .bar[data-scope=tool]").await,
+        count("tool.started")
+    );
+    assert_eq!(count("tool.started"), 3);
+    assert_eq!(
+        b.count("#timeline .bar[data-scope=model][data-state=failed]")
+            .await,
+        count("model.failed")
+    );
+    assert!(
+        b.count("#timeline .bar[data-scope=model][data-attempt='2']")
+            .await
+            >= 1,
+        "the retry is not marked"
+    );
+    assert_eq!(
+        b.count("#timeline .bar[data-scope=tool][data-state=completed]")
+            .await,
+        3
+    );
+
+    let png = b.client.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    if let Some(path) = screenshot_path() {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(&path, &png).unwrap();
+        println!("screenshot: {}", path.display());
+    }
+
+    // The run list.
+    b.goto(&daemon.url("/")).await;
+    let row = format!("table#runs tr.run[data-run-id='{run}'][data-status=completed]");
+    b.wait_css(&row, SECS_10).await;
+    assert_eq!(
+        b.count(&format!("{row} a[href$='/runs/{run}']")).await,
+        1,
+        "no link to the run page"
+    );
+    b.close().await;
+}
+
+/// 5. An approval clicked in the page lets the tool run.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_clicked_in_the_page_runs_the_tool() {
+    let Some(tools) = tools("an_approval_clicked_in_the_page_runs_the_tool") else {
+        return;
+    };
+    let daemon = Daemon::start(&[], &[]);
+    let run = daemon.create(&gated(), None).await;
+    let b = Browser::start(&tools).await;
+    b.goto(&daemon.url(&format!("/runs/{run}"))).await;
+    let approve = b.wait_css(".interaction button.approve", SECS_20).await;
+    assert_eq!(b.count(".interaction button.deny").await, 1);
+    let kinds = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let before = kinds(&daemon.events(&run, None).await);
+    assert!(before.iter().any(|k| k == "interaction.started"));
+    assert!(
+        !before.iter().any(|k| k.starts_with("tool.")),
+        "the tool ran before the approval: {before:?}"
+    );
+    approve.click().await.unwrap();
+    b.wait_js(
+        "#run-status to say completed",
+        SECS_20,
+        "const s = document.querySelector('#run-status'); \
+         return s && s.textContent.trim() === 'completed';",
+    )
+    .await;
+    let result = b
+        .wait_js(
+            "the tool's result in the page",
+            SECS_10,
+            "return Array.from(document.querySelectorAll('.tool-call[data-call-id=g1] .tool-result'))\
+             .map(e => e.textContent).join('');",
+        )
+        .await;
+    assert!(
+        result.as_str().unwrap().contains("gate opened: 42"),
+        "{result}"
+    );
+    let events = daemon.events(&run, None).await;
+    let after = kinds(&events);
+    assert!(after.iter().any(|k| k == "tool.completed"), "{after:?}");
+    let decided = events
+        .iter()
+        .find(|e| e["kind"] == "interaction.completed")
+        .unwrap_or_else(|| panic!("no interaction.completed: {after:?}"));
+    assert!(
+        decided.to_string().contains("approved"),
+        "not an approval: {decided}"
+    );
+    assert_eq!(after.last().unwrap(), "run.completed");
+    // The buttons are gone once decided.
+    b.wait_js(
+        "the approve button to go",
+        SECS_10,
+        "return document.querySelectorAll('.interaction button.approve:not([disabled])').length === 0;",
+    )
+    .await;
+    b.close().await;
+}
+
+/// 6. Model and tool content is text, never HTML: no script runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn model_text_is_shown_as_text() {
+    let Some(tools) = tools("model_text_is_shown_as_text") else {
+        return;
+    };
+    let daemon = Daemon::start(&[], &[]);
+    let run = daemon.create(&hostile(), None).await;
+    assert_eq!(daemon.wait_ended(&run, None).await["status"], "completed");
+    let b = Browser::start(&tools).await;
+    b.goto(&daemon.url(&format!("/runs/{run}"))).await;
+    b.wait_js(
+        "#run-status to say completed",
+        SECS_20,
+        "const s = document.querySelector('#run-status'); \
+         return s && s.textContent.trim() === 'completed';",
+    )
+    .await;
+    let text = b.texts(".message .text").await.concat();
+    assert!(
+        text.contains(SCRIPT_TEXT),
+        "{SCRIPT_TEXT} not shown: {text:?}"
+    );
+    assert!(text.contains(IMG_TEXT), "{IMG_TEXT} not shown: {text:?}");
+    assert!(text.contains("<svg onload="), "{text:?}");
+    let result = b
+        .texts(".tool-call[data-call-id=e1] .tool-result")
+        .await
+        .concat();
+    assert!(result.contains("<img src=z"), "tool result: {result:?}");
+    // Give an injected image time to fail and fire its handler.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pwned = b
+        .js(
+            "return typeof window.__pwned === 'undefined' ? null : window.__pwned;",
+            vec![],
+        )
+        .await;
+    assert_eq!(pwned, Value::Null, "a script ran");
+    for tag in ["img", "script", "svg", "b"] {
+        assert_eq!(
+            b.count(&format!("#transcript {tag}, #timeline {tag}"))
+                .await,
+            0,
+            "a <{tag}> element was made from content"
+        );
+    }
+    b.close().await;
+}
+
+/// The same scenario the cross-site pages try to start.
+fn drive_by() -> String {
+    json!({
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "spend the credits"}],
+        "provider": {"type": "scripted", "calls": [[{"text": "x"}, {"complete": {"finish": "stop"}}]]}
+    })
+    .to_string()
+}
+
+/// 7. A cross-site form or `text/plain` POST starts nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cross_site_post_starts_nothing() {
+    let Some(tools) = tools("a_cross_site_post_starts_nothing") else {
+        return;
+    };
+    let site = Site::start().await;
+    let daemon = Daemon::start(&[], &[]);
+    let proxy = Proxy::start(daemon.addr).await;
+    let body = drive_by();
+    // A text/plain form sends `name=value`: split the JSON so that the
+    // `=` lands inside a string and the body is the scenario again.
+    let split = body.find("spend").unwrap();
+    let (name, value) = (&body[..split], &body[split..]);
+    let attr = |s: &str| s.replace('&', "&amp;").replace('\'', "&#39;");
+    site.page(
+        "/form",
+        &format!(
+            "<!doctype html><meta charset=utf-8><title>form</title>\
+             <form id=f method=post enctype=text/plain action='{}/v1/runs'>\
+             <input type=hidden name='{}' value='{}'></form>\
+             <script>document.getElementById('f').submit();</script>",
+            proxy.base(),
+            attr(name),
+            attr(value)
+        ),
+    );
+    let b = Browser::start(&tools).await;
+    b.goto(&site.url("/form")).await;
+    // The browser follows the form to the daemon's answer.
+    let base = proxy.base();
+    let landed = wait_until("the form's answer to load", SECS_10, || async {
+        let url = b.client.current_url().await.ok()?;
+        let text = b
+            .js(
+                "return document.body ? document.body.innerText : '';",
+                vec![],
+            )
+            .await;
+        (url.as_str().starts_with(&base) && !text.as_str()?.is_empty())
+            .then(|| text.as_str().unwrap().to_owned())
+    })
+    .await;
+    assert!(
+        landed.contains("urn:keel:problem:"),
+        "the form was not refused: {landed}"
+    );
+    let sent = proxy.sent();
+    assert!(sent.starts_with("POST /v1/runs "), "{sent}");
+    assert!(
+        sent.contains("=spend the credits"),
+        "the form body is not the scenario: {sent}"
+    );
+
+    // A no-cors text/plain fetch: opaque to the page, and refused.
+    b.goto(&site.url("/page")).await;
+    let got = b
+        .js_async(
+            "const done = arguments[arguments.length - 1];
+             fetch(arguments[0], {method: 'POST', mode: 'no-cors',
+                                  headers: {'Content-Type': 'text/plain'}, body: arguments[1]})
+               .then(r => done(r.type), e => done('error: ' + e));",
+            vec![json!(format!("{base}/v1/runs")), json!(body)],
+        )
+        .await;
+    assert_eq!(got, json!("opaque"));
+    assert_eq!(proxy.requests("POST /v1/runs "), 2, "{}", proxy.sent());
+    assert!(
+        daemon.run_ids(None).await.is_empty(),
+        "a cross-site POST started a run"
+    );
+
+    // With the origin allowed, text/plain is still refused (415). The
+    // refusal comes before CORS, so the page may not be able to read it:
+    // what the daemon answered is read at the proxy.
+    let daemon = Daemon::start(&["--allow-origin", &site.origin], &[]);
+    let proxy = Proxy::start(daemon.addr).await;
+    let got = b
+        .js_async(
+            "const done = arguments[arguments.length - 1];
+             fetch(arguments[0], {method: 'POST', headers: {'Content-Type': 'text/plain'},
+                                  body: arguments[1]})
+               .then(r => done(r.status), e => done('error: ' + e));",
+            vec![json!(format!("{}/v1/runs", proxy.base())), json!(body)],
+        )
+        .await;
+    assert!(
+        got == json!(415) || got == json!("error: TypeError: Failed to fetch"),
+        "an allowed page's text/plain POST: {got}"
+    );
+    if got != json!(415) {
+        println!(
+            "note: the 415 to an allowed origin carries no CORS headers (the page cannot read it)"
+        );
+    }
+    assert_eq!(proxy.requests("POST /v1/runs "), 1, "{}", proxy.sent());
+    let answer = proxy.received();
+    assert!(answer.starts_with("HTTP/1.1 415 "), "{answer}");
+    assert!(
+        answer.contains("urn:keel:problem:unsupported-media-type"),
+        "{answer}"
+    );
+    let r = http()
+        .post(daemon.url("/v1/runs"))
+        .header("origin", &site.origin)
+        .header("content-type", "text/plain")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    assert!(daemon.run_ids(None).await.is_empty());
+    // ... while the same scenario as JSON (after a preflight) starts a run:
+    // the body was a real scenario all along.
+    let got = b
+        .js_async(
+            "const done = arguments[arguments.length - 1];
+             fetch(arguments[0], {method: 'POST', headers: {'Content-Type': 'application/json'},
+                                  body: arguments[1]})
+               .then(r => done(r.status), e => done('error: ' + e));",
+            vec![json!(daemon.url("/v1/runs")), json!(body)],
+        )
+        .await;
+    assert_eq!(got, json!(201), "an allowed page's JSON POST");
+    assert_eq!(daemon.run_ids(None).await.len(), 1);
+    b.close().await;
+}
+
+/// A raw HTTP/1.1 GET with the given Host; the status code.
+fn status_with_host(daemon: &Daemon, path: &str, host: &str) -> u16 {
+    let mut s = std::net::TcpStream::connect(daemon.addr).unwrap();
+    s.set_read_timeout(Some(SECS_10)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {out:?}"))
+}
+
+/// 8. A foreign Host header is refused; a page on a rebinding name
+/// (rebind.test resolving to 127.0.0.1) reads nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreign_host_and_a_rebinding_page_read_nothing() {
+    let Some(tools) = tools("a_foreign_host_and_a_rebinding_page_read_nothing") else {
+        return;
+    };
+    let daemon = Daemon::start(&[], &[]);
+    let run = daemon.create(&quick(), None).await;
+    daemon.wait_ended(&run, None).await;
+    let port = daemon.port();
+    for path in [
+        "/v1/runs",
+        &format!("/v1/runs/{run}/events"),
+        "/",
+        "/ui/app.js",
+    ] {
+        let code = status_with_host(&daemon, path, "attacker.example");
+        assert!(
+            matches!(code, 421 | 403),
+            "{path} with a foreign Host: {code}"
+        );
+        let code = status_with_host(&daemon, path, &format!("attacker.example:{port}"));
+        assert!(
+            matches!(code, 421 | 403),
+            "{path} with a foreign Host: {code}"
+        );
+    }
+    assert_eq!(
+        status_with_host(&daemon, "/v1/runs", &format!("127.0.0.1:{port}")),
+        200
+    );
+    assert_eq!(
+        status_with_host(&daemon, "/v1/runs", &format!("localhost:{port}")),
+        200
+    );
+
+    let b = Browser::start(&tools).await;
+    b.goto(&format!("http://rebind.test:{port}/")).await;
+    let page = b
+        .js(
+            "return document.body ? document.body.innerText : '';",
+            vec![],
+        )
+        .await;
+    let page = page.as_str().unwrap();
+    // The page reached the daemon (its refusal), and is not the viewer.
+    assert!(page.contains("host-not-allowed"), "{page:?}");
+    assert_eq!(b.count("table#runs, #transcript, #timeline").await, 0);
+    let got = b
+        .js_async(
+            "const done = arguments[arguments.length - 1];
+             fetch('/v1/runs').then(r => r.text().then(t => done({status: r.status, body: t})),
+                                    e => done({status: 0, body: String(e)}));",
+            vec![],
+        )
+        .await;
+    let status = got["status"].as_u64().unwrap();
+    let body = got["body"].as_str().unwrap();
+    assert!(
+        matches!(status, 421 | 403),
+        "the rebinding page got {status}: {body}"
+    );
+    assert!(
+        !body.contains(&run),
+        "the rebinding page read the run list: {body}"
+    );
+    b.close().await;
+}
+
+/// The viewer works with a token: the page holds no data until the
+/// token is saved, then lists and shows the run.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_viewer_works_with_a_token() {
+    let Some(tools) = tools("the_viewer_works_with_a_token") else {
+        return;
+    };
+    let token = "browser-test-token-0123456789";
+    let daemon = Daemon::start(&[], &[("KEEL_TOKEN", token)]);
+    let run = daemon.create(&quick(), Some(token)).await;
+    daemon.wait_ended(&run, Some(token)).await;
+    let r = http().get(daemon.url("/v1/runs")).send().await.unwrap();
+    assert_eq!(r.status(), 401, "the API answered without the token");
+
+    let b = Browser::start(&tools).await;
+    b.goto(&daemon.url("/")).await;
+    let input = b.wait_css("input#token", SECS_10).await;
+    // Without the token the list stays empty (it polls every second).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(b.count("tr.run").await, 0, "runs listed without the token");
+    input.send_keys(token).await.unwrap();
+    b.wait_css("button#token-save", SECS_10)
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait_css(
+        &format!("table#runs tr.run[data-run-id='{run}'][data-status=completed]"),
+        SECS_10,
+    )
+    .await;
+    let stored = b
+        .js("return sessionStorage.getItem('keel-token');", vec![])
+        .await;
+    assert_eq!(stored, json!(token));
+    // The run page streams with the token (fetch, Authorization).
+    b.goto(&daemon.url(&format!("/runs/{run}"))).await;
+    b.wait_js(
+        "#run-status to say completed",
+        SECS_20,
+        "const s = document.querySelector('#run-status'); \
+         return s && s.textContent.trim() === 'completed';",
+    )
+    .await;
+    let text = b
+        .texts("#transcript .message[data-role=assistant] .text")
+        .await
+        .concat();
+    assert!(text.contains("w0 w1"), "{text:?}");
+    b.close().await;
+}
