@@ -89,7 +89,7 @@
       const trimmed = value.trim();
       if (trimmed.startsWith('{') || trimmed.startsWith('[')) {
         try {
-          return JSON.stringify(JSON.parse(trimmed), null, 2);
+          return pretty(JSON.parse(trimmed));
         } catch (_) {
           return value;
         }
@@ -97,7 +97,9 @@
       return value;
     }
     try {
-      return JSON.stringify(value, null, 2);
+      const flat = JSON.stringify(value);
+      if (flat === undefined) return String(value);
+      return flat.length <= 72 ? flat : JSON.stringify(value, null, 2);
     } catch (_) {
       return String(value);
     }
@@ -403,20 +405,23 @@
       );
       const argsNode = el('pre', { cls: 'tool-args mono', text: pretty(args) });
       const result = el('pre', { cls: 'tool-result mono', data: { state: 'pending' } });
-      result.hidden = true;
+      const resultLabel = el('div', { cls: 'label', text: 'result' });
+      const resultBox = el('div', { cls: 'io io-result' }, resultLabel, result);
+      resultBox.hidden = true;
       const node = el(
         'div',
         { cls: 'tool-call', data: { callId, toolName: name, state: 'requested' } },
         head,
-        el('div', { cls: 'label', text: 'arguments' }),
-        argsNode
+        el(
+          'div',
+          { cls: 'call-io' },
+          el('div', { cls: 'io io-args' }, el('div', { cls: 'label', text: 'arguments' }), argsNode),
+          resultBox
+        )
       );
-      const resultLabel = el('div', { cls: 'label', text: 'result' });
-      resultLabel.hidden = true;
-      node.append(resultLabel, result);
       msg.body.append(node);
       msg.text = null;
-      const call = { node, status, result, resultLabel };
+      const call = { node, status, result, resultLabel, resultBox };
       if (callId) state.calls.set(callId, call);
       return call;
     }
@@ -428,8 +433,7 @@
       if (resultText !== undefined) {
         call.result.textContent = resultText;
         call.result.dataset.state = callState;
-        call.result.hidden = false;
-        call.resultLabel.hidden = false;
+        call.resultBox.hidden = false;
         call.resultLabel.textContent = callState === 'completed' ? 'result' : 'error';
       }
     }
@@ -464,7 +468,7 @@
           const call = state.calls.get(callId);
           const bad = part.is_error === true;
           const content = typeof part.content === 'string' ? part.content : pretty(part.content);
-          if (call && call.result.hidden) {
+          if (call && call.resultBox.hidden) {
             setCall(call, bad ? 'failed' : 'completed', bad ? 'failed' : 'completed', pretty(content));
           }
           msg.body.append(
