@@ -341,14 +341,17 @@ async fn follow_on_one_gateway_resume_on_the_other() {
         .await
         .unwrap();
     problem(r, 404, "run-not-found").await;
-    // From the last seq: an empty stream that ends.
-    let r = c
-        .get(g1.url(&format!("/v1/runs/run_nats_a/events?after={last}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert!(read_sse(r, |_| false).await.is_empty());
+    // From the terminal: 204, so an EventSource stops reconnecting, on
+    // the gateway that stores the run and on the one reading JetStream.
+    for g in [&g1, &g2] {
+        let r = c
+            .get(g.url("/v1/runs/run_nats_a/events"))
+            .header("last-event-id", last.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204);
+    }
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "took {:?}",

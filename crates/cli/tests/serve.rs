@@ -1505,3 +1505,251 @@ async fn a_three_run_conversation_over_http() {
     assert_eq!(v["type"], "urn:keel:problem:run-not-continuable", "{v}");
     assert_eq!(v["status"], "failed");
 }
+
+// ------------------------------------------- browsers: cross-site, SSE
+
+/// A client that sends exactly the headers given (no default JSON type).
+fn bare_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+async fn problem_type(r: reqwest::Response) -> String {
+    let v: Value = r.json().await.unwrap();
+    v["type"].as_str().unwrap_or_default().to_owned()
+}
+
+async fn run_count(d: &Daemon) -> usize {
+    let r = client().get(d.url("/v1/runs")).send().await.unwrap();
+    let v: Value = r.json().await.unwrap();
+    v["runs"].as_array().unwrap().len()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreign_host_is_421_before_anything_is_read_or_started() {
+    let d = Daemon::start(&["--public-host", "keel.internal:8443"], None);
+    let c = bare_client();
+    for (method, path) in [("GET", "/v1/runs"), ("GET", "/"), ("POST", "/v1/runs")] {
+        for host in [
+            "attacker.example",
+            "attacker.example:7878",
+            "127.0.0.1.nip.io",
+        ] {
+            let r = c
+                .request(method.parse().unwrap(), d.url(path))
+                .header("host", host)
+                .header("content-type", "application/json")
+                .body(plain("run_rebound"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 421, "{method} {path} Host {host}");
+            assert_eq!(problem_type(r).await, "urn:keel:problem:host-not-allowed");
+        }
+    }
+    for host in ["localhost:1", "[::1]", "keel.internal:8443"] {
+        let r = c
+            .get(d.url("/v1/runs"))
+            .header("host", host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "Host {host}");
+    }
+    let r = c
+        .get(d.url("/v1/runs"))
+        .header("host", "keel.internal:9999")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        421,
+        "a --public-host with a port serves that port only"
+    );
+    assert_eq!(run_count(&d).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simple_cross_site_posts_start_nothing() {
+    let d = Daemon::start(&["--allow-origin", "http://127.0.0.1:5555"], None);
+    let c = bare_client();
+    let bodies = [
+        Some("text/plain"),
+        Some("text/plain;charset=UTF-8"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        None,
+    ];
+    for content_type in bodies {
+        let mut r = c.post(d.url("/v1/runs")).body(plain("run_simple"));
+        if let Some(t) = content_type {
+            r = r.header("content-type", t);
+        }
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), 415, "{content_type:?}");
+        assert_eq!(
+            problem_type(r).await,
+            "urn:keel:problem:unsupported-media-type"
+        );
+    }
+    // Cancel and answers too, body or not.
+    for path in [
+        "/v1/runs/x/cancel",
+        "/v1/runs/x/interactions/i",
+        "/v1/runs/x/messages",
+    ] {
+        let r = c.post(d.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 415, "{path}");
+    }
+    // A page on another origin, listed or not: refused or typed.
+    let r = c
+        .post(d.url("/v1/runs"))
+        .header("origin", "http://evil.example")
+        .header("content-type", "application/json")
+        .body(plain("run_evil"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(problem_type(r).await, "urn:keel:problem:origin-not-allowed");
+    assert_eq!(run_count(&d).await, 0);
+    // The daemon's own origin (the viewer) may post.
+    let r = c
+        .post(d.url("/v1/runs"))
+        .header("origin", d.base.clone())
+        .header("content-type", "application/json")
+        .body(plain("run_own"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cors_answers_listed_origins_only_and_never_with_a_wildcard() {
+    let allowed = "http://127.0.0.1:5555";
+    for token in [None, Some("tok-123")] {
+        let d = Daemon::start(&["--allow-origin", allowed], token);
+        let c = bare_client();
+        let r = c
+            .request(reqwest::Method::OPTIONS, d.url("/v1/runs"))
+            .header("origin", allowed)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type,authorization",
+            )
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "preflight {}", r.status());
+        let h = r.headers();
+        assert_eq!(h["access-control-allow-origin"], allowed);
+        let allow_headers = h["access-control-allow-headers"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(allow_headers.contains("content-type"), "{allow_headers}");
+        assert_eq!(
+            allow_headers.contains("authorization"),
+            token.is_some(),
+            "Authorization is allowed exactly when a token is configured: {allow_headers}"
+        );
+        assert!(h["vary"].to_str().unwrap().contains("origin"));
+        // A listed origin reads, with the headers a client needs.
+        let mut get = c.get(d.url("/v1/runs")).header("origin", allowed);
+        if let Some(t) = token {
+            get = get.bearer_auth(t);
+        }
+        let r = get.send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["access-control-allow-origin"], allowed);
+        for (name, value) in r.headers() {
+            assert_ne!(value, "*", "{name} is a wildcard");
+        }
+        // Another origin gets no CORS headers, and no answer.
+        let r = c
+            .request(reqwest::Method::OPTIONS, d.url("/v1/runs"))
+            .header("origin", "http://127.0.0.1:5556")
+            .header("access-control-request-method", "POST")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403);
+        assert!(r.headers().get("access-control-allow-origin").is_none());
+    }
+    // Without --allow-origin: no CORS headers at all.
+    let d = Daemon::start(&[], None);
+    let r = bare_client().get(d.url("/v1/runs")).send().await.unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+}
+
+#[test]
+fn bad_cross_site_flags_are_exit_2_naming_the_flag() {
+    for (flag, value) in [
+        ("--allow-origin", "*"),
+        ("--allow-origin", "http://example.com/app"),
+        ("--allow-origin", "null"),
+        ("--public-host", "bad host"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .args(["serve", "--listen", "127.0.0.1:0", flag, value])
+            .env_remove("KEEL_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+    }
+}
+
+async fn raw_events(
+    d: &Daemon,
+    run: &str,
+    query: &str,
+    last_event_id: Option<u64>,
+) -> reqwest::Response {
+    let mut r = client().get(d.url(&format!("/v1/runs/{run}/events{query}")));
+    if let Some(id) = last_event_id {
+        r = r.header("last-event-id", id.to_string());
+    }
+    r.send().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn event_streams_speak_eventsource() {
+    let d = Daemon::start(&[], None);
+    let c = client();
+    let run = create(&c, &d, plain("run_es")).await;
+    wait_status(&c, &d, &run, "completed").await;
+    // The retry hint comes first; named by kind by default.
+    let text = raw_events(&d, &run, "", None).await.text().await.unwrap();
+    assert!(text.starts_with("retry: 1000\n\n"), "{text}");
+    assert!(text.contains("event: run.started\n"), "{text}");
+    let last = text.matches("\nid: ").count() as u64 + u64::from(text.starts_with("id: "));
+    // ?named=false: no event lines; every run event is a `message`.
+    let text = raw_events(&d, &run, "?named=false", None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!text.contains("event:"), "{text}");
+    assert_eq!(text.matches("id: ").count() as u64, last);
+    assert!(text.contains(r#""kind":"run.completed""#), "{text}");
+    // A reconnect at the terminal gets 204; one before it gets the rest.
+    let r = raw_events(&d, &run, "", Some(last)).await;
+    assert_eq!(r.status(), 204);
+    let r = raw_events(&d, &run, &format!("?after={last}"), None).await;
+    assert_eq!(r.status(), 204);
+    let r = raw_events(&d, &run, "", Some(last - 1)).await;
+    assert_eq!(r.status(), 200);
+    let rest = read_sse(r, |_| false).await;
+    assert_eq!(seqs(&rest), vec![last]);
+    // A bad `named` is a 400 naming the parameter.
+    let r = raw_events(&d, &run, "?named=maybe", None).await;
+    assert_eq!(r.status(), 400);
+}

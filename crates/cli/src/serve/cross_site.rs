@@ -111,9 +111,11 @@ impl CrossSiteRefusal {
                 "host-not-allowed",
                 "Host not served",
             ),
-            CrossSiteRefusal::OriginNotAllowed => {
-                (StatusCode::FORBIDDEN, "origin-not-allowed", "Origin refused")
-            }
+            CrossSiteRefusal::OriginNotAllowed => (
+                StatusCode::FORBIDDEN,
+                "origin-not-allowed",
+                "Origin refused",
+            ),
             CrossSiteRefusal::NotJson => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
@@ -142,7 +144,10 @@ impl Authority {
         let (host, port) = if let Some(rest) = text.strip_prefix('[') {
             let end = rest.find(']').ok_or("an IPv6 literal without ]")?;
             let (literal, after) = rest.split_at(end);
-            (format!("[{literal}]"), after.strip_prefix(']').unwrap_or(after))
+            (
+                format!("[{literal}]"),
+                after.strip_prefix(']').unwrap_or(after),
+            )
         } else {
             match text.find(':') {
                 Some(i) => (text[..i].to_owned(), &text[i..]),
@@ -373,7 +378,11 @@ pub fn cors_layer(policy: &CrossSitePolicy, token: bool) -> Option<CorsLayer> {
             .allow_origin(AllowOrigin::list(origins))
             .allow_methods([Method::GET, Method::POST])
             .allow_headers(allowed)
-            .expose_headers([header::LOCATION, header::RETRY_AFTER, header::WWW_AUTHENTICATE])
+            .expose_headers([
+                header::LOCATION,
+                header::RETRY_AFTER,
+                header::WWW_AUTHENTICATE,
+            ])
             .max_age(PREFLIGHT_MAX_AGE),
     )
 }
@@ -474,11 +483,27 @@ mod tests {
                 with_origin("127.0.0.1:7878", "http://127.0.0.1:7878", Ok(())),
                 with_origin("localhost:7878", "http://LOCALHOST:7878", Ok(())),
                 with_origin("127.0.0.1:7878", "http://127.0.0.1:5555", Ok(())),
-                with_origin("127.0.0.1:7878", "http://127.0.0.1:5556", Err(OriginNotAllowed)),
-                with_origin("127.0.0.1:7878", "https://127.0.0.1:5555", Err(OriginNotAllowed)),
-                with_origin("127.0.0.1:7878", "http://localhost:7878", Err(OriginNotAllowed)),
+                with_origin(
+                    "127.0.0.1:7878",
+                    "http://127.0.0.1:5556",
+                    Err(OriginNotAllowed),
+                ),
+                with_origin(
+                    "127.0.0.1:7878",
+                    "https://127.0.0.1:5555",
+                    Err(OriginNotAllowed),
+                ),
+                with_origin(
+                    "127.0.0.1:7878",
+                    "http://localhost:7878",
+                    Err(OriginNotAllowed),
+                ),
                 with_origin("127.0.0.1:7878", "null", Err(OriginNotAllowed)),
-                with_origin("127.0.0.1:7878", "http://evil.example", Err(OriginNotAllowed)),
+                with_origin(
+                    "127.0.0.1:7878",
+                    "http://evil.example",
+                    Err(OriginNotAllowed),
+                ),
             ],
         );
     }
@@ -511,7 +536,9 @@ mod tests {
     #[test]
     fn flag_values_are_checked() {
         assert_eq!(
-            AllowedOrigin::parse("HTTP://Example.COM:80/").unwrap().as_str(),
+            AllowedOrigin::parse("HTTP://Example.COM:80/")
+                .unwrap()
+                .as_str(),
             "http://example.com:80"
         );
         for bad in [

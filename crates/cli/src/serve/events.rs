@@ -23,7 +23,7 @@ use keel_eventlog::{
     SubscriptionError,
 };
 use keel_observers::{
-    JetStreamHandle, RemoteSubscribeError, RemoteSubscription, RemoteSubscriptionError,
+    JetStreamHandle, RemoteSubscribeError, RemoteSubscription, RemoteSubscriptionError, RunStatus,
 };
 use serde_json::json;
 use std::convert::Infallible;
@@ -45,6 +45,9 @@ const DEFAULT_LIMIT: usize = 1000;
 const MAX_LIMIT: usize = 10_000;
 /// Interval of the SSE keep-alive comments.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// The `retry:` hint every stream opens with: how long a browser waits
+/// before reconnecting after a drop.
+pub const RETRY_HINT: Duration = Duration::from_millis(1000);
 
 /// The query string.
 #[derive(Debug, serde::Deserialize)]
@@ -55,6 +58,7 @@ struct EventsQuery {
     limit: Option<usize>,
     max_events: Option<usize>,
     max_bytes: Option<usize>,
+    named: Option<bool>,
 }
 
 fn bad_request(detail: String) -> Problem {
@@ -75,19 +79,32 @@ pub enum EventsFormat {
     Jsonl,
 }
 
+/// How run events are framed on an SSE stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// `event: <kind>` (the default): a client listens per kind.
+    Kind,
+    /// No `event:` line (`?named=false`): every run event arrives as the
+    /// default `message` type, so a generic client (`onmessage`) follows
+    /// them all; the kind is in the data. `error` and `shutdown`, which
+    /// are not run events, keep their names.
+    Unnamed,
+}
+
 /// A checked `GET /v1/runs/{id}/events` request: where to start, how to
 /// deliver, and the bounds, clamped to what the daemon allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventsRequest {
     cursor: u64,
     format: EventsFormat,
+    naming: Naming,
     limit: Option<usize>,
     bounds: SubscriptionBounds,
 }
 
 impl EventsRequest {
     /// Reads the query string of `uri` (`after`, `format`, `limit`,
-    /// `max_events`, `max_bytes`; anything else is refused) and the
+    /// `max_events`, `max_bytes`, `named`; anything else is refused) and the
     /// `Last-Event-ID` header, which wins over `?after=` (a reconnecting
     /// EventSource sends it and keeps the URL's `after`). A 400 problem
     /// names the parameter, never its value.
@@ -113,6 +130,11 @@ impl EventsRequest {
         Ok(EventsRequest {
             cursor: header_cursor.or(query.after).unwrap_or(0),
             format,
+            naming: if query.named.unwrap_or(true) {
+                Naming::Kind
+            } else {
+                Naming::Unnamed
+            },
             limit: query.limit,
             bounds: SubscriptionBounds {
                 max_events: query
@@ -137,6 +159,11 @@ impl EventsRequest {
         self.format
     }
 
+    /// How SSE frames name their events.
+    pub fn naming(&self) -> Naming {
+        self.naming
+    }
+
     /// The page size asked for (JSON Lines; clamped when the page is read).
     pub fn limit(&self) -> Option<usize> {
         self.limit
@@ -157,7 +184,7 @@ pub async fn events(
 ) -> Result<Response, Problem> {
     let request = EventsRequest::parse(&uri, &headers)?;
     match request.format {
-        EventsFormat::Sse => stream(daemon, id, request.cursor, request.bounds).await,
+        EventsFormat::Sse => stream(daemon, id, &request).await,
         EventsFormat::Jsonl => page(daemon, id, request.cursor, request.limit).await,
     }
 }
@@ -201,14 +228,23 @@ enum Start {
     Journal,
 }
 
+/// `204 No Content`: the client already has the run's terminal. By the
+/// HTML standard an EventSource answered 204 stops reconnecting.
+fn nothing_follows() -> Response {
+    StatusCode::NO_CONTENT.into_response()
+}
+
 async fn stream(
     daemon: Arc<Daemon>,
     id: String,
-    cursor: u64,
-    bounds: SubscriptionBounds,
+    request: &EventsRequest,
 ) -> Result<Response, Problem> {
+    let (cursor, bounds) = (request.cursor, request.bounds);
     let start = if let Some(run) = daemon.engine.live_run(&id) {
         let log = run.log().clone();
+        if log.run_ended() && cursor >= log.stats().last_seq {
+            return Ok(nothing_follows());
+        }
         match log.subscribe(cursor, bounds) {
             Ok(sub) => Start::Live(log, sub),
             Err(SubscribeError::CursorAhead { requested, latest }) => {
@@ -231,12 +267,15 @@ async fn stream(
         let lookup = id.clone();
         let Some(summary) = daemon.read(move |r| r.run_status(&lookup)).await? else {
             if let Some(handle) = daemon.nats.as_ref() {
-                return remote(&daemon, handle, id, cursor).await;
+                return remote(&daemon, handle, id, request).await;
             }
             return Err(Problem::unknown_run(&id));
         };
         if cursor > summary.last_seq {
             return Err(Problem::cursor_ahead(cursor, summary.last_seq));
+        }
+        if cursor == summary.last_seq && summary.status != RunStatus::Running {
+            return Ok(nothing_follows());
         }
         if cursor < summary.last_seq
             && !journal_serves(&daemon, &id, cursor, summary.last_seq).await?
@@ -249,17 +288,28 @@ async fn stream(
         }
         Start::Journal
     };
-    let events = sse_stream(daemon, id, cursor, bounds, start);
-    Ok(Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
-        .into_response())
+    let events = sse_stream(daemon, id, request, start);
+    Ok(sse_response(events))
 }
 
-fn sse_of(event: &Event) -> SseEvent {
-    SseEvent::default()
-        .id(event.seq().to_string())
-        .event(event.kind().name())
-        .data(event.line())
+/// The SSE response: the `retry:` hint first, then `events`, with
+/// keep-alive comments between.
+fn sse_response(
+    events: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
+) -> Response {
+    let hint = futures_util::stream::once(async { Ok(SseEvent::default().retry(RETRY_HINT)) });
+    Sse::new(futures_util::StreamExt::chain(hint, events))
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
+        .into_response()
+}
+
+fn sse_of(event: &Event, naming: Naming) -> SseEvent {
+    let frame = SseEvent::default().id(event.seq().to_string());
+    let frame = match naming {
+        Naming::Kind => frame.event(event.kind().name()),
+        Naming::Unnamed => frame,
+    };
+    frame.data(event.line())
 }
 
 fn error_event(problem: &Problem) -> SseEvent {
@@ -341,12 +391,13 @@ struct Follower {
     bounds: SubscriptionBounds,
     log: Option<RunLog>,
     sub: Option<Subscription>,
+    naming: Naming,
 }
 
 impl Follower {
     async fn step(&mut self) -> Step {
         match self.sub.as_mut() {
-            Some(sub) => Self::read_log(sub, &mut self.last)
+            Some(sub) => Self::read_log(sub, &mut self.last, self.naming)
                 .await
                 .unwrap_or_else(|| {
                     // The log dropped events this stream had not taken; the
@@ -359,11 +410,11 @@ impl Follower {
     }
 
     /// The next event of the subscription; `None` when it was evicted.
-    async fn read_log(sub: &mut Subscription, last: &mut u64) -> Option<Step> {
+    async fn read_log(sub: &mut Subscription, last: &mut u64, naming: Naming) -> Option<Step> {
         let step = match sub.recv().await {
             Some(Ok(event)) => {
                 *last = event.seq();
-                Step::more(vec![sse_of(&event)])
+                Step::more(vec![sse_of(&event, naming)])
             }
             Some(Err(SubscriptionError::SlowConsumer {
                 last_delivered,
@@ -416,7 +467,7 @@ impl Follower {
             match checked(line, &self.id, self.last) {
                 Ok(event) => {
                     self.last = event.seq();
-                    send.push(sse_of(&event));
+                    send.push(sse_of(&event, self.naming));
                 }
                 Err(problem) => {
                     send.push(error_event(&problem));
@@ -474,8 +525,7 @@ fn checked(line: &str, id: &str, last: u64) -> Result<Event, Problem> {
 fn sse_stream(
     daemon: Arc<Daemon>,
     id: String,
-    cursor: u64,
-    bounds: SubscriptionBounds,
+    request: &EventsRequest,
     start: Start,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
     let (log, sub) = match start {
@@ -486,10 +536,11 @@ fn sse_stream(
     let mut follower = Follower {
         daemon,
         id,
-        last: cursor,
-        bounds,
+        last: request.cursor,
+        bounds: request.bounds,
         log,
         sub,
+        naming: request.naming,
     };
     async_stream::stream! {
         loop {
@@ -598,8 +649,9 @@ async fn remote(
     daemon: &Arc<Daemon>,
     handle: &JetStreamHandle,
     id: String,
-    cursor: u64,
+    request: &EventsRequest,
 ) -> Result<Response, Problem> {
+    let cursor = request.cursor;
     let sub = match RemoteSubscription::open(handle, &id, cursor).await {
         Ok(sub) => sub,
         Err(RemoteSubscribeError::UnknownRun { .. }) => return Err(Problem::unknown_run(&id)),
@@ -617,23 +669,24 @@ async fn remote(
     if cursor > 0 && ended_at(handle, &id, cursor).await? {
         // The client has the terminal: nothing follows (a subscription at
         // the run's last seq would wait for events that never come).
-        let none = futures_util::stream::empty::<Result<SseEvent, Infallible>>();
-        return Ok(Sse::new(none).into_response());
+        return Ok(nothing_follows());
     }
-    let events = remote_stream(Arc::clone(daemon), sub);
-    Ok(Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
-        .into_response())
+    Ok(sse_response(remote_stream(
+        Arc::clone(daemon),
+        sub,
+        request.naming,
+    )))
 }
 
 fn remote_stream(
     daemon: Arc<Daemon>,
     mut sub: RemoteSubscription,
+    naming: Naming,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
     async_stream::stream! {
         loop {
             match sub.next().await {
-                Some(Ok(event)) => yield Ok(sse_of(&event)),
+                Some(Ok(event)) => yield Ok(sse_of(&event, naming)),
                 Some(Err(RemoteSubscriptionError::Gap { expected, found, .. })) => {
                     yield Ok(error_event(&gap_problem(expected.saturating_sub(1), found)));
                     return;
