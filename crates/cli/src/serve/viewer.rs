@@ -39,8 +39,8 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
     form-action 'none'; frame-ancestors 'none'";
 
 /// The viewer's routes: `GET /`, `GET /runs/{id}`, `GET /ui/app.js` and
-/// `GET /ui/app.css` (HEAD too). The lead merges them into the daemon's
-/// router outside the token layer.
+/// `GET /ui/app.css` (HEAD too). [`super::router`] merges them outside
+/// the token layer (they hold no data), inside the cross-site checks.
 pub fn routes() -> Router<Arc<super::Daemon>> {
     assets()
 }
