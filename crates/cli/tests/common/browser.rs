@@ -9,7 +9,7 @@
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -54,7 +54,11 @@ pub fn tools(test: &str) -> Option<Tools> {
             )
         }
         _ => {
-            println!("SKIPPED: {test}: chromium/chromedriver not found; install with: {INSTALL}");
+            // Straight to the handle: libtest captures println! of a passing test.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {test}: chromium/chromedriver not found; install with: {INSTALL}"
+            );
             None
         }
     }
