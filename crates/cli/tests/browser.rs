@@ -856,3 +856,90 @@ async fn the_viewer_works_with_a_token() {
     assert!(text.contains("w0 w1"), "{text:?}");
     b.close().await;
 }
+
+/// Two turns with usage, the second streaming for about 2.5 s.
+fn two_turns() -> String {
+    let mut second: Vec<Value> = Vec::new();
+    for i in 0..25 {
+        second.push(json!({"delay_ms": 100}));
+        second.push(json!({"text": format!("t{i} ")}));
+    }
+    second.push(json!({"complete": {"finish": "stop",
+                                    "usage": {"input_tokens": 45, "output_tokens": 6}}}));
+    json!({
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "two turns"}],
+        "tools": [{"name": "note", "description": "notes", "parameters": {"type": "object"},
+                   "script": [{"ok": "noted"}]}],
+        "provider": {"type": "scripted", "calls": [
+            [{"delay_ms": 300}, {"text": "Noting."},
+             {"tool_call": {"call_id": "n1", "name": "note", "arguments": {}}},
+             {"complete": {"finish": "tool_calls",
+                           "usage": {"input_tokens": 300, "output_tokens": 40}}}],
+            second
+        ]}
+    })
+    .to_string()
+}
+
+/// The run list updates live (running, then completed, without a
+/// reload) and shows start, turns and tokens from `GET /v1/runs`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_list_updates_live_with_turns_and_tokens() {
+    let Some(tools) = tools("the_run_list_updates_live_with_turns_and_tokens") else {
+        return;
+    };
+    let daemon = Daemon::start(&[], &[]);
+    let b = Browser::start(&tools).await;
+    b.goto(&daemon.url("/")).await;
+    b.wait_css("table#runs", SECS_10).await;
+    let run = daemon.create(&two_turns(), None).await;
+    let row = format!("table#runs tr.run[data-run-id='{run}']");
+    b.wait_css(&format!("{row}[data-status=running]"), SECS_10)
+        .await;
+    let list = daemon.get_json("/v1/runs", None).await;
+    let entry = |list: &Value| -> Value {
+        list["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run_id"] == run.as_str())
+            .unwrap_or_else(|| panic!("{run} not in {list}"))
+            .clone()
+    };
+    let live = entry(&list);
+    assert_eq!(live["status"], "running", "{live}");
+    assert!(
+        live["started_ts"].is_u64(),
+        "a live run without started_ts: {live}"
+    );
+    // Updated in place: no reload.
+    b.js("window.__same_page = true; return true;", vec![])
+        .await;
+    b.wait_css(&format!("{row}[data-status=completed]"), SECS_20)
+        .await;
+    assert_eq!(
+        b.js("return window.__same_page === true;", vec![]).await,
+        json!(true)
+    );
+    let done = entry(&daemon.get_json("/v1/runs", None).await);
+    assert_eq!(done["turns"], 2, "{done}");
+    assert_eq!(
+        done["usage"],
+        json!({"input_tokens": 345, "output_tokens": 46}),
+        "{done}"
+    );
+    let text = b
+        .wait_js(
+            "the row to show the tokens",
+            SECS_10,
+            &format!(
+                "const r = document.querySelector(\"{row}\"); \
+                 return r && r.textContent.includes('345') && r.textContent.includes('46') \
+                 ? r.textContent : null;"
+            ),
+        )
+        .await;
+    println!("row: {text}");
+    b.close().await;
+}
