@@ -943,3 +943,125 @@ async fn the_run_list_updates_live_with_turns_and_tokens() {
     println!("row: {text}");
     b.close().await;
 }
+
+/// The viewer's own stream survives a dropped connection: it reconnects
+/// with Last-Event-ID and applies every event once (the transcript has
+/// each streamed word once, in order).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_viewer_survives_a_dropped_connection() {
+    let Some(tools) = tools("the_viewer_survives_a_dropped_connection") else {
+        return;
+    };
+    let daemon = Daemon::start(&[], &[]);
+    let proxy = Proxy::start(daemon.addr).await;
+    let run = daemon.create(&slow_text(40, 80), None).await;
+    let b = Browser::start(&tools).await;
+    // The viewer served through the proxy: its stream can be cut.
+    b.goto(&format!("{}/runs/{run}", proxy.base())).await;
+    b.wait_js(
+        "the viewer to apply some events",
+        SECS_10,
+        "const n = document.querySelector('#event-count'); \
+         return n && parseInt(n.textContent, 10) >= 10;",
+    )
+    .await;
+    let before = proxy.accepted();
+    assert!(proxy.drop_all() >= 1, "no open connection to cut");
+    assert_eq!(daemon.run(&run, None).await["status"], "running");
+    b.wait_js(
+        "#run-status to say completed",
+        SECS_20,
+        "const s = document.querySelector('#run-status'); \
+         return s && s.textContent.trim() === 'completed';",
+    )
+    .await;
+    assert!(proxy.accepted() > before, "the viewer did not reconnect");
+    let events = daemon.events(&run, None).await;
+    let last = events.last().unwrap()["seq"].as_u64().unwrap();
+    b.wait_js(
+        "body[data-last-seq] to reach the terminal",
+        SECS_10,
+        &format!("return document.body.dataset.lastSeq === '{last}';"),
+    )
+    .await;
+    let applied = b.texts("#event-count").await.concat();
+    assert_eq!(applied.trim(), events.len().to_string(), "#event-count");
+    let text = b
+        .texts("#transcript .message[data-role=assistant] .text")
+        .await
+        .concat();
+    let want: String = (0..40).map(|i| format!("w{i} ")).collect();
+    assert_eq!(text.trim(), want.trim(), "lost or repeated text");
+    assert_eq!(b.count("#timeline .bar[data-scope=model]").await, 1);
+    b.close().await;
+}
+
+/// Deny and cancel from the page: a denied tool does not run; the cancel
+/// button cancels a running run.
+#[tokio::test(flavor = "multi_thread")]
+async fn deny_and_cancel_from_the_page() {
+    let Some(tools) = tools("deny_and_cancel_from_the_page") else {
+        return;
+    };
+    let daemon = Daemon::start(&[], &[]);
+    let b = Browser::start(&tools).await;
+
+    let run = daemon.create(&gated(), None).await;
+    b.goto(&daemon.url(&format!("/runs/{run}"))).await;
+    b.wait_css(".interaction button.deny", SECS_20)
+        .await
+        .click()
+        .await
+        .unwrap();
+    let ended = daemon.wait_ended(&run, None).await;
+    let events = daemon.events(&run, None).await;
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(
+        !kinds.contains(&"tool.completed"),
+        "a denied tool ran: {kinds:?}"
+    );
+    let decided = events
+        .iter()
+        .find(|e| e["kind"] == "interaction.completed")
+        .unwrap_or_else(|| panic!("no interaction.completed: {kinds:?}"));
+    assert!(decided.to_string().contains("denied"), "{decided}");
+    let status = ended["status"].as_str().unwrap().to_owned();
+    b.wait_js(
+        "#run-status to show the end",
+        SECS_10,
+        &format!(
+            "const s = document.querySelector('#run-status'); \
+             return s && s.textContent.trim() === '{status}';"
+        ),
+    )
+    .await;
+
+    let run = daemon.create(&slow_text(100, 100), None).await;
+    b.goto(&daemon.url(&format!("/runs/{run}"))).await;
+    b.wait_js(
+        "the run to stream",
+        SECS_10,
+        "const n = document.querySelector('#event-count'); \
+         return n && parseInt(n.textContent, 10) >= 5;",
+    )
+    .await;
+    b.wait_css("button#cancel", SECS_10)
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait_js(
+        "#run-status to say cancelled",
+        SECS_10,
+        "const s = document.querySelector('#run-status'); \
+         return s && s.textContent.trim() === 'cancelled';",
+    )
+    .await;
+    assert_eq!(daemon.wait_ended(&run, None).await["status"], "cancelled");
+    assert!(
+        b.count("#timeline .bar[data-scope=run][data-state=cancelled]")
+            .await
+            == 1
+    );
+    b.close().await;
+}
