@@ -1065,3 +1065,44 @@ async fn deny_and_cancel_from_the_page() {
     );
     b.close().await;
 }
+
+/// A page on an allowed origin uses the API with a token: the preflight
+/// allows `Authorization` and `Content-Type`, `Location` is exposed, and
+/// the 401 without the token is readable.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_allowed_origin_uses_the_api_with_a_token() {
+    let Some(tools) = tools("an_allowed_origin_uses_the_api_with_a_token") else {
+        return;
+    };
+    let token = "cross-origin-token-0123456789";
+    let site = Site::start().await;
+    let daemon = Daemon::start(&["--allow-origin", &site.origin], &[("KEEL_TOKEN", token)]);
+    let b = Browser::start(&tools).await;
+    b.goto(&site.url("/page")).await;
+    let got = b
+        .js_async(
+            "const [base, token, body, done] = arguments;
+             (async () => {
+               const none = await fetch(base + '/v1/runs');
+               const post = await fetch(base + '/v1/runs', {method: 'POST', body,
+                 headers: {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + token}});
+               const created = await post.json();
+               const list = await fetch(base + '/v1/runs',
+                 {headers: {'Authorization': 'Bearer ' + token}});
+               return {none: none.status, post: post.status, location: post.headers.get('location'),
+                       run: created.run_id, list: list.status, listed: await list.text()};
+             })().then(done, e => done({error: String(e)}));",
+            vec![json!(daemon.base), json!(token), json!(quick())],
+        )
+        .await;
+    assert_eq!(got["none"], 401, "{got}");
+    assert_eq!(got["post"], 201, "{got}");
+    let run = got["run"].as_str().unwrap();
+    assert!(
+        got["location"].as_str().is_some_and(|l| l.ends_with(run)),
+        "Location not exposed: {got}"
+    );
+    assert_eq!(got["list"], 200, "{got}");
+    assert!(got["listed"].as_str().unwrap().contains(run), "{got}");
+    b.close().await;
+}
