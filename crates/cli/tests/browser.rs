@@ -212,6 +212,14 @@ async fn another_origin_follows_a_run_only_when_allowed() {
             .map(|v| v.to_str().unwrap()),
         Some(allowed.origin.as_str())
     );
+    let vary = r.headers().get_all("vary").iter();
+    let vary: Vec<String> = vary
+        .map(|v| v.to_str().unwrap().to_ascii_lowercase())
+        .collect();
+    assert!(
+        vary.iter().any(|v| v.contains("origin")),
+        "no Vary: Origin: {vary:?}"
+    );
     let r = http()
         .get(&url)
         .header("origin", &other.origin)
@@ -539,6 +547,22 @@ async fn model_text_is_shown_as_text() {
     let daemon = Daemon::start(&[], &[]);
     let run = daemon.create(&hostile(), None).await;
     assert_eq!(daemon.wait_ended(&run, None).await["status"], "completed");
+    // The second line of defence: the page's CSP allows no inline script.
+    let r = http()
+        .get(daemon.url(&format!("/runs/{run}")))
+        .send()
+        .await
+        .unwrap();
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    let csp = header("content-security-policy");
+    assert!(csp.contains("script-src 'self'"), "CSP: {csp:?}");
+    assert!(!csp.contains("unsafe-inline"), "CSP: {csp:?}");
+    assert_eq!(header("x-content-type-options"), "nosniff");
     let b = Browser::start(&tools).await;
     b.goto(&daemon.url(&format!("/runs/{run}"))).await;
     b.wait_js(
