@@ -461,7 +461,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
             Arc::clone(&daemon),
             auth::require_token,
         ));
-    let mut app = api;
+    let mut app = api.merge(viewer::routes());
     if let Some(cors) = cross_site::cors_layer(&daemon.cross_site, daemon.token.is_some()) {
         app = app.layer(cors);
     }
