@@ -1604,6 +1604,20 @@ async fn simple_cross_site_posts_start_nothing() {
         let r = c.post(d.url(path)).send().await.unwrap();
         assert_eq!(r.status(), 415, "{path}");
     }
+    // A listed page reads why: the refusal carries its CORS header.
+    let r = c
+        .post(d.url("/v1/runs"))
+        .header("origin", "http://127.0.0.1:5555")
+        .header("content-type", "text/plain")
+        .body(plain("run_listed_plain"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "http://127.0.0.1:5555"
+    );
     // A page on another origin, listed or not: refused or typed.
     let r = c
         .post(d.url("/v1/runs"))
@@ -1752,4 +1766,45 @@ async fn event_streams_speak_eventsource() {
     // A bad `named` is a 400 naming the parameter.
     let r = raw_events(&d, &run, "?named=maybe", None).await;
     assert_eq!(r.status(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_list_has_turns_usage_and_times() {
+    let d = Daemon::start(&[], None);
+    let c = client();
+    let body = json!({
+        "run_id": "run_totals",
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "go"}],
+        "tools": [{"name": "t", "description": "a tool", "parameters": {"type": "object"},
+                   "requires_approval": false, "script": [{"ok": 1}]}],
+        "provider": {"type": "scripted", "calls": [
+            [{"tool_call": {"call_id": "c1", "name": "t", "arguments": {}}},
+             {"complete": {"finish": "tool_calls", "usage": {"input_tokens": 10, "output_tokens": 3}}}],
+            [{"text": "done"},
+             {"complete": {"finish": "stop", "usage": {"input_tokens": 20, "output_tokens": 4}}}]
+        ]}
+    })
+    .to_string();
+    let run = create(&c, &d, body).await;
+    wait_status(&c, &d, &run, "completed").await;
+    create(&c, &d, plain("run_plain_totals")).await;
+    wait_status(&c, &d, "run_plain_totals", "completed").await;
+    let v: Value = c
+        .get(d.url("/v1/runs"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let entry = |id: &str| runs.iter().find(|r| r["run_id"] == id).unwrap().clone();
+    let t = entry("run_totals");
+    assert_eq!(t["turns"], 2);
+    assert_eq!(t["usage"], json!({"input_tokens": 30, "output_tokens": 7}));
+    assert!(t["updated_ts"].as_u64().unwrap() >= t["started_ts"].as_u64().unwrap());
+    let p = entry("run_plain_totals");
+    assert_eq!(p["turns"], 1);
+    assert_eq!(p["usage"], json!({"input_tokens": 0, "output_tokens": 0}));
 }

@@ -128,7 +128,7 @@ mod recover;
 mod schema;
 mod writer;
 
-pub use reader::{JournalReader, RunSummary};
+pub use reader::{JournalReader, RunSummary, RunTotals};
 pub use recover::{RecoveredRun, RecoveryReport, SkipReason, SkippedRun};
 pub use schema::SCHEMA_VERSION;
 

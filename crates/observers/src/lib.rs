@@ -20,7 +20,7 @@ pub mod journal;
 #[cfg(feature = "sqlite")]
 pub use journal::{
     JournalConfig, JournalError, JournalReader, JournalStats, RecoveredRun, RecoveryReport,
-    RunStatus, RunSummary, SkipReason, SkippedRun, SqliteJournal, Synchronous,
+    RunStatus, RunSummary, RunTotals, SkipReason, SkippedRun, SqliteJournal, Synchronous,
 };
 
 #[cfg(feature = "nats")]

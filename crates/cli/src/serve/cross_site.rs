@@ -313,14 +313,22 @@ impl CrossSitePolicy {
         Ok(())
     }
 
+    /// The `--allow-origin` entry an `Origin` header names, if any.
+    fn listed(&self, origin: &[u8]) -> Option<&AllowedOrigin> {
+        let origin = std::str::from_utf8(origin).ok()?;
+        self.allowed_origins
+            .iter()
+            .find(|o| o.0.eq_ignore_ascii_case(origin))
+    }
+
     fn origin_allowed(&self, origin: &[u8], own: Option<&Authority>) -> bool {
         let Ok(origin) = std::str::from_utf8(origin) else {
             return false;
         };
-        let origin = origin.to_ascii_lowercase();
-        if self.allowed_origins.iter().any(|o| o.0 == origin) {
+        if self.listed(origin.as_bytes()).is_some() {
             return true;
         }
+        let origin = origin.to_ascii_lowercase();
         own.is_some_and(|own| {
             origin == origin_text("http", own) || origin == origin_text("https", own)
         })
@@ -347,9 +355,20 @@ pub async fn defend(
         origin: headers.get(header::ORIGIN).map(HeaderValue::as_bytes),
         content_type: headers.get(header::CONTENT_TYPE).map(HeaderValue::as_bytes),
     };
+    let listed = head.origin.and_then(|o| policy.listed(o));
     match policy.check(&head) {
         Ok(()) => next.run(request).await,
-        Err(refusal) => refusal.problem().into_response(),
+        Err(refusal) => {
+            let mut response = refusal.problem().into_response();
+            // A listed page may read why it was refused (a 415, a 421):
+            // the refusal carries the CORS headers the API would.
+            if let Some(origin) = listed.and_then(|o| HeaderValue::from_str(o.as_str()).ok()) {
+                let headers = response.headers_mut();
+                headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+                headers.insert(header::VARY, HeaderValue::from_static("origin"));
+            }
+            response
+        }
     }
 }
 

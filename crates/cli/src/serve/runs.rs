@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use keel_engine::{LiveRun, RunHandle, RunRequest, StartError};
 use keel_eventlog::SubscriptionBounds;
-use keel_observers::RunSummary;
+use keel_observers::{RunSummary, RunTotals};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::path::Path;
@@ -393,19 +393,38 @@ fn summary_json(s: &RunSummary, live: bool) -> Value {
     })
 }
 
-fn live_json(run: &LiveRun) -> Value {
+/// A live run: `running`, its seq from its log, its timestamps from the
+/// journal row (which exists from `run.started` on: a posted run is
+/// answered once the journal holds it; `null` before).
+fn live_json(run: &LiveRun, stored: Option<&RunSummary>) -> Value {
     json!({
         "run_id": run.run_id().as_str(),
         "status": "running",
         "last_seq": run.log().stats().last_seq,
+        "started_ts": stored.map(|s| s.started_ts),
+        "updated_ts": stored.map(|s| s.updated_ts),
         "live": true,
     })
 }
 
+/// Adds `turns` and `usage` (from the journal's totals; zero for a run
+/// with none stored yet).
+fn with_totals(mut entry: Value, totals: Option<&RunTotals>) -> Value {
+    let t = totals.copied().unwrap_or_default();
+    if let Some(map) = entry.as_object_mut() {
+        map.insert("turns".to_owned(), json!(t.turns));
+        map.insert(
+            "usage".to_owned(),
+            json!({ "input_tokens": t.input_tokens, "output_tokens": t.output_tokens }),
+        );
+    }
+    entry
+}
+
 /// `GET /v1/runs`: the journal's runs in its order (live ones as live),
-/// then live runs not journaled yet.
+/// then live runs not journaled yet; each with its turns and usage.
 pub async fn list_runs(State(daemon): State<Arc<Daemon>>) -> Result<Response, Problem> {
-    let stored = daemon.read(|r| r.runs()).await?;
+    let (stored, totals) = daemon.read(|r| Ok((r.runs()?, r.totals()?))).await?;
     let live: HashSet<String> = daemon
         .engine
         .live_run_ids()
@@ -421,17 +440,18 @@ pub async fn list_runs(State(daemon): State<Arc<Daemon>>) -> Result<Response, Pr
             .contains(s.run_id.as_str())
             .then(|| daemon.engine.live_run(&s.run_id))
             .flatten();
-        match run {
-            Some(run) => runs.push(live_json(&run)),
-            None => runs.push(summary_json(s, false)),
-        }
+        let entry = match run {
+            Some(run) => live_json(&run, Some(s)),
+            None => summary_json(s, false),
+        };
+        runs.push(with_totals(entry, totals.get(&s.run_id)));
     }
     for id in &live {
         if listed.contains(id.as_str()) {
             continue;
         }
         if let Some(run) = daemon.engine.live_run(id) {
-            runs.push(live_json(&run));
+            runs.push(with_totals(live_json(&run, None), totals.get(id)));
         }
     }
     Ok(json_response(StatusCode::OK, &json!({ "runs": runs })))
@@ -442,13 +462,13 @@ pub async fn run_status(
     State(daemon): State<Arc<Daemon>>,
     UrlPath(id): UrlPath<String>,
 ) -> Result<Response, Problem> {
-    if let Some(run) = daemon.engine.live_run(&id) {
-        return Ok(json_response(StatusCode::OK, &live_json(&run)));
-    }
+    let live = daemon.engine.live_run(&id);
     let lookup = id.clone();
-    match daemon.read(move |r| r.run_status(&lookup)).await? {
-        Some(s) => Ok(json_response(StatusCode::OK, &summary_json(&s, false))),
-        None => Err(Problem::unknown_run(&id)),
+    let stored = daemon.read(move |r| r.run_status(&lookup)).await?;
+    match (live, stored) {
+        (Some(run), s) => Ok(json_response(StatusCode::OK, &live_json(&run, s.as_ref()))),
+        (None, Some(s)) => Ok(json_response(StatusCode::OK, &summary_json(&s, false))),
+        (None, None) => Err(Problem::unknown_run(&id)),
     }
 }
 

@@ -3,6 +3,7 @@
 use super::schema::{self, Found};
 use super::{JournalError, RunStatus};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -20,6 +21,17 @@ pub struct RunSummary {
     pub started_ts: u64,
     /// Greatest `ts` stored for the run.
     pub updated_ts: u64,
+}
+
+/// What a run's stored events add up to (see [`JournalReader::totals`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunTotals {
+    /// `turn.started` events.
+    pub turns: u64,
+    /// `usage.input_tokens` summed over `model.completed` events.
+    pub input_tokens: u64,
+    /// `usage.output_tokens` summed over `model.completed` events.
+    pub output_tokens: u64,
 }
 
 /// A read-only view of a journal, for the CLI and the daemon.
@@ -124,6 +136,34 @@ impl JournalReader {
         })
     }
 
+    /// Turns and token usage of every stored run, from its `turn.started`
+    /// and `model.completed` events. It reads those events of every run
+    /// (one pass over the `events` table), so its cost grows with the
+    /// journal; the daemon's run list calls it once per request.
+    pub fn totals(&self) -> Result<HashMap<String, RunTotals>, JournalError> {
+        self.with("sum run totals", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT run_id, SUM(kind = 'turn.started'), \
+                 COALESCE(SUM(CASE WHEN kind = 'model.completed' \
+                   THEN json_extract(line, '$.payload.usage.input_tokens') END), 0), \
+                 COALESCE(SUM(CASE WHEN kind = 'model.completed' \
+                   THEN json_extract(line, '$.payload.usage.output_tokens') END), 0) \
+                 FROM events WHERE kind IN ('turn.started', 'model.completed') \
+                 GROUP BY run_id",
+            )?;
+            let rows = stmt.query_map([], |row| {
+                let run_id: String = row.get(0)?;
+                let totals = RunTotals {
+                    turns: non_negative(row.get(1)?, 1, "turns")?,
+                    input_tokens: non_negative(row.get(2)?, 2, "input_tokens")?,
+                    output_tokens: non_negative(row.get(3)?, 3, "output_tokens")?,
+                };
+                Ok((run_id, totals))
+            })?;
+            rows.collect()
+        })
+    }
+
     /// One run's summary, or `None` if the journal has no event of it.
     pub fn run_status(&self, run_id: &str) -> Result<Option<RunSummary>, JournalError> {
         self.with("read run status", |conn| {
@@ -155,6 +195,10 @@ impl JournalReader {
             rows.collect()
         })
     }
+}
+
+fn non_negative(v: i64, col: usize, name: &str) -> rusqlite::Result<u64> {
+    u64::try_from(v).map_err(|_| conversion(col, format!("the {name} total is {v}")))
 }
 
 fn conversion(col: usize, detail: String) -> rusqlite::Error {
