@@ -13,7 +13,7 @@
 mod common;
 
 use common::browser::{
-    Browser, Daemon, Proxy, Site, example_path, http, is_run_terminal, tools, wait_until,
+    Browser, Daemon, Proxy, Site, http, is_run_terminal, start_daemon, tools, wait_until,
 };
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -162,7 +162,7 @@ async fn another_origin_follows_a_run_only_when_allowed() {
     };
     let allowed = Site::start().await;
     let other = Site::start().await;
-    let daemon = Daemon::start(&["--allow-origin", &allowed.origin], &[]);
+    let daemon = start_daemon(&["--allow-origin", &allowed.origin], &[]);
     let b = Browser::start(&tools).await;
 
     // The run streams for about 1.5 s: the page follows it live.
@@ -239,7 +239,7 @@ async fn a_finished_run_is_streamed_once_in_ten_seconds() {
         return;
     };
     let site = Site::start().await;
-    let daemon = Daemon::start(&["--allow-origin", &site.origin], &[]);
+    let daemon = start_daemon(&["--allow-origin", &site.origin], &[]);
     let proxy = Proxy::start(daemon.addr).await;
     let run = daemon.create(&quick(), None).await;
     let last = daemon.wait_ended(&run, None).await["last_seq"]
@@ -303,7 +303,7 @@ async fn a_forced_disconnect_loses_and_repeats_nothing() {
         return;
     };
     let site = Site::start().await;
-    let daemon = Daemon::start(&["--allow-origin", &site.origin], &[]);
+    let daemon = start_daemon(&["--allow-origin", &site.origin], &[]);
     let proxy = Proxy::start(daemon.addr).await;
     let b = Browser::start(&tools).await;
     b.goto(&site.url("/page")).await;
@@ -359,8 +359,8 @@ async fn the_viewer_shows_a_finished_run() {
     let Some(tools) = tools("the_viewer_shows_a_finished_run") else {
         return;
     };
-    let daemon = Daemon::start(&[], &[]);
-    let scenario = std::fs::read_to_string(example_path("weather_tools.json")).unwrap();
+    let daemon = start_daemon(&[], &[]);
+    let scenario = std::fs::read_to_string(common::example("weather_tools.json")).unwrap();
     let run = daemon.create(&scenario, None).await;
     let entry = daemon.wait_ended(&run, None).await;
     assert_eq!(entry["status"], "completed");
@@ -478,7 +478,7 @@ async fn an_approval_clicked_in_the_page_runs_the_tool() {
     let Some(tools) = tools("an_approval_clicked_in_the_page_runs_the_tool") else {
         return;
     };
-    let daemon = Daemon::start(&[], &[]);
+    let daemon = start_daemon(&[], &[]);
     let run = daemon.create(&gated(), None).await;
     let b = Browser::start(&tools).await;
     b.goto(&daemon.url(&format!("/runs/{run}"))).await;
@@ -544,7 +544,7 @@ async fn model_text_is_shown_as_text() {
     let Some(tools) = tools("model_text_is_shown_as_text") else {
         return;
     };
-    let daemon = Daemon::start(&[], &[]);
+    let daemon = start_daemon(&[], &[]);
     let run = daemon.create(&hostile(), None).await;
     assert_eq!(daemon.wait_ended(&run, None).await["status"], "completed");
     // The second line of defence: the page's CSP allows no inline script.
@@ -621,7 +621,7 @@ async fn a_cross_site_post_starts_nothing() {
         return;
     };
     let site = Site::start().await;
-    let daemon = Daemon::start(&[], &[]);
+    let daemon = start_daemon(&[], &[]);
     let proxy = Proxy::start(daemon.addr).await;
     let body = drive_by();
     // A text/plain form sends `name=value`: split the JSON so that the
@@ -689,7 +689,7 @@ async fn a_cross_site_post_starts_nothing() {
     // With the origin allowed, text/plain is still refused (415). The
     // refusal comes before CORS, so the page may not be able to read it:
     // what the daemon answered is read at the proxy.
-    let daemon = Daemon::start(&["--allow-origin", &site.origin], &[]);
+    let daemon = start_daemon(&["--allow-origin", &site.origin], &[]);
     let proxy = Proxy::start(daemon.addr).await;
     let got = b
         .js_async(
@@ -766,7 +766,7 @@ async fn a_foreign_host_and_a_rebinding_page_read_nothing() {
     let Some(tools) = tools("a_foreign_host_and_a_rebinding_page_read_nothing") else {
         return;
     };
-    let daemon = Daemon::start(&[], &[]);
+    let daemon = start_daemon(&[], &[]);
     let run = daemon.create(&quick(), None).await;
     daemon.wait_ended(&run, None).await;
     let port = daemon.port();
@@ -837,7 +837,7 @@ async fn the_viewer_works_with_a_token() {
         return;
     };
     let token = "browser-test-token-0123456789";
-    let daemon = Daemon::start(&[], &[("KEEL_TOKEN", token)]);
+    let daemon = start_daemon(&[], &[("KEEL_TOKEN", token)]);
     let run = daemon.create(&quick(), Some(token)).await;
     daemon.wait_ended(&run, Some(token)).await;
     let r = http().get(daemon.url("/v1/runs")).send().await.unwrap();
@@ -913,7 +913,7 @@ async fn the_run_list_updates_live_with_turns_and_tokens() {
     let Some(tools) = tools("the_run_list_updates_live_with_turns_and_tokens") else {
         return;
     };
-    let daemon = Daemon::start(&[], &[]);
+    let daemon = start_daemon(&[], &[]);
     let b = Browser::start(&tools).await;
     b.goto(&daemon.url("/")).await;
     b.wait_css("table#runs", SECS_10).await;
@@ -976,7 +976,7 @@ async fn the_viewer_survives_a_dropped_connection() {
     let Some(tools) = tools("the_viewer_survives_a_dropped_connection") else {
         return;
     };
-    let daemon = Daemon::start(&[], &[]);
+    let daemon = start_daemon(&[], &[]);
     let proxy = Proxy::start(daemon.addr).await;
     let run = daemon.create(&slow_text(40, 80), None).await;
     let b = Browser::start(&tools).await;
@@ -1027,7 +1027,7 @@ async fn deny_and_cancel_from_the_page() {
     let Some(tools) = tools("deny_and_cancel_from_the_page") else {
         return;
     };
-    let daemon = Daemon::start(&[], &[]);
+    let daemon = start_daemon(&[], &[]);
     let b = Browser::start(&tools).await;
 
     let run = daemon.create(&gated(), None).await;
@@ -1100,7 +1100,7 @@ async fn an_allowed_origin_uses_the_api_with_a_token() {
     };
     let token = "cross-origin-token-0123456789";
     let site = Site::start().await;
-    let daemon = Daemon::start(&["--allow-origin", &site.origin], &[("KEEL_TOKEN", token)]);
+    let daemon = start_daemon(&["--allow-origin", &site.origin], &[("KEEL_TOKEN", token)]);
     let b = Browser::start(&tools).await;
     b.goto(&site.url("/page")).await;
     let got = b

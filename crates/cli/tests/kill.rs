@@ -20,15 +20,13 @@
 //!   every store that holds it holds the same lines byte for byte.
 
 mod common;
-#[path = "common/sse.rs"]
-mod sse;
 
-use common::Rng;
+use common::daemon::{Daemon, Serve, client_builder, stderr_of};
+use common::nats::{NatsServer, have_nats_server};
+use common::{Rng, kind, sse, verify_summary};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -37,86 +35,12 @@ use std::time::{Duration, Instant};
 
 /// A `keel serve` process on port 0 over `db`, stderr appended to
 /// `<db>.stderr`.
-struct Daemon {
-    child: Child,
-    base: String,
-    /// From spawn to the `listening on` line (startup recovery included).
-    ready_in: Duration,
-}
-
-impl Daemon {
-    fn start(db: &Path, extra: &[&str]) -> Daemon {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(stderr_path(db))
-            .unwrap();
-        let started = Instant::now();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
-            .arg("serve")
-            .arg("--db")
-            .arg(db)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env_remove("KEEL_DB")
-            .env_remove("KEEL_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}: {}", stderr_of(db)))
-            .to_owned();
-        Daemon {
-            child,
-            base,
-            ready_in: started.elapsed(),
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// SIGKILL, and reap.
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn stderr_path(db: &Path) -> PathBuf {
-    db.with_extension("stderr")
-}
-
-fn stderr_of(db: &Path) -> String {
-    std::fs::read_to_string(stderr_path(db)).unwrap_or_default()
+fn daemon(db: &Path, extra: &[&str]) -> Daemon {
+    Serve::new().db(db).args(extra).logged().start()
 }
 
 fn client() -> reqwest::Client {
-    // Every POST says it is JSON (rule http.json_body; GETs ignore it).
-    let mut json = reqwest::header::HeaderMap::new();
-    json.insert(
-        reqwest::header::CONTENT_TYPE,
-        reqwest::header::HeaderValue::from_static("application/json"),
-    );
-    reqwest::Client::builder()
-        .default_headers(json)
-        .pool_max_idle_per_host(0)
+    client_builder()
         .timeout(Duration::from_secs(20))
         .build()
         .unwrap()
@@ -250,11 +174,6 @@ fn stored(db: &Path) -> BTreeMap<String, (String, Vec<String>)> {
         .collect()
 }
 
-fn kind_of(line: &str) -> String {
-    let v: Value = serde_json::from_str(line).unwrap();
-    v["kind"].as_str().unwrap().to_owned()
-}
-
 /// `lines` is one whole, lifecycle-valid run: seqs 1, 2, 3, …, every
 /// started scope with exactly one terminal, one run terminal, last.
 fn assert_whole(run_id: &str, lines: &[String]) {
@@ -271,25 +190,12 @@ fn assert_whole(run_id: &str, lines: &[String]) {
 fn assert_recovery_terminals(run_id: &str, terminals: &[String]) {
     assert!(!terminals.is_empty(), "{run_id}: no recovery terminal");
     for line in terminals {
-        let kind = kind_of(line);
+        let kind = kind(line);
         assert!(kind.ends_with(".failed"), "{run_id}: {kind} after recovery");
     }
     let last = terminals.last().unwrap();
-    assert_eq!(kind_of(last), "run.failed", "{run_id}");
+    assert_eq!(kind(last), "run.failed", "{run_id}");
     assert!(last.contains("host_lost"), "{run_id}: {last}");
-}
-
-fn verify(db: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .arg("verify")
-        .arg("--db")
-        .arg(db)
-        .env_remove("KEEL_DB")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "keel verify failed: {stdout}");
-    stdout.lines().last().unwrap_or_default().to_owned()
 }
 
 /// Resumes `run_id` after `last` with `Last-Event-ID` (and a stale
@@ -375,7 +281,11 @@ type Stored = BTreeMap<String, (String, Vec<String>)>;
 /// unchanged; a run left open is its prefix plus one set of recovery
 /// terminals, named once on stderr.
 fn check_recovered(db: &Path, before: &Stored, after: &Stored) {
-    assert!(verify(db).contains(" 0 incomplete"), "{}", verify(db));
+    assert!(
+        verify_summary(db).contains(" 0 incomplete"),
+        "{}",
+        verify_summary(db)
+    );
     assert_eq!(
         before.keys().collect::<Vec<_>>(),
         after.keys().collect::<Vec<_>>()
@@ -405,9 +315,9 @@ async fn one_kill_point(i: u64, rng: &mut Rng) -> Point {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("keel.db");
     let c = client();
-    let posted = post_and_kill(i, Daemon::start(&db, &[]), &c, rng).await;
+    let posted = post_and_kill(i, daemon(&db, &[]), &c, rng).await;
     let before = stored(&db);
-    let d = Daemon::start(&db, &[]);
+    let d = daemon(&db, &[]);
     let after = stored(&db);
     check_recovered(&db, &before, &after);
     let was_open = before
@@ -475,74 +385,6 @@ async fn fifty_kill_points_leave_no_incomplete_run() {
 
 // ------------------------------------------------------------ two gateways
 
-/// A nats-server with JetStream on a free loopback port, temp storage,
-/// killed on drop.
-struct NatsServer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl NatsServer {
-    /// `None` (and `SKIPPED:` printed) when nats-server is not installed,
-    /// outside CI; in CI that is a failure.
-    fn start() -> Option<NatsServer> {
-        let found = Command::new("nats-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "nats-server not on PATH in CI"
-            );
-            println!("SKIPPED: nats-server not on PATH");
-            return None;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new("nats-server")
-            .args(["-js", "-a", "127.0.0.1", "-p"])
-            .arg(port.to_string())
-            .arg("-sd")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "nats-server did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(NatsServer {
-            child,
-            port,
-            _dir: dir,
-        })
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The heartbeat TTL of this test (the bucket is created before the
 /// gateways start, so they use it instead of the 4 s default).
 const TTL: Duration = Duration::from_secs(1);
@@ -590,7 +432,7 @@ async fn check_all(h: &keel_observers::JetStreamHandle, gateways: &[Gateway], c:
                 let stream = stream_lines(h, run_id).await;
                 let ended = stream.last().is_some_and(|l| {
                     matches!(
-                        kind_of(l).as_str(),
+                        kind(l).as_str(),
                         "run.completed" | "run.failed" | "run.cancelled"
                     )
                 });
@@ -598,7 +440,7 @@ async fn check_all(h: &keel_observers::JetStreamHandle, gateways: &[Gateway], c:
                 let agree = local.as_ref() == Some(&stream);
                 if ended && agree {
                     assert_whole(run_id, &stream);
-                    let run_ends = stream.iter().filter(|l| kind_of(l) == "run.failed").count();
+                    let run_ends = stream.iter().filter(|l| kind(l) == "run.failed").count();
                     assert!(run_ends <= 1, "{run_id}: two sets of terminals");
                     break;
                 }
@@ -628,9 +470,14 @@ async fn check_all(h: &keel_observers::JetStreamHandle, gateways: &[Gateway], c:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_on_one_jetstream_recover_each_run_once() {
-    let Some(server) = NatsServer::start() else {
+    if !have_nats_server() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "nats-server not on PATH in CI"
+        );
         return;
-    };
+    }
+    let server = NatsServer::start();
     const KILLS: u64 = 10;
     let url = server.url();
     let h = keel_observers::JetStreamHandle::connect(keel_observers::JetStreamConfig::new(&url))
@@ -647,7 +494,7 @@ async fn two_gateways_on_one_jetstream_recover_each_run_once() {
         .map(|g| {
             let db = dir.path().join(format!("g{g}.db"));
             Gateway {
-                daemon: Some(Daemon::start(&db, &args)),
+                daemon: Some(daemon(&db, &args)),
                 db,
                 runs: BTreeSet::new(),
             }
@@ -677,10 +524,10 @@ async fn two_gateways_on_one_jetstream_recover_each_run_once() {
             rng.between(2500, 4000)
         };
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        let restarted = Daemon::start(&gateways[victim].db, &args);
+        let restarted = daemon(&gateways[victim].db, &args);
         restarts.push(restarted.ready_in);
         gateways[victim].daemon = Some(restarted);
-        let summary = verify(&gateways[victim].db);
+        let summary = verify_summary(&gateways[victim].db);
         assert!(summary.contains(" 0 incomplete"), "g{victim}: {summary}");
         check_all(&h, &gateways, &c).await;
     }

@@ -4,150 +4,21 @@
 //! and two `keel serve --nats` gateways. Without `nats-server` on PATH the
 //! tests that need it print `SKIPPED: nats-server not on PATH` and return.
 
-#[path = "common/sse.rs"]
-mod sse;
+mod common;
+
+use common::daemon::{Daemon, Serve, client, wait_exit};
+use common::nats::{NatsServer, free_port, have_nats_server};
+use common::sse::{Sse, read_sse};
 use serde_json::{Value, json};
-use sse::{Sse, read_sse};
-use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-// ------------------------------------------------------------ nats-server
-
-struct NatsServer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-fn have_nats_server() -> bool {
-    let found = Command::new("nats-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        println!("SKIPPED: nats-server not on PATH");
-    }
-    found
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl NatsServer {
-    fn start() -> NatsServer {
-        let port = free_port();
-        let dir = tempfile::tempdir().unwrap();
-        let child = Self::spawn(port, dir.path());
-        NatsServer {
-            child,
-            port,
-            _dir: dir,
-        }
-    }
-
-    /// Kills the server (SIGKILL) and starts it again on the same port and
-    /// storage, after `down` of downtime.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn restart(&mut self) {
-        self.child = Self::spawn(self.port, self._dir.path());
-    }
-
-    fn spawn(port: u16, dir: &Path) -> Child {
-        let child = Command::new("nats-server")
-            .args(["-js", "-a", "127.0.0.1", "-p"])
-            .arg(port.to_string())
-            .arg("-sd")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "nats-server did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 // ------------------------------------------------------------ keel
 
-struct Gateway {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Gateway {
-    fn start(nats: &str) -> Gateway {
-        let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_keel"))
-            .arg("serve")
-            .arg("--db")
-            .arg(dir.path().join("keel.db"))
-            .args(["--listen", "127.0.0.1:0", "--nats", nats])
-            .env_remove("KEEL_DB")
-            .env_remove("KEEL_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
-        Gateway {
-            child,
-            base,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `keel serve --nats NATS` on a temporary journal.
+fn gateway(nats: &str) -> Daemon {
+    Serve::new().args(&["--nats", nats]).start()
 }
 
 /// `deltas` text deltas, each after a `delay_ms` pause, then stop.
@@ -189,17 +60,6 @@ fn engine(dir: &Path, nats: &str, run_id: &str, deltas: usize, delay_ms: u64) ->
     (child, db)
 }
 
-fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let until = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < until, "the engine did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// `keel events RUN_ID --db DB`, one line each.
 fn stored_lines(db: &Path, run_id: &str) -> Vec<String> {
     let out = Command::new(env!("CARGO_BIN_EXE_keel"))
@@ -216,23 +76,9 @@ fn stored_lines(db: &Path, run_id: &str) -> Vec<String> {
         .collect()
 }
 
-fn client() -> reqwest::Client {
-    // Every POST says it is JSON (rule http.json_body; GETs ignore it).
-    let mut json = reqwest::header::HeaderMap::new();
-    json.insert(
-        reqwest::header::CONTENT_TYPE,
-        reqwest::header::HeaderValue::from_static("application/json"),
-    );
-    reqwest::Client::builder()
-        .default_headers(json)
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap()
-}
-
 /// GETs the run's events from `after` through `g`, retrying 404 while the
 /// engine has not published its first event yet.
-async fn open_stream(c: &reqwest::Client, g: &Gateway, run_id: &str) -> reqwest::Response {
+async fn open_stream(c: &reqwest::Client, g: &Daemon, run_id: &str) -> reqwest::Response {
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         let r = c
@@ -273,8 +119,8 @@ async fn follow_on_one_gateway_resume_on_the_other() {
     let started = Instant::now();
     let nats = NatsServer::start();
     let url = nats.url();
-    let g1 = Gateway::start(&url);
-    let g2 = Gateway::start(&url);
+    let g1 = gateway(&url);
+    let g2 = gateway(&url);
     let dir = tempfile::tempdir().unwrap();
     // Two engines on two journals, concurrently.
     let (mut engine_a, db_a) = engine(dir.path(), &url, "run_nats_a", 60, 40);
@@ -296,7 +142,7 @@ async fn follow_on_one_gateway_resume_on_the_other() {
     assert_eq!(r.status(), 200);
     let second = read_sse(r, |_| false).await;
     assert!(
-        wait_exit(&mut engine_a, Duration::from_secs(15)).success(),
+        wait_exit(&mut engine_a, Duration::from_secs(15), "the engine").success(),
         "engine A failed"
     );
 
@@ -318,7 +164,7 @@ async fn follow_on_one_gateway_resume_on_the_other() {
 
     // Run B (the other engine), whole, through gateway 1.
     assert!(
-        wait_exit(&mut engine_b, Duration::from_secs(15)).success(),
+        wait_exit(&mut engine_b, Duration::from_secs(15), "the engine").success(),
         "engine B failed"
     );
     let r = open_stream(&c, &g1, "run_nats_b").await;
@@ -424,7 +270,7 @@ async fn nats_killed_mid_run_fails_the_run_truthfully() {
     let (mut child, db) = engine(dir.path(), &nats.url(), "run_killed", 80, 30);
     tokio::time::sleep(Duration::from_millis(700)).await;
     nats.kill();
-    let status = wait_exit(&mut child, Duration::from_secs(40));
+    let status = wait_exit(&mut child, Duration::from_secs(40), "the engine");
     assert_eq!(status.code(), Some(1), "the run fails");
     let stored = stored_lines(&db, "run_killed");
     let last = stored.last().unwrap();
@@ -433,14 +279,8 @@ async fn nats_killed_mid_run_fails_the_run_truthfully() {
         last.contains(r#""observer":"#),
         "the cause names the observer: {last}"
     );
-    let verify = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .arg("verify")
-        .arg("--db")
-        .arg(&db)
-        .env_remove("KEEL_DB")
-        .output()
-        .unwrap();
-    assert!(verify.status.success(), "verify is clean");
+    // `keel verify` is clean.
+    common::verify_summary(&db);
 
     nats.restart();
     let handle =

@@ -2,120 +2,30 @@
 //! `keel serve`: the real binary on port 0, driven with reqwest (rustls)
 //! and curl.
 
-#[path = "common/sse.rs"]
-mod sse;
+mod common;
+
+use common::daemon::{Daemon, Serve, client};
+use common::sse::{Sse, read_sse};
+use common::verify_summary;
 use serde_json::{Value, json};
-use sse::{Sse, read_sse};
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Daemon {
-    child: Child,
-    base: String,
-    db: PathBuf,
-    _dir: tempfile::TempDir,
+/// `keel serve EXTRA...` with [`PROVIDER_KEY`] in its environment.
+fn serve(extra: &[&str]) -> Serve {
+    Serve::new()
+        .args(extra)
+        .env("KEEL_TEST_PROVIDER_KEY", PROVIDER_KEY)
 }
 
-impl Daemon {
-    fn start(extra: &[&str], token: Option<&str>) -> Daemon {
-        Daemon::spawn(extra, token, false)
-    }
-
-    /// Like `start`, with stderr written to a file (see [`Daemon::stderr`]).
-    fn start_logged(extra: &[&str]) -> Daemon {
-        Daemon::spawn(extra, None, true)
-    }
-
-    fn spawn(extra: &[&str], token: Option<&str>, logged: bool) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("keel.db");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keel"));
-        cmd.arg("serve")
-            .arg("--db")
-            .arg(&db)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env_remove("KEEL_DB")
-            .env_remove("KEEL_TOKEN")
-            .env("KEEL_TEST_PROVIDER_KEY", PROVIDER_KEY)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(if logged {
-                Stdio::from(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
-            } else {
-                Stdio::inherit()
-            });
-        if let Some(t) = token {
-            cmd.env("KEEL_TOKEN", t);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
-        Daemon {
-            child,
-            base: addr,
-            db,
-            _dir: dir,
-        }
-    }
-
-    /// What a daemon started with `start_logged` wrote to stderr so far.
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(self._dir.path().join("stderr.log")).unwrap_or_default()
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn sigterm(&self) {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
-
-    fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
-        let until = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < until, "the daemon did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// A daemon on a temporary journal (with `KEEL_TOKEN` when given).
+fn daemon(extra: &[&str], token: Option<&str>) -> Daemon {
+    serve(extra).token(token).start()
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn client() -> reqwest::Client {
-    // Every POST says it is JSON (rule http.json_body; GETs ignore it).
-    let mut json = reqwest::header::HeaderMap::new();
-    json.insert(
-        reqwest::header::CONTENT_TYPE,
-        reqwest::header::HeaderValue::from_static("application/json"),
-    );
-    reqwest::Client::builder()
-        .default_headers(json)
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap()
+/// Like `daemon`, with stderr written to a file (see [`Daemon::stderr`]).
+fn logged_daemon(extra: &[&str]) -> Daemon {
+    serve(extra).logged().start()
 }
 
 /// A plain run: three text deltas, then stop.
@@ -237,7 +147,7 @@ fn assert_problem(headers: &reqwest::header::HeaderMap) {
 
 #[tokio::test]
 async fn create_and_stream_to_the_end() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let run = create(&c, &d, plain("run_plain")).await;
     assert_eq!(run, "run_plain");
@@ -299,7 +209,7 @@ async fn create_and_stream_to_the_end() {
 
 #[tokio::test]
 async fn resume_after_a_disconnect_has_no_gap_and_no_duplicate() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let run = create(&c, &d, gated("run_resume", 30, 200, 16)).await;
     let r = c
@@ -348,7 +258,7 @@ async fn resume_after_a_disconnect_has_no_gap_and_no_duplicate() {
 
 #[tokio::test]
 async fn a_finished_run_resumes_from_the_journal_and_cursors_are_checked() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let run = create(&c, &d, plain("run_done")).await;
     let status = wait_status(&c, &d, &run, "completed").await;
@@ -386,7 +296,7 @@ async fn a_finished_run_resumes_from_the_journal_and_cursors_are_checked() {
 #[tokio::test]
 async fn a_live_run_serves_the_evicted_prefix_from_the_journal() {
     // The log keeps 70 events; the run commits ~130 before it waits.
-    let d = Daemon::start(&["--log-max-events", "70"], None);
+    let d = daemon(&["--log-max-events", "70"], None);
     let c = client();
     let run = create(&c, &d, gated("run_window", 120, 150, 8)).await;
     let interaction = pending_interaction(&c, &d, &run).await;
@@ -407,7 +317,7 @@ async fn a_live_run_serves_the_evicted_prefix_from_the_journal() {
 
 #[tokio::test]
 async fn an_expired_cursor_is_410_with_the_cursors() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let run = create(&c, &d, plain("run_gone")).await;
     let status = wait_status(&c, &d, &run, "completed").await;
@@ -446,7 +356,7 @@ async fn an_expired_cursor_is_410_with_the_cursors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_clients_twenty_slow() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     // 600 events of ~1.1 KiB after the gate: far more than a stalled
     // client's socket buffers hold.
@@ -522,7 +432,7 @@ async fn two_hundred_clients_twenty_slow() {
 
 #[tokio::test]
 async fn auth_is_enforced_with_a_token() {
-    let d = Daemon::start(&[], Some("s3cret-token"));
+    let d = daemon(&[], Some("s3cret-token"));
     let c = client();
     let r = c.get(d.url("/v1/runs")).send().await.unwrap();
     assert_eq!(r.status(), 401);
@@ -557,7 +467,7 @@ async fn auth_is_enforced_with_a_token() {
 
 #[tokio::test]
 async fn bad_bodies_are_problems() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let big = format!("{{\"model\": \"{}\"}}", "a".repeat(2 << 20));
     let r = c.post(d.url("/v1/runs")).body(big).send().await.unwrap();
@@ -592,7 +502,7 @@ async fn bad_bodies_are_problems() {
 
 #[tokio::test]
 async fn cancel_ends_a_waiting_run() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let run = create(&c, &d, gated("run_cancel", 1, 1, 1)).await;
     pending_interaction(&c, &d, &run).await;
@@ -617,7 +527,7 @@ async fn curl_streams_a_run() {
         eprintln!("note: curl is not installed; skipping curl_streams_a_run");
         return;
     }
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let run = create(&c, &d, plain("run_curl")).await;
     let url = d.url(&format!("/v1/runs/{run}/events"));
@@ -659,7 +569,7 @@ async fn curl_streams_a_run() {
 
 #[tokio::test]
 async fn sigterm_cancels_runs_and_closes_streams() {
-    let mut d = Daemon::start(&[], None);
+    let mut d = daemon(&[], None);
     let c = client();
     let run = create(&c, &d, gated("run_term", 1, 1, 1)).await;
     pending_interaction(&c, &d, &run).await;
@@ -698,7 +608,7 @@ async fn sigterm_cancels_runs_and_closes_streams() {
 /// sits in the page.
 #[tokio::test]
 async fn tampered_journal_lines_are_not_served() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let run = create(&c, &d, plain("run_tamper")).await;
     let last = wait_status(&c, &d, &run, "completed").await["last_seq"]
@@ -758,9 +668,9 @@ fn network_scenario(run: &str, base: &str, env: &str) -> String {
 
 #[tokio::test]
 async fn a_network_provider_runs_in_the_daemon() {
-    let (base, recorded) = common_replay::replay(&["text_only"]);
+    let (base, recorded) = common::replay(&["text_only"]);
     let allow = format!("openai-compatible,KEEL_TEST_PROVIDER_KEY,{base}");
-    let d = Daemon::start(&["--allow-provider", &allow], None);
+    let d = daemon(&["--allow-provider", &allow], None);
     let c = client();
     let run = create(
         &c,
@@ -791,11 +701,11 @@ async fn a_network_provider_runs_in_the_daemon() {
 /// sent).
 #[tokio::test]
 async fn network_providers_run_only_as_the_operator_allowed() {
-    let (base, recorded) = common_replay::replay(&["text_only"]);
-    let (other, _) = common_replay::replay(&["text_only"]);
+    let (base, recorded) = common::replay(&["text_only"]);
+    let (other, _) = common::replay(&["text_only"]);
     let allow = format!("openai-compatible,KEEL_TEST_PROVIDER_KEY,{base}");
-    let plain = Daemon::start(&[], None);
-    let allowing = Daemon::start(&["--allow-provider", &allow], None);
+    let plain = daemon(&[], None);
+    let allowing = daemon(&["--allow-provider", &allow], None);
     let c = client();
     let cases = [
         // No allowance at all.
@@ -918,20 +828,6 @@ fn stored_count(db: &std::path::Path, kind: &str) -> usize {
     .unwrap() as usize
 }
 
-/// `keel verify` on the daemon's journal: it succeeds; its summary line.
-fn verify_summary(db: &std::path::Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .arg("verify")
-        .arg("--db")
-        .arg(db)
-        .env_remove("KEEL_DB")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "keel verify failed: {stdout}");
-    stdout.lines().last().unwrap_or_default().to_owned()
-}
-
 /// Waits until `n` approvals are parked in the journal.
 async fn wait_parked(db: &std::path::Path, n: usize) {
     let until = Instant::now() + Duration::from_secs(60);
@@ -982,7 +878,7 @@ async fn post_gated(c: &reqwest::Client, d: &Daemon, prefix: &str, n: usize) {
 
 #[tokio::test]
 async fn two_runs_with_their_own_tools_live_side_by_side() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     create(&c, &d, own_tools("run_alpha", "alpha", "beta")).await;
     create(&c, &d, own_tools("run_beta", "beta", "alpha")).await;
@@ -1055,7 +951,7 @@ async fn two_runs_with_their_own_tools_live_side_by_side() {
 
 #[tokio::test]
 async fn a_live_run_id_is_refused_while_the_run_is_live() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     create(&c, &d, gated("run_twice", 0, 0, 1)).await;
     let (status, v) = post_run(&c, &d, gated("run_twice", 0, 0, 1)).await;
@@ -1084,7 +980,7 @@ async fn a_live_run_id_is_refused_while_the_run_is_live() {
 
 #[tokio::test]
 async fn limits_the_engine_refuses_are_400_naming_the_member() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let cases = [
         (
@@ -1109,7 +1005,7 @@ async fn limits_the_engine_refuses_are_400_naming_the_member() {
 
 #[tokio::test]
 async fn live_runs_are_bounded() {
-    let d = Daemon::start(&["--max-live-runs", "2"], None);
+    let d = daemon(&["--max-live-runs", "2"], None);
     let c = client();
     create(&c, &d, gated("run_b1", 0, 0, 1)).await;
     create(&c, &d, gated("run_b2", 0, 0, 1)).await;
@@ -1166,7 +1062,7 @@ async fn kinds_to_the_end(c: &reqwest::Client, d: &Daemon, run: &str) -> Vec<Str
 #[tokio::test]
 async fn an_unanswered_approval_times_out_and_the_run_goes_on() {
     // The scenario's timeout.
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let body = with_limits(
         gated("run_late", 0, 1, 1),
@@ -1207,7 +1103,7 @@ async fn an_unanswered_approval_times_out_and_the_run_goes_on() {
 
     // The daemon's default applies when the scenario sets none, and a
     // scenario's own timeout wins over it.
-    let d = Daemon::start(&["--approval-timeout-ms", "300"], None);
+    let d = daemon(&["--approval-timeout-ms", "300"], None);
     create(&c, &d, gated("run_default", 0, 1, 1)).await;
     let own = with_limits(
         gated("run_own", 0, 1, 1),
@@ -1234,7 +1130,7 @@ async fn an_unanswered_approval_times_out_and_the_run_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_runs_waiting_for_approvals_are_cancelled_and_journaled_on_sigterm() {
     const N: usize = 600;
-    let d = Daemon::start_logged(&[]);
+    let d = logged_daemon(&[]);
     let c = client();
     let started = Instant::now();
     post_gated(&c, &d, "run_wait_", N).await;
@@ -1261,7 +1157,7 @@ async fn many_runs_waiting_for_approvals_are_cancelled_and_journaled_on_sigterm(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn posts_during_shutdown_are_503_and_no_accepted_run_is_left_running() {
     const N: usize = 400;
-    let d = Daemon::start_logged(&[]);
+    let d = logged_daemon(&[]);
     let c = client();
     post_gated(&c, &d, "run_slow_", N).await;
     wait_parked(&d.db, N).await;
@@ -1343,7 +1239,7 @@ async fn posts_during_shutdown_are_503_and_no_accepted_run_is_left_running() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_the_journal_did_not_take_are_named_and_the_exit_is_1() {
     const N: usize = 5;
-    let d = Daemon::start_logged(&["--shutdown-timeout-ms", "1000"]);
+    let d = logged_daemon(&["--shutdown-timeout-ms", "1000"]);
     let c = client();
     post_gated(&c, &d, "run_stuck_", N).await;
     wait_parked(&d.db, N).await;
@@ -1381,9 +1277,6 @@ async fn terminate_wait(d: Daemon) -> (std::process::ExitStatus, Daemon, Duratio
     .unwrap()
 }
 
-#[path = "common/mod.rs"]
-mod common_replay;
-
 /// A scenario whose model calls `get_weather` for `city`, then answers;
 /// `messages` are the new messages when it continues a run.
 fn weather_turn(run_id: &str, city: &str, question: &str) -> String {
@@ -1410,7 +1303,7 @@ fn weather_turn(run_id: &str, city: &str, question: &str) -> String {
 /// typed problem.
 #[tokio::test]
 async fn a_three_run_conversation_over_http() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let post = |path: String, body: String| {
         let c = c.clone();
@@ -1529,7 +1422,7 @@ async fn run_count(d: &Daemon) -> usize {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_foreign_host_is_421_before_anything_is_read_or_started() {
-    let d = Daemon::start(&["--public-host", "keel.internal:8443"], None);
+    let d = daemon(&["--public-host", "keel.internal:8443"], None);
     let c = bare_client();
     for (method, path) in [("GET", "/v1/runs"), ("GET", "/"), ("POST", "/v1/runs")] {
         for host in [
@@ -1574,7 +1467,7 @@ async fn a_foreign_host_is_421_before_anything_is_read_or_started() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn simple_cross_site_posts_start_nothing() {
-    let d = Daemon::start(&["--allow-origin", "http://127.0.0.1:5555"], None);
+    let d = daemon(&["--allow-origin", "http://127.0.0.1:5555"], None);
     let c = bare_client();
     let bodies = [
         Some("text/plain"),
@@ -1646,7 +1539,7 @@ async fn simple_cross_site_posts_start_nothing() {
 async fn cors_answers_listed_origins_only_and_never_with_a_wildcard() {
     let allowed = "http://127.0.0.1:5555";
     for token in [None, Some("tok-123")] {
-        let d = Daemon::start(&["--allow-origin", allowed], token);
+        let d = daemon(&["--allow-origin", allowed], token);
         let c = bare_client();
         let r = c
             .request(reqwest::Method::OPTIONS, d.url("/v1/runs"))
@@ -1696,7 +1589,7 @@ async fn cors_answers_listed_origins_only_and_never_with_a_wildcard() {
         assert!(r.headers().get("access-control-allow-origin").is_none());
     }
     // Without --allow-origin: no CORS headers at all.
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let r = bare_client().get(d.url("/v1/runs")).send().await.unwrap();
     assert!(r.headers().get("access-control-allow-origin").is_none());
 }
@@ -1736,7 +1629,7 @@ async fn raw_events(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn event_streams_speak_eventsource() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let run = create(&c, &d, plain("run_es")).await;
     wait_status(&c, &d, &run, "completed").await;
@@ -1770,7 +1663,7 @@ async fn event_streams_speak_eventsource() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_run_list_has_turns_usage_and_times() {
-    let d = Daemon::start(&[], None);
+    let d = daemon(&[], None);
     let c = client();
     let body = json!({
         "run_id": "run_totals",

@@ -6,12 +6,14 @@
 //! Every wait is bounded ([`wait_until`]); every process started here is
 //! killed on drop.
 
+use super::daemon::Serve;
+use super::nats::free_port;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener as StdListener};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -62,15 +64,6 @@ pub fn tools(test: &str) -> Option<Tools> {
             None
         }
     }
-}
-
-/// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Polls `probe` every 50 ms until it returns `Some`, for at most
@@ -278,76 +271,21 @@ impl Drop for Browser {
 
 // ----------------------------------------------------------------- daemon
 
-/// A real `keel serve` on 127.0.0.1:0 with a temporary journal; killed
-/// on drop.
-pub struct Daemon {
-    child: Child,
-    /// `127.0.0.1:PORT`.
-    pub addr: SocketAddr,
-    /// `http://127.0.0.1:PORT`.
-    pub base: String,
-    dir: tempfile::TempDir,
+pub use super::daemon::Daemon;
+
+/// A real `keel serve` (see [`Serve`]) with `EXTRA...`
+/// arguments and `env` set, its stderr logged ([`Daemon::stderr`]).
+pub fn start_daemon(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+    Serve::new()
+        .args(extra)
+        .env("NO_COLOR", "1")
+        .envs(env)
+        .logged()
+        .start()
 }
 
+/// The API calls of the browser tests (with a bearer token when given).
 impl Daemon {
-    /// `keel serve --db TMP --listen 127.0.0.1:0 EXTRA...` with `env` set
-    /// (KEEL_DB and KEEL_TOKEN are cleared first).
-    pub fn start(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keel"));
-        cmd.arg("serve")
-            .arg("--db")
-            .arg(dir.path().join("keel.db"))
-            .args(["--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env_remove("KEEL_DB")
-            .env_remove("KEEL_TOKEN")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.path().join("stderr.log")).unwrap(),
-            ));
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let Some(addr) = line.trim().strip_prefix("listening on http://") else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let err = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
-            panic!("keel serve: unexpected first line {line:?}; stderr:\n{err}");
-        };
-        let addr: SocketAddr = addr.parse().unwrap();
-        // Keep draining stdout so that a later line never meets a closed pipe.
-        std::thread::spawn(move || {
-            let mut sink = Vec::new();
-            let _ = stdout.read_to_end(&mut sink);
-        });
-        Daemon {
-            child,
-            addr,
-            base: format!("http://{addr}"),
-            dir,
-        }
-    }
-
-    pub fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// What the daemon wrote to stderr so far.
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
-    }
-
     /// `POST /v1/runs` with a JSON scenario (and a bearer token when
     /// given); the run id of the 201.
     pub async fn create(&self, scenario: &str, token: Option<&str>) -> String {
@@ -429,23 +367,9 @@ impl Daemon {
     }
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Whether `kind` is a run terminal.
 pub fn is_run_terminal(kind: &str) -> bool {
     matches!(kind, "run.completed" | "run.failed" | "run.cancelled")
-}
-
-/// `examples/NAME` at the repository root.
-pub fn example_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name)
 }
 
 // ------------------------------------------------------- another origin

@@ -2,6 +2,9 @@
 //! Helpers shared by the `keel` binary's integration tests.
 
 pub mod browser;
+pub mod daemon;
+pub mod nats;
+pub mod sse;
 
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
@@ -87,6 +90,20 @@ impl Sandbox {
             .map(|l| l.split_whitespace().next().unwrap().to_owned())
             .collect()
     }
+}
+
+/// `keel verify --db DB`: it succeeds; its summary line.
+pub fn verify_summary(db: &Path) -> String {
+    let out = std::process::Command::new(bin())
+        .arg("verify")
+        .arg("--db")
+        .arg(db)
+        .env_remove("KEEL_DB")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "keel verify failed: {stdout}");
+    stdout.lines().last().unwrap_or_default().to_owned()
 }
 
 /// stdout and stderr of `out` as text.

@@ -1,5 +1,4 @@
-//! The SSE reader shared by the `keel serve` tests (included with
-//! `#[path]`, so it is not compiled as a test of its own).
+//! The SSE reader shared by the `keel serve` tests.
 #![allow(dead_code)]
 
 use futures_util::StreamExt;
