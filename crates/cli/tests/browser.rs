@@ -151,6 +151,58 @@ fn assert_every_seq_once(s: &EsState, last: u64) {
     assert_eq!(s.ids, ids, "lastEventId is not the seq");
 }
 
+// ------------------------------------------------------------ the viewer
+
+/// The page's text (empty before it has a body).
+const BODY_TEXT: &str = "return document.body ? document.body.innerText : '';";
+
+/// Waits until the viewer's `#run-status` says `status`.
+async fn wait_run_status(b: &Browser, status: &str, within: Duration) {
+    b.wait_js(
+        &format!("#run-status to say {status}"),
+        within,
+        &format!(
+            "const s = document.querySelector('#run-status'); \
+             return s && s.textContent.trim() === '{status}';"
+        ),
+    )
+    .await;
+}
+
+/// Waits until the viewer has applied at least `n` events (`#event-count`).
+async fn wait_event_count(b: &Browser, what: &str, n: u64) {
+    b.wait_js(
+        what,
+        SECS_10,
+        &format!(
+            "const n = document.querySelector('#event-count'); \
+             return n && parseInt(n.textContent, 10) >= {n};"
+        ),
+    )
+    .await;
+}
+
+/// The viewer reached the last of `events` (`body[data-last-seq]`) and
+/// counts every one of them (`#event-count`).
+async fn assert_viewer_applied(b: &Browser, events: &[Value]) {
+    let last = events.last().unwrap()["seq"].as_u64().unwrap();
+    b.wait_js(
+        "body[data-last-seq] to reach the terminal",
+        SECS_10,
+        &format!("return document.body.dataset.lastSeq === '{last}';"),
+    )
+    .await;
+    let applied = b.texts("#event-count").await.concat();
+    assert_eq!(applied.trim(), events.len().to_string(), "#event-count");
+}
+
+/// The assistant's text in the transcript, joined.
+async fn assistant_text(b: &Browser) -> String {
+    b.texts("#transcript .message[data-role=assistant] .text")
+        .await
+        .concat()
+}
+
 // ------------------------------------------------------------------ tests
 
 /// 1. A page on an allowed origin follows a run with EventSource
@@ -366,31 +418,14 @@ async fn the_viewer_shows_a_finished_run() {
     assert_eq!(entry["status"], "completed");
     let events = daemon.events(&run, None).await;
     let count = |kind: &str| events.iter().filter(|e| e["kind"] == kind).count();
-    let last = events.last().unwrap()["seq"].as_u64().unwrap();
 
     let b = Browser::start(&tools).await;
     b.goto(&daemon.url(&format!("/runs/{run}"))).await;
-    b.wait_js(
-        "#run-status to say completed",
-        SECS_20,
-        "const s = document.querySelector('#run-status'); \
-         return s && s.textContent.trim() === 'completed';",
-    )
-    .await;
-    b.wait_js(
-        "body[data-last-seq] to reach the terminal",
-        SECS_10,
-        &format!("return document.body.dataset.lastSeq === '{last}';"),
-    )
-    .await;
-    let applied = b.texts("#event-count").await.concat();
-    assert_eq!(applied.trim(), events.len().to_string(), "#event-count");
+    wait_run_status(&b, "completed", SECS_20).await;
+    assert_viewer_applied(&b, &events).await;
 
     // The transcript: the streamed text, joined, and the tool calls.
-    let text = b
-        .texts("#transcript .message[data-role=assistant] .text")
-        .await
-        .concat();
+    let text = assistant_text(&b).await;
     for want in [
         "Let me check both cities.",
         "Oslo is 3 °C and overcast; Bergen is 7 °C with rain.",
@@ -497,13 +532,7 @@ async fn an_approval_clicked_in_the_page_runs_the_tool() {
         "the tool ran before the approval: {before:?}"
     );
     approve.click().await.unwrap();
-    b.wait_js(
-        "#run-status to say completed",
-        SECS_20,
-        "const s = document.querySelector('#run-status'); \
-         return s && s.textContent.trim() === 'completed';",
-    )
-    .await;
+    wait_run_status(&b, "completed", SECS_20).await;
     let result = b
         .wait_js(
             "the tool's result in the page",
@@ -565,13 +594,7 @@ async fn model_text_is_shown_as_text() {
     assert_eq!(header("x-content-type-options"), "nosniff");
     let b = Browser::start(&tools).await;
     b.goto(&daemon.url(&format!("/runs/{run}"))).await;
-    b.wait_js(
-        "#run-status to say completed",
-        SECS_20,
-        "const s = document.querySelector('#run-status'); \
-         return s && s.textContent.trim() === 'completed';",
-    )
-    .await;
+    wait_run_status(&b, "completed", SECS_20).await;
     let text = b.texts(".message .text").await.concat();
     assert!(
         text.contains(SCRIPT_TEXT),
@@ -647,12 +670,7 @@ async fn a_cross_site_post_starts_nothing() {
     let base = proxy.base();
     let landed = wait_until("the form's answer to load", SECS_10, || async {
         let url = b.client.current_url().await.ok()?;
-        let text = b
-            .js(
-                "return document.body ? document.body.innerText : '';",
-                vec![],
-            )
-            .await;
+        let text = b.js(BODY_TEXT, vec![]).await;
         (url.as_str().starts_with(&base) && !text.as_str()?.is_empty())
             .then(|| text.as_str().unwrap().to_owned())
     })
@@ -798,12 +816,7 @@ async fn a_foreign_host_and_a_rebinding_page_read_nothing() {
 
     let b = Browser::start(&tools).await;
     b.goto(&format!("http://rebind.test:{port}/")).await;
-    let page = b
-        .js(
-            "return document.body ? document.body.innerText : '';",
-            vec![],
-        )
-        .await;
+    let page = b.js(BODY_TEXT, vec![]).await;
     let page = page.as_str().unwrap();
     // The page reached the daemon (its refusal), and is not the viewer.
     assert!(page.contains("host-not-allowed"), "{page:?}");
@@ -866,17 +879,8 @@ async fn the_viewer_works_with_a_token() {
     assert_eq!(stored, json!(token));
     // The run page streams with the token (fetch, Authorization).
     b.goto(&daemon.url(&format!("/runs/{run}"))).await;
-    b.wait_js(
-        "#run-status to say completed",
-        SECS_20,
-        "const s = document.querySelector('#run-status'); \
-         return s && s.textContent.trim() === 'completed';",
-    )
-    .await;
-    let text = b
-        .texts("#transcript .message[data-role=assistant] .text")
-        .await
-        .concat();
+    wait_run_status(&b, "completed", SECS_20).await;
+    let text = assistant_text(&b).await;
     assert!(text.contains("w0 w1"), "{text:?}");
     b.close().await;
 }
@@ -982,38 +986,15 @@ async fn the_viewer_survives_a_dropped_connection() {
     let b = Browser::start(&tools).await;
     // The viewer served through the proxy: its stream can be cut.
     b.goto(&format!("{}/runs/{run}", proxy.base())).await;
-    b.wait_js(
-        "the viewer to apply some events",
-        SECS_10,
-        "const n = document.querySelector('#event-count'); \
-         return n && parseInt(n.textContent, 10) >= 10;",
-    )
-    .await;
+    wait_event_count(&b, "the viewer to apply some events", 10).await;
     let before = proxy.accepted();
     assert!(proxy.drop_all() >= 1, "no open connection to cut");
     assert_eq!(daemon.run(&run, None).await["status"], "running");
-    b.wait_js(
-        "#run-status to say completed",
-        SECS_20,
-        "const s = document.querySelector('#run-status'); \
-         return s && s.textContent.trim() === 'completed';",
-    )
-    .await;
+    wait_run_status(&b, "completed", SECS_20).await;
     assert!(proxy.accepted() > before, "the viewer did not reconnect");
     let events = daemon.events(&run, None).await;
-    let last = events.last().unwrap()["seq"].as_u64().unwrap();
-    b.wait_js(
-        "body[data-last-seq] to reach the terminal",
-        SECS_10,
-        &format!("return document.body.dataset.lastSeq === '{last}';"),
-    )
-    .await;
-    let applied = b.texts("#event-count").await.concat();
-    assert_eq!(applied.trim(), events.len().to_string(), "#event-count");
-    let text = b
-        .texts("#transcript .message[data-role=assistant] .text")
-        .await
-        .concat();
+    assert_viewer_applied(&b, &events).await;
+    let text = assistant_text(&b).await;
     let want: String = (0..40).map(|i| format!("w{i} ")).collect();
     assert_eq!(text.trim(), want.trim(), "lost or repeated text");
     assert_eq!(b.count("#timeline .bar[data-scope=model]").await, 1);
@@ -1050,37 +1031,17 @@ async fn deny_and_cancel_from_the_page() {
         .unwrap_or_else(|| panic!("no interaction.completed: {kinds:?}"));
     assert!(decided.to_string().contains("denied"), "{decided}");
     let status = ended["status"].as_str().unwrap().to_owned();
-    b.wait_js(
-        "#run-status to show the end",
-        SECS_10,
-        &format!(
-            "const s = document.querySelector('#run-status'); \
-             return s && s.textContent.trim() === '{status}';"
-        ),
-    )
-    .await;
+    wait_run_status(&b, &status, SECS_10).await;
 
     let run = daemon.create(&slow_text(100, 100), None).await;
     b.goto(&daemon.url(&format!("/runs/{run}"))).await;
-    b.wait_js(
-        "the run to stream",
-        SECS_10,
-        "const n = document.querySelector('#event-count'); \
-         return n && parseInt(n.textContent, 10) >= 5;",
-    )
-    .await;
+    wait_event_count(&b, "the run to stream", 5).await;
     b.wait_css("button#cancel", SECS_10)
         .await
         .click()
         .await
         .unwrap();
-    b.wait_js(
-        "#run-status to say cancelled",
-        SECS_10,
-        "const s = document.querySelector('#run-status'); \
-         return s && s.textContent.trim() === 'cancelled';",
-    )
-    .await;
+    wait_run_status(&b, "cancelled", SECS_10).await;
     assert_eq!(daemon.wait_ended(&run, None).await["status"], "cancelled");
     assert!(
         b.count("#timeline .bar[data-scope=run][data-state=cancelled]")

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::daemon::{Daemon, Serve, client, wait_exit};
+use common::daemon::{Daemon, Serve, client, get, wait_exit};
 use common::nats::{NatsServer, free_port, have_nats_server};
 use common::sse::{Sse, read_sse};
 use serde_json::{Value, json};
@@ -81,11 +81,7 @@ fn stored_lines(db: &Path, run_id: &str) -> Vec<String> {
 async fn open_stream(c: &reqwest::Client, g: &Daemon, run_id: &str) -> reqwest::Response {
     let until = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = c
-            .get(g.url(&format!("/v1/runs/{run_id}/events?after=0")))
-            .send()
-            .await
-            .unwrap();
+        let r = get(c, g, &format!("/v1/runs/{run_id}/events?after=0")).await;
         if r.status() == 200 {
             return r;
         }
@@ -174,18 +170,15 @@ async fn follow_on_one_gateway_resume_on_the_other() {
 
     // Remote cursors and unknown runs are the same problems as local ones.
     let last = stored.len() as u64;
-    let r = c
-        .get(g2.url(&format!("/v1/runs/run_nats_a/events?after={}", last + 5)))
-        .send()
-        .await
-        .unwrap();
+    let r = get(
+        &c,
+        &g2,
+        &format!("/v1/runs/run_nats_a/events?after={}", last + 5),
+    )
+    .await;
     let v = problem(r, 400, "cursor-ahead").await;
     assert_eq!(v["latest"].as_u64(), Some(last));
-    let r = c
-        .get(g2.url("/v1/runs/run_nats_nope/events"))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &g2, "/v1/runs/run_nats_nope/events").await;
     problem(r, 404, "run-not-found").await;
     // From the terminal: 204, so an EventSource stops reconnecting, on
     // the gateway that stores the run and on the one reading JetStream.
@@ -205,6 +198,18 @@ async fn follow_on_one_gateway_resume_on_the_other() {
     );
 }
 
+/// Exit 2, and stderr names the address but not the URL's credentials.
+fn assert_exit_2_without_credentials(out: &std::process::Output, port: u16) {
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{port}")),
+        "stderr: {stderr}"
+    );
+    assert!(!stderr.contains("s3cret-pw"), "stderr: {stderr}");
+    assert!(!stderr.contains("keeluser"), "stderr: {stderr}");
+}
+
 #[test]
 fn run_with_an_unreachable_nats_is_exit_2_without_credentials() {
     let port = free_port();
@@ -222,14 +227,7 @@ fn run_with_an_unreachable_nats_is_exit_2_without_credentials() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!("127.0.0.1:{port}")),
-        "stderr: {stderr}"
-    );
-    assert!(!stderr.contains("s3cret-pw"), "stderr: {stderr}");
-    assert!(!stderr.contains("keeluser"), "stderr: {stderr}");
+    assert_exit_2_without_credentials(&out, port);
 }
 
 #[test]
@@ -246,14 +244,7 @@ fn serve_with_an_unreachable_nats_is_exit_2_without_credentials() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!("127.0.0.1:{port}")),
-        "stderr: {stderr}"
-    );
-    assert!(!stderr.contains("s3cret-pw"), "stderr: {stderr}");
-    assert!(!stderr.contains("keeluser"), "stderr: {stderr}");
+    assert_exit_2_without_credentials(&out, port);
 }
 
 /// nats-server is killed mid-run: the JetStream observer fails with a typed

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::daemon::{Daemon, Serve, client};
+use common::daemon::{Daemon, Serve, client, get, get_json, get_text, post};
 use common::sse::{Sse, read_sse};
 use common::verify_summary;
 use serde_json::{Value, json};
@@ -66,7 +66,7 @@ fn gated(run_id: &str, before: usize, after: usize, size: usize) -> String {
 }
 
 async fn create(c: &reqwest::Client, d: &Daemon, body: String) -> String {
-    let r = c.post(d.url("/v1/runs")).body(body).send().await.unwrap();
+    let r = post(c, d, "/v1/runs", body).await;
     assert_eq!(r.status(), 201);
     let v: Value = r.json().await.unwrap();
     v["run_id"].as_str().unwrap().to_owned()
@@ -86,14 +86,12 @@ fn assert_contiguous(seqs: &[u64], from: u64) {
 async fn pending_interaction(c: &reqwest::Client, d: &Daemon, run: &str) -> String {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        let text = c
-            .get(d.url(&format!("/v1/runs/{run}/events?format=jsonl&limit=10000")))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = get_text(
+            c,
+            d,
+            &format!("/v1/runs/{run}/events?format=jsonl&limit=10000"),
+        )
+        .await;
         for line in text.lines() {
             let v: Value = serde_json::from_str(line).unwrap();
             if v["kind"] == "interaction.started" {
@@ -110,26 +108,28 @@ async fn pending_interaction(c: &reqwest::Client, d: &Daemon, run: &str) -> Stri
 }
 
 async fn approve(c: &reqwest::Client, d: &Daemon, run: &str, interaction: &str) {
-    let r = c
-        .post(d.url(&format!("/v1/runs/{run}/interactions/{interaction}")))
-        .body(r#"{"decision":"approved"}"#)
+    let r = post(
+        c,
+        d,
+        &format!("/v1/runs/{run}/interactions/{interaction}"),
+        r#"{"decision":"approved"}"#,
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+}
+
+/// `POST /v1/runs/{run}/cancel`.
+async fn cancel(c: &reqwest::Client, d: &Daemon, run: &str) -> reqwest::Response {
+    c.post(d.url(&format!("/v1/runs/{run}/cancel")))
         .send()
         .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+        .unwrap()
 }
 
 async fn wait_status(c: &reqwest::Client, d: &Daemon, run: &str, want: &str) -> Value {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        let v: Value = c
-            .get(d.url(&format!("/v1/runs/{run}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v: Value = get_json(c, d, &format!("/v1/runs/{run}")).await;
         if v["status"] == want && v["live"] == false {
             return v;
         }
@@ -151,11 +151,7 @@ async fn create_and_stream_to_the_end() {
     let c = client();
     let run = create(&c, &d, plain("run_plain")).await;
     assert_eq!(run, "run_plain");
-    let r = c
-        .get(d.url("/v1/runs/run_plain/events"))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &d, "/v1/runs/run_plain/events").await;
     assert_eq!(r.status(), 200);
     assert_eq!(
         r.headers().get("content-type").unwrap(),
@@ -172,38 +168,27 @@ async fn create_and_stream_to_the_end() {
     }
     let status = wait_status(&c, &d, "run_plain", "completed").await;
     assert_eq!(status["last_seq"].as_u64().unwrap(), msgs.len() as u64);
-    let list: Value = c
-        .get(d.url("/v1/runs"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = get_json(&c, &d, "/v1/runs").await;
     assert_eq!(list["runs"][0]["run_id"], "run_plain");
 
     // The same id again is a conflict; an unknown run is 404; both problems.
-    let again = c
-        .post(d.url("/v1/runs"))
-        .body(plain("run_plain"))
-        .send()
-        .await
-        .unwrap();
+    let again = post(&c, &d, "/v1/runs", plain("run_plain")).await;
     assert_eq!(again.status(), 409);
     assert_problem(again.headers());
     for path in ["/v1/runs/nope", "/v1/runs/nope/events", "/v1/nothing"] {
-        let r = c.get(d.url(path)).send().await.unwrap();
+        let r = get(&c, &d, path).await;
         assert_eq!(r.status(), 404, "{path}");
         assert_problem(r.headers());
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["status"], 404);
     }
-    let r = c
-        .post(d.url("/v1/runs/nope/interactions/i1"))
-        .body(r#"{"decision":"denied"}"#)
-        .send()
-        .await
-        .unwrap();
+    let r = post(
+        &c,
+        &d,
+        "/v1/runs/nope/interactions/i1",
+        r#"{"decision":"denied"}"#,
+    )
+    .await;
     assert_eq!(r.status(), 404);
 }
 
@@ -212,11 +197,7 @@ async fn resume_after_a_disconnect_has_no_gap_and_no_duplicate() {
     let d = daemon(&[], None);
     let c = client();
     let run = create(&c, &d, gated("run_resume", 30, 200, 16)).await;
-    let r = c
-        .get(d.url(&format!("/v1/runs/{run}/events")))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &d, &format!("/v1/runs/{run}/events")).await;
     let first = read_sse(r, |m| m.event == "interaction.started").await;
     let mut all = seqs(&first);
     // Disconnected (the response is dropped). The run goes on.
@@ -235,13 +216,12 @@ async fn resume_after_a_disconnect_has_no_gap_and_no_duplicate() {
     assert_eq!(rest.last().unwrap().event, "run.completed");
 
     // A JSON Lines page.
-    let r = c
-        .get(d.url(&format!(
-            "/v1/runs/{run}/events?format=jsonl&after=3&limit=5"
-        )))
-        .send()
-        .await
-        .unwrap();
+    let r = get(
+        &c,
+        &d,
+        &format!("/v1/runs/{run}/events?format=jsonl&after=3&limit=5"),
+    )
+    .await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers().get("keel-next-cursor").unwrap(), "8");
     let text = r.text().await.unwrap();
@@ -263,22 +243,14 @@ async fn a_finished_run_resumes_from_the_journal_and_cursors_are_checked() {
     let run = create(&c, &d, plain("run_done")).await;
     let status = wait_status(&c, &d, &run, "completed").await;
     let last = status["last_seq"].as_u64().unwrap();
-    let r = c
-        .get(d.url(&format!("/v1/runs/{run}/events?after=2")))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &d, &format!("/v1/runs/{run}/events?after=2")).await;
     let msgs = read_sse(r, |_| false).await;
     assert_contiguous(&seqs(&msgs), 3);
     assert_eq!(*seqs(&msgs).last().unwrap(), last);
     assert_eq!(msgs.last().unwrap().event, "run.completed");
 
     // At the end: an empty stream that ends. Ahead: 400 with the cursors.
-    let r = c
-        .get(d.url(&format!("/v1/runs/{run}/events?after={last}")))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &d, &format!("/v1/runs/{run}/events?after={last}")).await;
     assert!(read_sse(r, |_| false).await.is_empty());
     let r = c
         .get(d.url(&format!("/v1/runs/{run}/events")))
@@ -300,11 +272,7 @@ async fn a_live_run_serves_the_evicted_prefix_from_the_journal() {
     let c = client();
     let run = create(&c, &d, gated("run_window", 120, 150, 8)).await;
     let interaction = pending_interaction(&c, &d, &run).await;
-    let r = c
-        .get(d.url(&format!("/v1/runs/{run}/events?after=0")))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &d, &format!("/v1/runs/{run}/events?after=0")).await;
     assert_eq!(r.status(), 200);
     let reader = tokio::spawn(read_sse(r, |_| false));
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -331,11 +299,7 @@ async fn an_expired_cursor_is_410_with_the_cursors() {
     assert_eq!(n, 3);
     drop(conn);
     for format in ["", "&format=jsonl"] {
-        let r = c
-            .get(d.url(&format!("/v1/runs/{run}/events?after=1{format}")))
-            .send()
-            .await
-            .unwrap();
+        let r = get(&c, &d, &format!("/v1/runs/{run}/events?after=1{format}")).await;
         assert_eq!(r.status(), 410, "{format}");
         assert_problem(r.headers());
         let v: Value = r.json().await.unwrap();
@@ -346,11 +310,7 @@ async fn an_expired_cursor_is_410_with_the_cursors() {
         assert_eq!(v["recovery_cursor"], 3);
     }
     // The recovery cursor works.
-    let r = c
-        .get(d.url(&format!("/v1/runs/{run}/events?after=3")))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &d, &format!("/v1/runs/{run}/events?after=3")).await;
     assert_contiguous(&seqs(&read_sse(r, |_| false).await), 4);
 }
 
@@ -434,7 +394,7 @@ async fn two_hundred_clients_twenty_slow() {
 async fn auth_is_enforced_with_a_token() {
     let d = daemon(&[], Some("s3cret-token"));
     let c = client();
-    let r = c.get(d.url("/v1/runs")).send().await.unwrap();
+    let r = get(&c, &d, "/v1/runs").await;
     assert_eq!(r.status(), 401);
     assert_problem(r.headers());
     for wrong in ["Bearer s3cret-tokeN", "Bearer s3cret", "Basic s3cret-token"] {
@@ -470,16 +430,11 @@ async fn bad_bodies_are_problems() {
     let d = daemon(&[], None);
     let c = client();
     let big = format!("{{\"model\": \"{}\"}}", "a".repeat(2 << 20));
-    let r = c.post(d.url("/v1/runs")).body(big).send().await.unwrap();
+    let r = post(&c, &d, "/v1/runs", big).await;
     assert_eq!(r.status(), 413);
     assert_problem(r.headers());
 
-    let r = c
-        .post(d.url("/v1/runs"))
-        .body("{\n  \"model\": ,\n}")
-        .send()
-        .await
-        .unwrap();
+    let r = post(&c, &d, "/v1/runs", "{\n  \"model\": ,\n}").await;
     assert_eq!(r.status(), 400);
     assert_problem(r.headers());
     let v: Value = r.json().await.unwrap();
@@ -488,12 +443,7 @@ async fn bad_bodies_are_problems() {
 
     let mut unknown: Value = serde_json::from_str(&plain("run_x")).unwrap();
     unknown["provider"]["extra"] = json!(1);
-    let r = c
-        .post(d.url("/v1/runs"))
-        .body(unknown.to_string())
-        .send()
-        .await
-        .unwrap();
+    let r = post(&c, &d, "/v1/runs", unknown.to_string()).await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert!(v["path"].as_str().unwrap().contains("provider"), "{v}");
@@ -506,18 +456,10 @@ async fn cancel_ends_a_waiting_run() {
     let c = client();
     let run = create(&c, &d, gated("run_cancel", 1, 1, 1)).await;
     pending_interaction(&c, &d, &run).await;
-    let r = c
-        .post(d.url(&format!("/v1/runs/{run}/cancel")))
-        .send()
-        .await
-        .unwrap();
+    let r = cancel(&c, &d, &run).await;
     assert_eq!(r.status(), 202);
     wait_status(&c, &d, &run, "cancelled").await;
-    let r = c
-        .post(d.url(&format!("/v1/runs/{run}/cancel")))
-        .send()
-        .await
-        .unwrap();
+    let r = cancel(&c, &d, &run).await;
     assert_eq!(r.status(), 409);
 }
 
@@ -573,11 +515,7 @@ async fn sigterm_cancels_runs_and_closes_streams() {
     let c = client();
     let run = create(&c, &d, gated("run_term", 1, 1, 1)).await;
     pending_interaction(&c, &d, &run).await;
-    let r = c
-        .get(d.url(&format!("/v1/runs/{run}/events")))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &d, &format!("/v1/runs/{run}/events")).await;
     let reader = tokio::spawn(read_sse(r, |_| false));
     tokio::time::sleep(Duration::from_millis(100)).await;
     d.sigterm();
@@ -625,18 +563,10 @@ async fn tampered_journal_lines_are_not_served() {
     };
     // What a JSON Lines page and an SSE stream serve now.
     let serve = || async {
-        let page = c
-            .get(d.url(&format!("/v1/runs/{run}/events?format=jsonl")))
-            .send()
-            .await
-            .unwrap();
+        let page = get(&c, &d, &format!("/v1/runs/{run}/events?format=jsonl")).await;
         let status = page.status().as_u16();
         let problem: Value = page.json().await.unwrap();
-        let r = c
-            .get(d.url(&format!("/v1/runs/{run}/events")))
-            .send()
-            .await
-            .unwrap();
+        let r = get(&c, &d, &format!("/v1/runs/{run}/events")).await;
         (status, problem, read_sse(r, |_| false).await)
     };
 
@@ -680,14 +610,7 @@ async fn a_network_provider_runs_in_the_daemon() {
     .await;
     assert_eq!(run, "net_1");
     wait_status(&c, &d, &run, "completed").await;
-    let page = c
-        .get(d.url(&format!("/v1/runs/{run}/events?format=jsonl")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = get_text(&c, &d, &format!("/v1/runs/{run}/events?format=jsonl")).await;
     assert!(
         page.contains("Sm") && page.contains("model.completed"),
         "{page}"
@@ -726,12 +649,7 @@ async fn network_providers_run_only_as_the_operator_allowed() {
     ];
     let mut bodies = Vec::new();
     for (daemon, body) in cases {
-        let r = c
-            .post(daemon.url("/v1/runs"))
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+        let r = post(&c, daemon, "/v1/runs", body).await;
         assert_eq!(r.status(), 403);
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["type"], "urn:keel:problem:provider-not-allowed", "{v}");
@@ -789,7 +707,7 @@ fn own_tools(run_id: &str, own: &str, other: &str) -> String {
 
 /// POST /v1/runs: the status and the document.
 async fn post_run(c: &reqwest::Client, d: &Daemon, body: String) -> (u16, Value) {
-    let r = c.post(d.url("/v1/runs")).body(body).send().await.unwrap();
+    let r = post(c, d, "/v1/runs", body).await;
     let status = r.status().as_u16();
     if status != 201 {
         assert_problem(r.headers());
@@ -885,14 +803,7 @@ async fn two_runs_with_their_own_tools_live_side_by_side() {
     pending_interaction(&c, &d, "run_alpha").await;
     pending_interaction(&c, &d, "run_beta").await;
     // Both live at once, in one engine.
-    let list: Value = c
-        .get(d.url("/v1/runs"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = get_json(&c, &d, "/v1/runs").await;
     let live: Vec<&str> = list["runs"]
         .as_array()
         .unwrap()
@@ -959,20 +870,10 @@ async fn a_live_run_id_is_refused_while_the_run_is_live() {
     assert_eq!(v["type"], "urn:keel:problem:run-exists");
     assert_eq!(v["run_id"], "run_twice");
     assert_eq!(v["rule"], "run.unique_id");
-    let s: Value = c
-        .get(d.url("/v1/runs/run_twice"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let s: Value = get_json(&c, &d, "/v1/runs/run_twice").await;
     assert_eq!(s["live"], true, "{s}");
     // Once it ended it is stored: still refused.
-    c.post(d.url("/v1/runs/run_twice/cancel"))
-        .send()
-        .await
-        .unwrap();
+    cancel(&c, &d, "run_twice").await;
     wait_status(&c, &d, "run_twice", "cancelled").await;
     let (status, v) = post_run(&c, &d, gated("run_twice", 0, 0, 1)).await;
     assert_eq!(status, 409, "{v}");
@@ -999,7 +900,7 @@ async fn limits_the_engine_refuses_are_400_naming_the_member() {
         assert_eq!(v["path"], path, "{v}");
     }
     // Nothing was started or stored.
-    let r = c.get(d.url("/v1/runs/run_limits")).send().await.unwrap();
+    let r = get(&c, &d, "/v1/runs/run_limits").await;
     assert_eq!(r.status(), 404);
 }
 
@@ -1015,10 +916,7 @@ async fn live_runs_are_bounded() {
     assert_eq!(v["bound"], "max_live_runs");
     assert_eq!(v["max_live_runs"], 2);
     // When one has ended, there is room again.
-    c.post(d.url("/v1/runs/run_b1/cancel"))
-        .send()
-        .await
-        .unwrap();
+    cancel(&c, &d, "run_b1").await;
     wait_status(&c, &d, "run_b1", "cancelled").await;
     create(&c, &d, gated("run_b3", 0, 0, 1)).await;
 
@@ -1046,11 +944,7 @@ async fn live_runs_are_bounded() {
 /// What a run's stream holds once it has ended.
 async fn kinds_to_the_end(c: &reqwest::Client, d: &Daemon, run: &str) -> Vec<String> {
     let read = async {
-        let r = c
-            .get(d.url(&format!("/v1/runs/{run}/events")))
-            .send()
-            .await
-            .unwrap();
+        let r = get(c, d, &format!("/v1/runs/{run}/events")).await;
         read_sse(r, |_| false).await
     };
     let msgs = tokio::time::timeout(Duration::from_secs(30), read)
@@ -1091,12 +985,13 @@ async fn an_unanswered_approval_times_out_and_the_run_goes_on() {
     let error = failed["payload"]["error"].as_str().unwrap();
     assert!(error.contains("approval_timeout"), "{failed}");
     // Nothing is left pending: a late answer is 404.
-    let r = c
-        .post(d.url(&format!("/v1/runs/run_late/interactions/{interaction}")))
-        .body(r#"{"decision":"approved"}"#)
-        .send()
-        .await
-        .unwrap();
+    let r = post(
+        &c,
+        &d,
+        &format!("/v1/runs/run_late/interactions/{interaction}"),
+        r#"{"decision":"approved"}"#,
+    )
+    .await;
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["type"], "urn:keel:problem:interaction-not-pending");
@@ -1305,36 +1200,17 @@ fn weather_turn(run_id: &str, city: &str, question: &str) -> String {
 async fn a_three_run_conversation_over_http() {
     let d = daemon(&[], None);
     let c = client();
-    let post = |path: String, body: String| {
-        let c = c.clone();
-        let url = d.url(&path);
-        async move {
-            c.post(url)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .unwrap()
-        }
-    };
-    let r = post("/v1/runs".into(), weather_turn("chat_1", "Oslo", "Oslo?")).await;
+    let r = post(&c, &d, "/v1/runs", weather_turn("chat_1", "Oslo", "Oslo?")).await;
     assert_eq!(r.status(), 201);
     wait_status(&c, &d, "chat_1", "completed").await;
     for (n, city) in [(2, "Bergen"), (3, "Tromsø")] {
         let previous = format!("chat_{}", n - 1);
         let body = weather_turn(&format!("chat_{n}"), city, &format!("{city}?"));
-        let r = post(format!("/v1/runs/{previous}/messages"), body).await;
+        let r = post(&c, &d, &format!("/v1/runs/{previous}/messages"), body).await;
         assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
         wait_status(&c, &d, &format!("chat_{n}"), "completed").await;
     }
-    let lines = c
-        .get(d.url("/v1/runs/chat_3/events?format=jsonl"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let lines = get_text(&c, &d, "/v1/runs/chat_3/events?format=jsonl").await;
     let inputs: Vec<Value> = lines
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -1372,7 +1248,9 @@ async fn a_three_run_conversation_over_http() {
     assert_eq!(texts[8], "Tromsø?");
     // Refusals: unknown, and a run that did not complete.
     let r = post(
-        "/v1/runs/nope/messages".into(),
+        &c,
+        &d,
+        "/v1/runs/nope/messages",
         weather_turn("chat_x", "Oslo", "?"),
     )
     .await;
@@ -1384,12 +1262,14 @@ async fn a_three_run_conversation_over_http() {
         "provider": {"type": "scripted", "calls": [[{"fail": {"kind": "auth", "message": "no", "retryable": false}}]]}
     });
     assert_eq!(
-        post("/v1/runs".into(), failing.to_string()).await.status(),
+        post(&c, &d, "/v1/runs", failing.to_string()).await.status(),
         201
     );
     wait_status(&c, &d, "chat_failed", "failed").await;
     let r = post(
-        "/v1/runs/chat_failed/messages".into(),
+        &c,
+        &d,
+        "/v1/runs/chat_failed/messages",
         weather_turn("chat_y", "Oslo", "?"),
     )
     .await;
@@ -1683,14 +1563,7 @@ async fn the_run_list_has_turns_usage_and_times() {
     wait_status(&c, &d, &run, "completed").await;
     create(&c, &d, plain("run_plain_totals")).await;
     wait_status(&c, &d, "run_plain_totals", "completed").await;
-    let v: Value = c
-        .get(d.url("/v1/runs"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = get_json(&c, &d, "/v1/runs").await;
     let runs = v["runs"].as_array().unwrap();
     let entry = |id: &str| runs.iter().find(|r| r["run_id"] == id).unwrap().clone();
     let t = entry("run_totals");

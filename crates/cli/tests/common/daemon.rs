@@ -234,3 +234,28 @@ pub fn client_builder() -> reqwest::ClientBuilder {
 pub fn client() -> reqwest::Client {
     client_builder().build().unwrap()
 }
+
+/// `GET path` on `d`.
+pub async fn get(c: &reqwest::Client, d: &Daemon, path: &str) -> reqwest::Response {
+    c.get(d.url(path)).send().await.unwrap()
+}
+
+/// `GET path` on `d`, the body as JSON.
+pub async fn get_json(c: &reqwest::Client, d: &Daemon, path: &str) -> serde_json::Value {
+    get(c, d, path).await.json().await.unwrap()
+}
+
+/// `GET path` on `d`, the body as text.
+pub async fn get_text(c: &reqwest::Client, d: &Daemon, path: &str) -> String {
+    get(c, d, path).await.text().await.unwrap()
+}
+
+/// `POST path` on `d` with `body`.
+pub async fn post(
+    c: &reqwest::Client,
+    d: &Daemon,
+    path: &str,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::Response {
+    c.post(d.url(path)).body(body).send().await.unwrap()
+}
