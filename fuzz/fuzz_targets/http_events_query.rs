@@ -6,10 +6,12 @@
 //! Properties:
 //! - the verdict matches an independent reading of the query with
 //!   `form_urlencoded`: accepted exactly when every key is one of `after`,
-//!   `format`, `limit`, `max_events`, `max_bytes`, none repeats, the
-//!   numbers parse, `format` is `sse` or `jsonl`, and `Last-Event-ID` (if
+//!   `format`, `limit`, `max_events`, `max_bytes`, `named`, none repeats,
+//!   the numbers parse, `format` is `sse` or `jsonl`, `named` is `true` or
+//!   `false`, and `Last-Event-ID` (if
 //!   sent) is a sequence number; an accepted request has the cursor of the
-//!   header, else of `after`, else 0, and bounds clamped to
+//!   header, else of `after`, else 0, unnamed frames exactly for
+//!   `named=false`, and bounds clamped to
 //!   [1, 4096] events and [4 KiB, 8 MiB] bytes;
 //! - a refusal is a 400 whose problem JSON does not change when the
 //!   letters of the query's values are rotated: it names parameters,
@@ -19,12 +21,22 @@
 
 use http::{HeaderMap, HeaderValue, Uri};
 use keel_cli::serve::auth::bearer_matches;
-use keel_cli::serve::events::{EventsFormat, EventsRequest};
+use keel_cli::serve::events::{EventsFormat, EventsRequest, Naming};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;
 
-const KNOWN: &[&str] = &["after", "format", "limit", "max_events", "max_bytes"];
+const KNOWN: &[&str] = &["after", "format", "limit", "max_events", "max_bytes", "named"];
+
+/// An accepted request, as the independent reading sees it.
+#[derive(Debug)]
+struct Expected {
+    cursor: u64,
+    format: EventsFormat,
+    naming: Naming,
+    max_events: usize,
+    max_bytes: usize,
+}
 
 fn headers(last_event_id: Option<&[u8]>, authorization: Option<&[u8]>) -> Option<HeaderMap> {
     let mut map = HeaderMap::new();
@@ -38,13 +50,11 @@ fn headers(last_event_id: Option<&[u8]>, authorization: Option<&[u8]>) -> Option
 }
 
 /// What the request must be, read independently.
-fn expected(
-    query: &str,
-    last_event_id: Option<&[u8]>,
-) -> Option<(u64, EventsFormat, usize, usize)> {
+fn expected(query: &str, last_event_id: Option<&[u8]>) -> Option<Expected> {
     let mut seen = HashSet::new();
     let (mut after, mut format, mut max_events, mut max_bytes) =
         (None, EventsFormat::Sse, None, None);
+    let mut naming = Naming::Kind;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         if !KNOWN.contains(&key.as_ref()) || !seen.insert(key.clone().into_owned()) {
             return None;
@@ -54,6 +64,13 @@ fn expected(
             "limit" => drop(value.parse::<usize>().ok()?),
             "max_events" => max_events = Some(value.parse::<usize>().ok()?),
             "max_bytes" => max_bytes = Some(value.parse::<usize>().ok()?),
+            "named" => {
+                naming = match value.as_ref() {
+                    "true" => Naming::Kind,
+                    "false" => Naming::Unnamed,
+                    _ => return None,
+                }
+            }
             _ => {
                 format = match value.as_ref() {
                     "sse" => EventsFormat::Sse,
@@ -67,12 +84,13 @@ fn expected(
         None => None,
         Some(v) => Some(std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok()?),
     };
-    Some((
-        header.or(after).unwrap_or(0),
+    Some(Expected {
+        cursor: header.or(after).unwrap_or(0),
         format,
-        max_events.unwrap_or(4096).clamp(1, 4096),
-        max_bytes.unwrap_or(8 << 20).clamp(4096, 8 << 20),
-    ))
+        naming,
+        max_events: max_events.unwrap_or(4096).clamp(1, 4096),
+        max_bytes: max_bytes.unwrap_or(8 << 20).clamp(4096, 8 << 20),
+    })
 }
 
 fn rotate_letters(c: char) -> char {
@@ -84,8 +102,14 @@ fn rotate_letters(c: char) -> char {
     }
 }
 
-/// The query with the letters of every value (after `=`, up to `&`)
-/// rotated: keys, separators, digits and percent escapes stay (rotating a
+/// Keys whose values are words of a fixed vocabulary (`sse`, `jsonl`,
+/// `true`, `false`), not free text: rotating them turns a valid value into
+/// an invalid one, which changes which parameter a refusal names first.
+const ENUM_KEYS: &[&str] = &["format", "named"];
+
+/// The query with the letters of every free-text value (after `=`, up to
+/// `&`; not those of [`ENUM_KEYS`]) rotated: keys, separators, digits and
+/// percent escapes stay (rotating a
 /// hex digit of `%2A` would change the decoded character, and with it the
 /// verdict). As in `form_urlencoded`, only `%` and two hex digits is an
 /// escape; `&` always separates pairs.
@@ -93,6 +117,8 @@ fn rotate_values(query: &str) -> String {
     let chars: Vec<char> = query.chars().collect();
     let mut out = String::with_capacity(query.len());
     let mut in_value = false;
+    let mut rotating = false;
+    let mut key = String::new();
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
@@ -100,6 +126,9 @@ fn rotate_values(query: &str) -> String {
             && chars.get(i + 1).is_some_and(char::is_ascii_hexdigit)
             && chars.get(i + 2).is_some_and(char::is_ascii_hexdigit);
         if escape {
+            if !in_value {
+                key.extend(&chars[i..i + 3]);
+            }
             out.extend(&chars[i..i + 3]);
             i += 3;
             continue;
@@ -107,14 +136,21 @@ fn rotate_values(query: &str) -> String {
         out.push(match c {
             '&' => {
                 in_value = false;
+                key.clear();
                 c
             }
             '=' if !in_value => {
                 in_value = true;
+                rotating = !ENUM_KEYS.contains(&key.as_str());
                 c
             }
-            c if in_value => rotate_letters(c),
-            c => c,
+            c if in_value && rotating => rotate_letters(c),
+            c => {
+                if !in_value {
+                    key.push(c);
+                }
+                c
+            }
         });
         i += 1;
     }
@@ -138,12 +174,13 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
 
     let parsed = EventsRequest::parse(&uri, &map);
     match (&parsed, expected(&query, last_event_id.as_deref())) {
-        (Ok(request), Some((cursor, format, max_events, max_bytes))) => {
-            assert_eq!(request.cursor(), cursor, "cursor\nquery: {query:?}");
-            assert_eq!(request.format(), format, "format\nquery: {query:?}");
+        (Ok(request), Some(e)) => {
+            assert_eq!(request.cursor(), e.cursor, "cursor\nquery: {query:?}");
+            assert_eq!(request.format(), e.format, "format\nquery: {query:?}");
+            assert_eq!(request.naming(), e.naming, "naming\nquery: {query:?}");
             assert_eq!(
                 (request.bounds().max_events, request.bounds().max_bytes),
-                (max_events, max_bytes),
+                (e.max_events, e.max_bytes),
                 "bounds\nquery: {query:?}"
             );
         }

@@ -58,7 +58,7 @@ struct EventsQuery {
     limit: Option<usize>,
     max_events: Option<usize>,
     max_bytes: Option<usize>,
-    named: Option<bool>,
+    named: Option<String>,
 }
 
 fn bad_request(detail: String) -> Problem {
@@ -127,14 +127,17 @@ impl EventsRequest {
             Some("jsonl") => EventsFormat::Jsonl,
             Some(_) => return Err(bad_request("format is not one of sse, jsonl".to_owned())),
         };
+        // Checked after the query parsed, as `format` is, so that which
+        // parameter a refusal names does not depend on another's value.
+        let naming = match query.named.as_deref() {
+            None | Some("true") => Naming::Kind,
+            Some("false") => Naming::Unnamed,
+            Some(_) => return Err(bad_request("named is not one of true, false".to_owned())),
+        };
         Ok(EventsRequest {
             cursor: header_cursor.or(query.after).unwrap_or(0),
             format,
-            naming: if query.named.unwrap_or(true) {
-                Naming::Kind
-            } else {
-                Naming::Unnamed
-            },
+            naming,
             limit: query.limit,
             bounds: SubscriptionBounds {
                 max_events: query
