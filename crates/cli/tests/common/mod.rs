@@ -3,6 +3,7 @@
 
 pub mod browser;
 pub mod daemon;
+pub mod frontends;
 pub mod nats;
 pub mod sse;
 
