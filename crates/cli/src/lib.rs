@@ -57,6 +57,7 @@ pub mod scenario;
 pub mod screen;
 pub mod serve;
 pub mod time;
+pub mod views;
 
 use clap::Parser;
 
