@@ -188,4 +188,9 @@ pub struct ServeArgs {
     /// named on stderr ("left for recovery") and the exit code is 1.
     #[arg(long, default_value_t = 30_000, value_name = "MS")]
     pub shutdown_timeout_ms: u64,
+    /// The agent POST /v1/chat runs (the AI SDK's useChat): a scenario
+    /// giving the model, provider, tools, limits and system messages. Its
+    /// provider must be scripted or allowed with --allow-provider.
+    #[arg(long, value_name = "FILE")]
+    pub chat_scenario: Option<PathBuf>,
 }

@@ -38,6 +38,7 @@
 
 pub mod approvals;
 pub mod auth;
+pub mod chat;
 pub mod cross_site;
 pub mod events;
 pub mod problem;
@@ -136,6 +137,8 @@ pub struct Daemon {
     providers: Vec<providers::ProviderAllowance>,
     /// `--allow-origin`, `--public-host` and the listener: who may call.
     cross_site: Arc<CrossSitePolicy>,
+    /// `--chat-scenario`: the agent `POST /v1/chat` runs.
+    chat: Option<Arc<crate::scenario::Scenario>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -254,6 +257,7 @@ async fn open_daemon(
     providers: Vec<providers::ProviderAllowance>,
     cross_site: CrossSitePolicy,
 ) -> Result<Daemon, CliError> {
+    let chat = chat::load_template(args.chat_scenario.as_deref(), &providers)?;
     let journal = Arc::new(SqliteJournal::open(&args.db.db, JournalConfig::default())?);
     let reader = Arc::new(journal.reader()?);
     let nats = match &args.nats {
@@ -289,6 +293,7 @@ async fn open_daemon(
         nats,
         providers,
         cross_site: Arc::new(cross_site),
+        chat,
     })
 }
 
@@ -452,6 +457,8 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/v1/runs/{id}/events", get(events::events))
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
         .route("/v1/runs/{id}/messages", post(runs::continue_run))
+        .route("/v1/chat", post(chat::post_chat))
+        .route("/v1/chat/{id}/stream", get(chat::resume_stream))
         .route(
             "/v1/runs/{id}/interactions/{interaction_id}",
             post(approvals::answer_interaction),

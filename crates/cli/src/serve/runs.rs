@@ -53,12 +53,19 @@ pub async fn create_run(
 /// Starts `request` and answers 201 once its `run.started` is committed.
 async fn admit(daemon: &Daemon, request: RunRequest) -> Result<Response, Problem> {
     let run_id = request.run_id().clone();
+    admit_run(daemon, request).await?;
+    Ok(created(run_id.as_str()))
+}
+
+/// Starts `request` and returns once its `run.started` is committed and
+/// journaled (what a 201 promises; `POST /v1/chat` then streams it).
+pub(super) async fn admit_run(daemon: &Daemon, request: RunRequest) -> Result<(), Problem> {
+    let run_id = request.run_id().clone();
     let handle = start(daemon, request).await?;
     if !began(handle).await {
         return Err(cancelled_before_it_began(daemon, run_id.as_str()));
     }
-    journaled(daemon, run_id.as_str()).await?;
-    Ok(created(run_id.as_str()))
+    journaled(daemon, run_id.as_str()).await
 }
 
 /// How long a 201 waits for the journal to hold the run's `run.started`.
@@ -137,7 +144,7 @@ fn not_continuable(id: &str, status: &str) -> Problem {
     .with("status", status)
 }
 
-fn continue_problem(id: &str, e: &ContinueError) -> Problem {
+pub(super) fn continue_problem(id: &str, e: &ContinueError) -> Problem {
     match e {
         ContinueError::UnknownRun { .. } => Problem::unknown_run(id),
         ContinueError::NotContinuable { status, .. } => not_continuable(id, status.as_str()),
@@ -274,7 +281,7 @@ fn run_exists(id: &str) -> Problem {
     .with("rule", "run.unique_id")
 }
 
-fn provider_not_allowed() -> Problem {
+pub(super) fn provider_not_allowed() -> Problem {
     Problem::new(
         StatusCode::FORBIDDEN,
         "provider-not-allowed",
@@ -324,7 +331,7 @@ fn scenario_problem(e: &ScenarioError) -> Problem {
 
 /// 400 for a provider or tool that could not be built (the message names
 /// the variable or the bound, never a key).
-fn launch_problem(e: &LaunchError) -> Problem {
+pub(super) fn launch_problem(e: &LaunchError) -> Problem {
     invalid(e.to_string(), &e.path())
 }
 

@@ -4,3 +4,5 @@
 //! order) to another protocol's messages: no second channel, no event
 //! kind that exists only for a view, and nothing a view says that the log
 //! does not hold. The daemon's routes (`serve/`) frame them for HTTP.
+
+pub mod ui_stream;

@@ -1,0 +1,666 @@
+//! The Vercel AI SDK's UI message stream (v1) as a view of one run's log.
+//!
+//! [`UiStream`] is a pure, stateful mapping: it is fed a run's events in
+//! seq order and answers each with the chunks it becomes. One run is one
+//! assistant `UIMessage` whose id is the run id; each turn is a step. The
+//! mapping, event by event (recorded in
+//! `docs/rfc/implemented/2026-12-02-ai-sdk-ui-stream.md`):
+//!
+//! | Keel event | chunks |
+//! | --- | --- |
+//! | (stream opens) | `start` {messageId} |
+//! | `turn.started` | `start-step` |
+//! | `model.text_delta` | `text-start` (first delta of a text part), `text-delta` |
+//! | `model.tool_call` | `text-end` (if open), `tool-input-available` |
+//! | `model.completed` | `text-end` (if open) |
+//! | `model.failed` | `text-end` (if open); when the attempt had streamed output (`partial`), `data-keel-discarded` naming its text parts and tool calls |
+//! | `model.cancelled` | `text-end` (if open) |
+//! | `interaction.started` (approval) | `tool-approval-request` {approvalId = interaction id} |
+//! | `interaction.completed` denied | `tool-output-denied` |
+//! | `interaction.failed` | `tool-output-error` |
+//! | `tool.completed` | `tool-output-available` (the output string) |
+//! | `tool.failed` | `tool-output-error`, plus `data-keel-tool-failed` with `outcome`/`retry` when typed |
+//! | `turn.completed` / `failed` / `cancelled` | `finish-step` |
+//! | `run.completed` | `finish` {finishReason of the last model call, messageMetadata.keel} |
+//! | `run.failed` | `error`, `finish` {finishReason `error`} |
+//! | `run.cancelled` | `abort` |
+//!
+//! Everything else (`run.started`, `run.input`, `model.started`,
+//! `tool.started`, `tool.cancelled`, `interaction.cancelled`, extension
+//! kinds) becomes nothing. After the run's terminal the framing adds
+//! `[DONE]`.
+//!
+//! [`UiStream::paused`] says when the run waits only for approvals: every
+//! tool call of the turn without a result has a pending approval and no
+//! model call is open. The daemon ends a chat response there (the client
+//! answers with its next request), as the SDK's own servers do.
+
+use keel_eventlog::{Event, EventDecodeError, Payload};
+use keel_stream::RetryPosition;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The response header naming the protocol.
+pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
+/// The data of the last SSE frame.
+pub const DONE: &str = "[DONE]";
+
+/// One chunk of the UI message stream v1 (the SDK's `uiMessageChunkSchema`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(
+    tag = "type",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
+#[allow(missing_docs)]
+pub enum Chunk {
+    /// The message begins; its id is the run id.
+    Start { message_id: String },
+    /// A turn begins.
+    StartStep,
+    /// A text part begins.
+    TextStart { id: String },
+    /// Text of an open text part.
+    TextDelta { id: String, delta: String },
+    /// A text part ends.
+    TextEnd { id: String },
+    /// A tool call the model made, with its arguments.
+    ToolInputAvailable {
+        tool_call_id: String,
+        tool_name: String,
+        input: Value,
+    },
+    /// The call waits for approval; `approval_id` is the interaction id.
+    ToolApprovalRequest {
+        approval_id: String,
+        tool_call_id: String,
+    },
+    /// The tool's output.
+    ToolOutputAvailable { tool_call_id: String, output: Value },
+    /// The tool (or its approval) failed.
+    ToolOutputError {
+        tool_call_id: String,
+        error_text: String,
+    },
+    /// The approval was denied; the tool did not run.
+    ToolOutputDenied { tool_call_id: String },
+    /// A model attempt failed after it had streamed output: that output
+    /// is discarded (a retry, if any, starts new parts).
+    #[serde(rename = "data-keel-discarded")]
+    Discarded { id: String, data: Value },
+    /// A typed tool failure's outcome and retry disposition.
+    #[serde(rename = "data-keel-tool-failed")]
+    ToolFailed { id: String, data: Value },
+    /// A turn ended.
+    FinishStep,
+    /// The run ended; `finish_reason` is the SDK's vocabulary.
+    Finish {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message_metadata: Option<Value>,
+    },
+    /// The run was cancelled.
+    Abort {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The run failed (or the stream could not go on).
+    Error { error_text: String },
+}
+
+impl Chunk {
+    /// The chunk's JSON, one SSE `data:` line.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            json!({"type": "error", "errorText": format!("a chunk did not encode: {e}")})
+                .to_string()
+        })
+    }
+}
+
+/// Why an event could not be mapped.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    /// The payload does not decode for its kind.
+    #[error("seq {seq}: {source}")]
+    Payload {
+        /// The event's seq.
+        seq: u64,
+        /// Why.
+        #[source]
+        source: EventDecodeError,
+    },
+    /// Events out of order (not seq + 1).
+    #[error("seq {found} does not follow {last}")]
+    OutOfOrder {
+        /// The last seq mapped.
+        last: u64,
+        /// The seq offered.
+        found: u64,
+    },
+}
+
+/// The mapping's state: open text part, the turn's tool calls and
+/// pending approvals, the last finish reason.
+#[derive(Debug, Default)]
+pub struct UiStream {
+    last_seq: u64,
+    texts: u64,
+    open_text: Option<String>,
+    /// Text parts and tool calls of the open model call.
+    attempt_texts: Vec<String>,
+    attempt_calls: Vec<String>,
+    model_open: bool,
+    /// The turn's tool calls without a result.
+    unfinished: BTreeSet<String>,
+    /// Pending approvals: interaction id → call id.
+    awaiting: BTreeMap<String, String>,
+    finish: Option<&'static str>,
+    ended: bool,
+}
+
+/// The SDK's name for a Keel finish reason.
+fn finish_reason(wire: &str) -> &'static str {
+    match wire {
+        "stop" => "stop",
+        "tool_calls" => "tool-calls",
+        "length" => "length",
+        "content_filter" => "content-filter",
+        _ => "other",
+    }
+}
+
+impl UiStream {
+    /// A mapping at the start of a run.
+    pub fn new() -> UiStream {
+        UiStream::default()
+    }
+
+    /// The chunk a response opens with: the message is the run.
+    pub fn start(run_id: &str) -> Chunk {
+        Chunk::Start {
+            message_id: run_id.to_owned(),
+        }
+    }
+
+    /// Whether the run's terminal was mapped.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Whether the run waits only for approvals (see the module docs).
+    pub fn paused(&self) -> bool {
+        !self.ended
+            && !self.model_open
+            && !self.awaiting.is_empty()
+            && self
+                .unfinished
+                .iter()
+                .all(|c| self.awaiting.values().any(|a| a == c))
+    }
+
+    /// The pending approvals: (interaction id, call id).
+    pub fn awaiting(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.awaiting.iter().map(|(i, c)| (i.as_str(), c.as_str()))
+    }
+
+    /// The last seq mapped.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    fn close_text(&mut self, out: &mut Vec<Chunk>) {
+        if let Some(id) = self.open_text.take() {
+            out.push(Chunk::TextEnd { id });
+        }
+    }
+
+    /// The chunks of the next event (seq `last_seq() + 1`).
+    pub fn feed(&mut self, event: &Event) -> Result<Vec<Chunk>, ViewError> {
+        if event.seq() != self.last_seq + 1 {
+            return Err(ViewError::OutOfOrder {
+                last: self.last_seq,
+                found: event.seq(),
+            });
+        }
+        let payload = event.payload().map_err(|source| ViewError::Payload {
+            seq: event.seq(),
+            source,
+        })?;
+        self.last_seq = event.seq();
+        let mut out = Vec::new();
+        match payload {
+            Payload::TurnStarted(_) => out.push(Chunk::StartStep),
+            Payload::TurnCompleted(_) | Payload::TurnCancelled(_) | Payload::TurnFailed(_) => {
+                self.close_text(&mut out);
+                self.unfinished.clear();
+                self.awaiting.clear();
+                out.push(Chunk::FinishStep);
+            }
+            Payload::ModelStarted(_) => {
+                self.model_open = true;
+                self.attempt_texts.clear();
+                self.attempt_calls.clear();
+            }
+            Payload::TextDelta(p) => self.text(p.text, &mut out),
+            Payload::ToolCall(p) => {
+                self.close_text(&mut out);
+                let call = p.call_id.as_str().to_owned();
+                self.attempt_calls.push(call.clone());
+                self.unfinished.insert(call.clone());
+                let input = serde_json::from_str(p.arguments.as_str())
+                    .unwrap_or_else(|_| Value::String(p.arguments.as_str().to_owned()));
+                out.push(Chunk::ToolInputAvailable {
+                    tool_call_id: call,
+                    tool_name: p.name.as_str().to_owned(),
+                    input,
+                });
+            }
+            Payload::ModelCompleted(p) => {
+                self.close_text(&mut out);
+                self.model_open = false;
+                self.finish = Some(finish_reason(p.finish.as_str()));
+            }
+            Payload::ModelFailed(p) => {
+                self.close_text(&mut out);
+                self.model_open = false;
+                if p.position == RetryPosition::Partial {
+                    out.push(self.discarded(&p));
+                }
+            }
+            Payload::ModelCancelled(_) => {
+                self.close_text(&mut out);
+                self.model_open = false;
+            }
+            other => self.tools_and_run(other, &mut out),
+        }
+        Ok(out)
+    }
+
+    fn text(&mut self, text: String, out: &mut Vec<Chunk>) {
+        let id = match &self.open_text {
+            Some(id) => id.clone(),
+            None => {
+                self.texts += 1;
+                let id = format!("text-{}", self.texts);
+                self.attempt_texts.push(id.clone());
+                self.open_text = Some(id.clone());
+                out.push(Chunk::TextStart { id: id.clone() });
+                id
+            }
+        };
+        out.push(Chunk::TextDelta { id, delta: text });
+    }
+
+    /// The failed attempt's output, marked discarded; its tool calls get no
+    /// result and leave the turn's unfinished set.
+    fn discarded(&mut self, p: &keel_eventlog::ModelFailed) -> Chunk {
+        for call in &self.attempt_calls {
+            self.unfinished.remove(call);
+        }
+        Chunk::Discarded {
+            id: p.operation_id.as_str().to_owned(),
+            data: json!({
+                "operation_id": p.operation_id.as_str(),
+                "text_ids": std::mem::take(&mut self.attempt_texts),
+                "tool_call_ids": std::mem::take(&mut self.attempt_calls),
+                "problem": {"kind": p.problem.kind.as_str(), "retryable": p.problem.retryable},
+                "position": "partial",
+            }),
+        }
+    }
+
+    fn tools_and_run(&mut self, payload: Payload, out: &mut Vec<Chunk>) {
+        match payload {
+            Payload::InteractionStarted(p) => {
+                if let Some(call) = p.call_id {
+                    let call = call.as_str().to_owned();
+                    self.awaiting
+                        .insert(p.interaction_id.as_str().to_owned(), call.clone());
+                    out.push(Chunk::ToolApprovalRequest {
+                        approval_id: p.interaction_id.as_str().to_owned(),
+                        tool_call_id: call,
+                    });
+                }
+            }
+            Payload::InteractionCompleted(p) => {
+                let call = self.awaiting.remove(p.interaction_id.as_str());
+                if let (Some(call), "denied") = (call, p.decision.as_str()) {
+                    self.unfinished.remove(&call);
+                    out.push(Chunk::ToolOutputDenied { tool_call_id: call });
+                }
+            }
+            Payload::InteractionFailed(p) => {
+                if let Some(call) = self.awaiting.remove(p.interaction_id.as_str()) {
+                    self.unfinished.remove(&call);
+                    out.push(Chunk::ToolOutputError {
+                        tool_call_id: call,
+                        error_text: p.error.as_str().to_owned(),
+                    });
+                }
+            }
+            Payload::InteractionCancelled(p) => {
+                self.awaiting.remove(p.interaction_id.as_str());
+            }
+            Payload::ToolCompleted(p) => {
+                self.unfinished.remove(p.call_id.as_str());
+                out.push(Chunk::ToolOutputAvailable {
+                    tool_call_id: p.call_id.as_str().to_owned(),
+                    output: Value::String(p.output),
+                });
+            }
+            Payload::ToolFailed(p) => self.tool_failed(&p, out),
+            Payload::ToolCancelled(p) => {
+                self.unfinished.remove(p.call_id.as_str());
+            }
+            other => self.run_end(other, out),
+        }
+    }
+
+    fn tool_failed(&mut self, p: &keel_eventlog::ToolFailed, out: &mut Vec<Chunk>) {
+        let call = p.call_id.as_str().to_owned();
+        self.unfinished.remove(&call);
+        out.push(Chunk::ToolOutputError {
+            tool_call_id: call.clone(),
+            error_text: p.error.as_str().to_owned(),
+        });
+        if p.outcome.is_some() || p.retry.is_some() {
+            out.push(Chunk::ToolFailed {
+                id: call.clone(),
+                data: json!({
+                    "call_id": call,
+                    "tool": p.tool.as_str(),
+                    "outcome": p.outcome,
+                    "retry": p.retry,
+                }),
+            });
+        }
+    }
+
+    fn run_end(&mut self, payload: Payload, out: &mut Vec<Chunk>) {
+        match payload {
+            Payload::RunCompleted(p) => {
+                self.ended = true;
+                let usage = p.usage.map(|u| {
+                    json!({"input_tokens": u.input_tokens(), "output_tokens": u.output_tokens()})
+                });
+                out.push(Chunk::Finish {
+                    finish_reason: Some(self.finish.unwrap_or("stop")),
+                    message_metadata: Some(
+                        json!({"keel": {"outcome": "completed", "usage": usage}}),
+                    ),
+                });
+            }
+            Payload::RunFailed(p) => {
+                self.ended = true;
+                out.push(Chunk::Error {
+                    error_text: p.error.as_str().to_owned(),
+                });
+                out.push(Chunk::Finish {
+                    finish_reason: Some("error"),
+                    message_metadata: Some(json!({"keel": {"outcome": "failed"}})),
+                });
+            }
+            Payload::RunCancelled(p) => {
+                self.ended = true;
+                out.push(Chunk::Abort {
+                    reason: p.reason.map(|r| r.as_str().to_owned()),
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_eventlog::EventKind;
+    use serde_json::Value;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// Events as (kind, payload JSON) in seq order from 1; the chunks
+    /// expected, as JSON, one entry per event; whether the stream is
+    /// paused after the last one.
+    fn check(events: &[(&str, &str)], expected: &[&[&str]], paused: bool) -> TestResult {
+        let mut view = UiStream::new();
+        for (i, ((kind, payload), want)) in events.iter().zip(expected).enumerate() {
+            let seq = i as u64 + 1;
+            let line = format!(
+                r#"{{"kind":"{kind}","payload":{payload},"run_id":"run_1","seq":{seq},"ts":{seq}}}"#
+            );
+            let event = Event::decode(&line)?;
+            let got: Vec<Value> = view
+                .feed(&event)?
+                .iter()
+                .map(|c| serde_json::from_str(&c.to_json()))
+                .collect::<Result<_, _>>()?;
+            let want: Vec<Value> = want
+                .iter()
+                .map(|w| serde_json::from_str(w))
+                .collect::<Result<_, _>>()?;
+            assert_eq!(got, want, "seq {seq} ({kind})");
+        }
+        assert_eq!(events.len(), expected.len(), "one expectation per event");
+        assert_eq!(view.paused(), paused, "paused");
+        let _ = EventKind::RunInput;
+        Ok(())
+    }
+
+    #[test]
+    fn text_and_tools_become_parts_and_steps() -> TestResult {
+        check(
+            &[
+                ("run.started", r#"{"model":"m"}"#),
+                ("turn.started", r#"{"turn":1}"#),
+                (
+                    "model.started",
+                    r#"{"attempt":1,"model":"m","operation_id":"op_1","turn":1}"#,
+                ),
+                (
+                    "model.text_delta",
+                    r#"{"operation_id":"op_1","text":"Hi ","turn":1}"#,
+                ),
+                (
+                    "model.text_delta",
+                    r#"{"operation_id":"op_1","text":"there","turn":1}"#,
+                ),
+                (
+                    "model.tool_call",
+                    r#"{"arguments":{"city":"Oslo"},"call_id":"c1","name":"w","operation_id":"op_1","turn":1}"#,
+                ),
+                (
+                    "model.completed",
+                    r#"{"finish":"tool_calls","operation_id":"op_1","turn":1}"#,
+                ),
+                ("tool.started", r#"{"call_id":"c1","tool":"w","turn":1}"#),
+                (
+                    "tool.completed",
+                    r#"{"call_id":"c1","output":"3","tool":"w","turn":1}"#,
+                ),
+                ("turn.completed", r#"{"turn":1}"#),
+                (
+                    "run.completed",
+                    r#"{"usage":{"input_tokens":2,"output_tokens":1}}"#,
+                ),
+            ],
+            &[
+                &[],
+                &[r#"{"type":"start-step"}"#],
+                &[],
+                &[
+                    r#"{"type":"text-start","id":"text-1"}"#,
+                    r#"{"type":"text-delta","id":"text-1","delta":"Hi "}"#,
+                ],
+                &[r#"{"type":"text-delta","id":"text-1","delta":"there"}"#],
+                &[
+                    r#"{"type":"text-end","id":"text-1"}"#,
+                    r#"{"type":"tool-input-available","toolCallId":"c1","toolName":"w","input":{"city":"Oslo"}}"#,
+                ],
+                &[],
+                &[],
+                &[r#"{"type":"tool-output-available","toolCallId":"c1","output":"3"}"#],
+                &[r#"{"type":"finish-step"}"#],
+                &[
+                    r#"{"type":"finish","finishReason":"tool-calls","messageMetadata":{"keel":{"outcome":"completed","usage":{"input_tokens":2,"output_tokens":1}}}}"#,
+                ],
+            ],
+            false,
+        )
+    }
+
+    #[test]
+    fn a_partial_failure_is_marked_discarded() -> TestResult {
+        check(
+            &[
+                ("run.started", r#"{}"#),
+                ("turn.started", r#"{"turn":1}"#),
+                (
+                    "model.started",
+                    r#"{"attempt":1,"model":"m","operation_id":"op_1","turn":1}"#,
+                ),
+                (
+                    "model.text_delta",
+                    r#"{"operation_id":"op_1","text":"Look","turn":1}"#,
+                ),
+                (
+                    "model.failed",
+                    r#"{"operation_id":"op_1","position":"partial","problem":{"kind":"unavailable","message":"x","retryable":true},"turn":1}"#,
+                ),
+                (
+                    "model.started",
+                    r#"{"attempt":2,"model":"m","operation_id":"op_2","turn":1}"#,
+                ),
+                (
+                    "model.text_delta",
+                    r#"{"operation_id":"op_2","text":"Done","turn":1}"#,
+                ),
+                (
+                    "model.completed",
+                    r#"{"finish":"stop","operation_id":"op_2","turn":1}"#,
+                ),
+                ("turn.completed", r#"{"turn":1}"#),
+                ("run.failed", r#"{"error":"boom"}"#),
+            ],
+            &[
+                &[],
+                &[r#"{"type":"start-step"}"#],
+                &[],
+                &[
+                    r#"{"type":"text-start","id":"text-1"}"#,
+                    r#"{"type":"text-delta","id":"text-1","delta":"Look"}"#,
+                ],
+                &[
+                    r#"{"type":"text-end","id":"text-1"}"#,
+                    r#"{"type":"data-keel-discarded","id":"op_1","data":{"operation_id":"op_1","position":"partial","problem":{"kind":"unavailable","retryable":true},"text_ids":["text-1"],"tool_call_ids":[]}}"#,
+                ],
+                &[],
+                &[
+                    r#"{"type":"text-start","id":"text-2"}"#,
+                    r#"{"type":"text-delta","id":"text-2","delta":"Done"}"#,
+                ],
+                &[r#"{"type":"text-end","id":"text-2"}"#],
+                &[r#"{"type":"finish-step"}"#],
+                &[
+                    r#"{"type":"error","errorText":"boom"}"#,
+                    r#"{"type":"finish","finishReason":"error","messageMetadata":{"keel":{"outcome":"failed"}}}"#,
+                ],
+            ],
+            false,
+        )
+    }
+
+    #[test]
+    fn approvals_pause_and_denials_and_cancels_map() -> TestResult {
+        let head: [(&str, &str); 5] = [
+            ("run.started", r#"{}"#),
+            ("turn.started", r#"{"turn":1}"#),
+            (
+                "model.started",
+                r#"{"attempt":1,"model":"m","operation_id":"op_1","turn":1}"#,
+            ),
+            (
+                "model.tool_call",
+                r#"{"arguments":{},"call_id":"c1","name":"refund","operation_id":"op_1","turn":1}"#,
+            ),
+            (
+                "model.completed",
+                r#"{"finish":"tool_calls","operation_id":"op_1","turn":1}"#,
+            ),
+        ];
+        let head_chunks: [&[&str]; 5] = [
+            &[],
+            &[r#"{"type":"start-step"}"#],
+            &[],
+            &[
+                r#"{"type":"tool-input-available","toolCallId":"c1","toolName":"refund","input":{}}"#,
+            ],
+            &[],
+        ];
+        let asked = (
+            "interaction.started",
+            r#"{"call_id":"c1","interaction_id":"i_1","request":"approval","turn":1}"#,
+        );
+        let asked_chunk: &[&str] =
+            &[r#"{"type":"tool-approval-request","approvalId":"i_1","toolCallId":"c1"}"#];
+        let mut events = head.to_vec();
+        events.push(asked);
+        let mut chunks = head_chunks.to_vec();
+        chunks.push(asked_chunk);
+        check(&events, &chunks, true)?;
+        events.push((
+            "interaction.completed",
+            r#"{"decision":"denied","interaction_id":"i_1","turn":1}"#,
+        ));
+        chunks.push(&[r#"{"type":"tool-output-denied","toolCallId":"c1"}"#]);
+        check(&events, &chunks, false)?;
+        events.push(("turn.cancelled", r#"{"turn":1}"#));
+        chunks.push(&[r#"{"type":"finish-step"}"#]);
+        events.push(("run.cancelled", r#"{"reason":"stop"}"#));
+        chunks.push(&[r#"{"type":"abort","reason":"stop"}"#]);
+        check(&events, &chunks, false)
+    }
+
+    #[test]
+    fn typed_tool_failures_carry_their_disposition() -> TestResult {
+        check(
+            &[
+                ("run.started", r#"{}"#),
+                ("turn.started", r#"{"turn":1}"#),
+                (
+                    "tool.failed",
+                    r#"{"call_id":"c1","error":"reset","outcome":"uncertain","retry":"retryable","tool":"t","turn":1}"#,
+                ),
+                (
+                    "tool.failed",
+                    r#"{"call_id":"c2","error":"no","tool":"t","turn":1}"#,
+                ),
+            ],
+            &[
+                &[],
+                &[r#"{"type":"start-step"}"#],
+                &[
+                    r#"{"type":"tool-output-error","toolCallId":"c1","errorText":"reset"}"#,
+                    r#"{"type":"data-keel-tool-failed","id":"c1","data":{"call_id":"c1","outcome":"uncertain","retry":"retryable","tool":"t"}}"#,
+                ],
+                &[r#"{"type":"tool-output-error","toolCallId":"c2","errorText":"no"}"#],
+            ],
+            false,
+        )
+    }
+
+    #[test]
+    fn events_out_of_order_are_refused() -> TestResult {
+        let mut view = UiStream::new();
+        let line = r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":2,"ts":1}"#;
+        let event = Event::decode(line)?;
+        assert!(matches!(
+            view.feed(&event),
+            Err(ViewError::OutOfOrder { last: 0, found: 2 })
+        ));
+        Ok(())
+    }
+}

@@ -1,0 +1,350 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! `POST /v1/chat` and `GET /v1/chat/{id}/stream` against the Vercel AI
+//! SDK's own client code (`ai@6.0.325`, pinned in tests/frontends): the
+//! raw SSE body Keel sends is parsed with the SDK's `parseJsonEventStream`
+//! and its strict `uiMessageChunkSchema`, then assembled with
+//! `readUIMessageStream`; the assembled `UIMessage` is checked.
+
+mod common;
+
+use common::daemon::{Daemon, Serve, client, get, post};
+use common::frontends;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+/// Reads `{body, message}` on stdin; prints `{message, types}`: the last
+/// snapshot `readUIMessageStream` gives and the chunk types, after every
+/// chunk passed the SDK's schema.
+const ASSEMBLE: &str = r#"
+import { readUIMessageStream, uiMessageChunkSchema, parseJsonEventStream } from 'ai';
+let input = '';
+for await (const piece of process.stdin) input += piece;
+const { body, message } = JSON.parse(input);
+const bytes = new Response(body).body;
+const types = [];
+const parsed = parseJsonEventStream({ stream: bytes, schema: uiMessageChunkSchema });
+const chunks = parsed.pipeThrough(new TransformStream({
+  transform(result, controller) {
+    if (!result.success) throw new Error('chunk refused by the schema: ' + result.error);
+    types.push(result.value.type);
+    controller.enqueue(result.value);
+  },
+}));
+let last;
+for await (const snapshot of readUIMessageStream({ message: message ?? undefined, stream: chunks, terminateOnError: true })) {
+  last = snapshot;
+}
+console.log(JSON.stringify({ message: last, types }));
+"#;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/chat")
+        .join(name)
+}
+
+fn chat_daemon(scenario: &str) -> Daemon {
+    let file = fixture(scenario);
+    Serve::new()
+        .args(&["--chat-scenario", file.to_str().unwrap()])
+        .start()
+}
+
+fn user(text: &str) -> Value {
+    json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]})
+}
+
+fn body(id: &str, messages: Vec<Value>) -> String {
+    json!({"id": id, "messages": messages, "trigger": "submit-message", "messageId": null})
+        .to_string()
+}
+
+/// Posts and reads the whole UI message stream.
+async fn chat(d: &Daemon, body: String) -> String {
+    let resp = post(&client(), d, "/v1/chat", body).await;
+    assert_eq!(resp.status(), 200, "{:?}", resp.headers());
+    assert_eq!(
+        resp.headers()["x-vercel-ai-ui-message-stream"],
+        "v1",
+        "the protocol header"
+    );
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.trim_end().ends_with("data: [DONE]"),
+        "[DONE] last:\n{text}"
+    );
+    text
+}
+
+/// The SDK's assembly of `sse` (continuing `message`, if any).
+fn assemble(sse: &str, message: Option<&Value>) -> (Value, Vec<String>) {
+    let out = frontends::run_node(
+        ASSEMBLE,
+        &json!({"body": sse, "message": message}).to_string(),
+    );
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let types = v["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_owned())
+        .collect();
+    (v["message"].clone(), types)
+}
+
+fn parts_of<'a>(message: &'a Value, kind: &str) -> Vec<&'a Value> {
+    message["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == kind)
+        .collect()
+}
+
+fn texts(message: &Value) -> Vec<String> {
+    parts_of(message, "text")
+        .iter()
+        .map(|p| p["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn text_tools_and_a_discarded_retry_assemble_in_the_sdk() {
+    if frontends::node_modules("ai_sdk text").is_none() {
+        return;
+    }
+    let d = chat_daemon("retry_and_tool.json");
+    let sse = chat(&d, body("conv1", vec![user("Weather in Oslo?")])).await;
+    let (message, types) = assemble(&sse, None);
+    assert_eq!(message["id"], "chat-conv1-1");
+    assert_eq!(message["role"], "assistant");
+    assert_eq!(
+        texts(&message),
+        ["Looking it u", "Let me check.", "Oslo is 3 °C."]
+    );
+    let discarded = parts_of(&message, "data-keel-discarded");
+    assert_eq!(discarded.len(), 1, "{message}");
+    assert_eq!(discarded[0]["data"]["text_ids"], json!(["text-1"]));
+    assert_eq!(discarded[0]["data"]["problem"]["kind"], "unavailable");
+    let tools = parts_of(&message, "tool-get_weather");
+    assert_eq!(tools.len(), 1, "{message}");
+    assert_eq!(tools[0]["state"], "output-available");
+    assert_eq!(tools[0]["toolCallId"], "c1");
+    assert_eq!(tools[0]["input"], json!({"city": "Oslo"}));
+    assert_eq!(parts_of(&message, "step-start").len(), 2);
+    assert_eq!(types.first().map(String::as_str), Some("start"));
+    assert_eq!(types.last().map(String::as_str), Some("finish"));
+    assert_eq!(message["metadata"]["keel"]["outcome"], "completed");
+}
+
+#[tokio::test]
+async fn a_later_message_continues_the_conversation() {
+    if frontends::node_modules("ai_sdk continue").is_none() {
+        return;
+    }
+    let d = chat_daemon("plain.json");
+    let sse = chat(&d, body("conv1", vec![user("Hi")])).await;
+    assert_eq!(texts(&assemble(&sse, None).0), ["Hello again."]);
+    // A second message continues the conversation: run 2, which records
+    // run 1 as the run it continues; the conversation ended, so no resume.
+    let sse = chat(&d, body("conv1", vec![user("Thanks. And tomorrow?")])).await;
+    let (second, _) = assemble(&sse, None);
+    assert_eq!(second["id"], "chat-conv1-2");
+    let c = client();
+    let status: Value = get(&c, &d, "/v1/runs/chat-conv1-2")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "completed");
+    // The run leaves the engine right after its terminal is journaled.
+    let mut status = 0;
+    for _ in 0..100 {
+        status = get(&c, &d, "/v1/chat/conv1/stream").await.status().as_u16();
+        if status == 204 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, 204);
+}
+
+#[tokio::test]
+async fn an_approval_is_requested_and_answered_by_the_next_post() {
+    if frontends::node_modules("ai_sdk approval").is_none() {
+        return;
+    }
+    let d = chat_daemon("approval.json");
+    let first = user("Refund A-17");
+    let sse = chat(&d, body("conv2", vec![first.clone()])).await;
+    let (message, _) = assemble(&sse, None);
+    let tool = parts_of(&message, "tool-refund")[0].clone();
+    assert_eq!(tool["state"], "approval-requested", "{message}");
+    let approval_id = tool["approval"]["id"].as_str().unwrap().to_owned();
+    // The run waits: a resume now replays it up to the same question.
+    let resumed = get(&client(), &d, "/v1/chat/conv2/stream").await;
+    assert_eq!(resumed.status(), 200);
+    let (again, _) = assemble(&resumed.text().await.unwrap(), None);
+    assert_eq!(again, message);
+
+    // What addToolApprovalResponse makes of the part, then the next POST.
+    let mut answered = message.clone();
+    for p in answered["parts"].as_array_mut().unwrap() {
+        if p["type"] == "tool-refund" {
+            p["state"] = json!("approval-responded");
+            p["approval"] = json!({"id": approval_id, "approved": true});
+        }
+    }
+    let sse = chat(&d, body("conv2", vec![first, answered.clone()])).await;
+    let (done, _) = assemble(&sse, Some(&answered));
+    let tool = parts_of(&done, "tool-refund")[0].clone();
+    assert_eq!(tool["state"], "output-available", "{done}");
+    assert_eq!(tool["output"], "refunded");
+    assert_eq!(tool["approval"]["approved"], true);
+    assert_eq!(texts(&done), ["Refunding A-17.", "Done: refunded."]);
+    // Answered again: nothing is pending any more.
+    let resp = post(
+        &client(),
+        &d,
+        "/v1/chat",
+        body("conv2", vec![user("x"), answered]),
+    )
+    .await;
+    assert_eq!(resp.status(), 409);
+}
+
+/// Reads `frames` `data:` frames of the stream, then drops the connection.
+async fn read_then_drop(resp: reqwest::Response, frames: usize) -> String {
+    let mut stream = resp.bytes_stream();
+    let mut text = String::new();
+    while text.matches("data: ").count() < frames {
+        let Some(piece) = stream.next().await else {
+            break;
+        };
+        text.push_str(&String::from_utf8_lossy(&piece.unwrap()));
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_dropped_stream_resumes_to_the_same_message() {
+    if frontends::node_modules("ai_sdk resume").is_none() {
+        return;
+    }
+    let d = chat_daemon("retry_and_tool.json");
+    let reference = chat(&d, body("whole", vec![user("Weather in Oslo?")])).await;
+    let (whole, _) = assemble(&reference, None);
+
+    let resp = post(
+        &client(),
+        &d,
+        "/v1/chat",
+        body("cut", vec![user("Weather in Oslo?")]),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let partial = read_then_drop(resp, 4).await;
+    assert!(!partial.contains("[DONE]"), "dropped mid-run:\n{partial}");
+    let resumed = get(&client(), &d, "/v1/chat/cut/stream").await;
+    assert_eq!(resumed.status(), 200);
+    assert_eq!(resumed.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    let (message, _) = assemble(&resumed.text().await.unwrap(), None);
+    let mut expected = whole.clone();
+    expected["id"] = json!("chat-cut-1");
+    assert_eq!(message, expected);
+}
+
+async fn problem(d: &Daemon, body: &str) -> (u16, Value) {
+    let resp = post(&client(), d, "/v1/chat", body.to_owned()).await;
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn bad_bodies_unknown_conversations_and_other_providers_are_refused() {
+    let d = chat_daemon("approval.json");
+    let cases: &[(&str, u16, &str)] = &[
+        ("[1]", 400, "$"),
+        (r#"{"messages":[]}"#, 400, "id"),
+        (r#"{"id":"a/b","messages":[]}"#, 400, "id"),
+        (r#"{"id":"a","messages":{}}"#, 400, "messages"),
+        (r#"{"id":"a","messages":[]}"#, 400, "messages"),
+        (
+            r#"{"id":"a","messages":[{"role":"robot","parts":[]}]}"#,
+            400,
+            "messages[0].role",
+        ),
+        (
+            r#"{"id":"a","messages":[{"role":"user","parts":[{"type":"text","text":7}]}]}"#,
+            400,
+            "messages[0].parts[0].text",
+        ),
+        (
+            r#"{"id":"a","trigger":"regenerate-message","messages":[]}"#,
+            400,
+            "trigger",
+        ),
+        (
+            r#"{"id":"a","messages":[{"role":"assistant","parts":[{"type":"tool-x","state":"approval-responded","approval":{"id":"i_1","approved":"yes"}}]}]}"#,
+            400,
+            "messages[0].parts[0].approval.approved",
+        ),
+    ];
+    for (text, status, path) in cases {
+        let (got, doc) = problem(&d, text).await;
+        assert_eq!(got, *status, "{text}: {doc}");
+        assert_eq!(doc["path"], *path, "{text}: {doc}");
+        assert_eq!(doc["status"], *status);
+    }
+    // A history the daemon does not know, an approval for no run, a
+    // resume of no conversation: 404.
+    let claims = body(
+        "nobody",
+        vec![
+            user("a"),
+            json!({"id": "x", "role": "assistant", "parts": []}),
+            user("b"),
+        ],
+    );
+    let (got, doc) = problem(&d, &claims).await;
+    assert_eq!(
+        (got, doc["type"].as_str()),
+        (404, Some("urn:keel:problem:conversation-not-found"))
+    );
+    let approval = json!({"id": "nobody", "messages": [{"id": "m", "role": "assistant", "parts": [
+        {"type": "tool-refund", "toolCallId": "c1", "state": "approval-responded", "approval": {"id": "i_1", "approved": true}}]}]});
+    assert_eq!(problem(&d, &approval.to_string()).await.0, 404);
+    assert_eq!(
+        get(&client(), &d, "/v1/chat/nobody/stream").await.status(),
+        404
+    );
+    // Another model or provider than the operator's: 403.
+    for extra in [json!({"model": "gpt-4o"}), json!({"provider": "anthropic"})] {
+        let mut b: Value = serde_json::from_str(&body("p", vec![user("hi")])).unwrap();
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (got, doc) = problem(&d, &b.to_string()).await;
+        assert_eq!(
+            (got, doc["type"].as_str()),
+            (403, Some("urn:keel:problem:provider-not-allowed"))
+        );
+    }
+}
+
+#[tokio::test]
+async fn without_a_chat_scenario_the_route_is_not_served() {
+    let d = Serve::new().start();
+    let (got, doc) = problem(&d, &body("a", vec![user("hi")])).await;
+    assert_eq!(
+        (got, doc["type"].as_str()),
+        (404, Some("urn:keel:problem:chat-not-configured"))
+    );
+}
