@@ -450,7 +450,7 @@ async fn the_viewer_shows_a_finished_run() {
 /// The transcript of examples/weather_tools.json: the streamed text,
 /// joined, the user's question, and the tool calls with their results.
 async fn assert_weather_transcript(b: &Browser) {
-    let text = assistant_text(&b).await;
+    let text = assistant_text(b).await;
     for want in [
         "Let me check both cities.",
         "Oslo is 3 °C and overcast; Bergen is 7 °C with rain.",
