@@ -20,7 +20,15 @@ use libfuzzer_sys::fuzz_target;
 mod common;
 
 const CONTENT: &[&str] = &["text", "data", "input", "output", "reason", "errorText"];
-const ROOTS: &[&str] = &["$", "id", "trigger", "messageId", "model", "provider", "messages"];
+const ROOTS: &[&str] = &[
+    "$",
+    "id",
+    "trigger",
+    "messageId",
+    "model",
+    "provider",
+    "messages",
+];
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
