@@ -59,13 +59,16 @@
 //!   cannot write and creates no `-wal`/`-shm` file, ahead of the
 //!   `journal_mode=WAL` pragma and any `CREATE`.
 //!
-//! # Tables (schema version 2)
+//! # Tables (schema version 3)
 //!
 //! ```sql
 //! CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
 //! CREATE TABLE runs (run_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL,
 //!     status TEXT NOT NULL, -- running | completed | failed | cancelled
-//!     started_ts INTEGER NOT NULL, updated_ts INTEGER NOT NULL);
+//!     started_ts INTEGER NOT NULL, updated_ts INTEGER NOT NULL,
+//!     -- version 3: `turn.started` events, `model.completed` usage summed
+//!     turns INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER NOT NULL DEFAULT 0,
+//!     output_tokens INTEGER NOT NULL DEFAULT 0);
 //! CREATE TABLE events (run_id TEXT NOT NULL, seq INTEGER NOT NULL,
 //!     kind TEXT NOT NULL, ts INTEGER NOT NULL, line TEXT NOT NULL,
 //!     PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
@@ -75,9 +78,11 @@
 //!
 //! `line` holds the canonical line byte for byte; `kind` and `ts` are
 //! copies for queries. `runs` is updated in the same transaction as the
-//! events, so `runs.last_seq` always equals the greatest stored seq. A
-//! version 1 store is migrated in place, in one transaction; readers read
-//! versions 1 and 2; an older binary refuses version 2.
+//! events, so `runs.last_seq` always equals the greatest stored seq and
+//! the totals always equal what the stored events add up to. A version 1
+//! or 2 store is migrated in place, in one transaction (version 3 sums the
+//! stored events once); readers read versions 1 to 3; an older binary
+//! refuses a newer version.
 //!
 //! # Ownership and recovery
 //!

@@ -917,3 +917,68 @@ fn a_real_run_log_is_stored_and_imports_back() {
     assert!(imported.run_ended());
     journal.close().unwrap();
 }
+
+// --------------------------------------------------------------- totals
+
+fn turn(run: &str, seq: u64, turn: u64) -> Arc<Event> {
+    event(
+        run,
+        seq,
+        seq,
+        "turn.started",
+        &format!(r#"{{"turn":{turn}}}"#),
+    )
+}
+
+fn completed(run: &str, seq: u64, usage: Option<(u64, u64)>) -> Arc<Event> {
+    let usage = usage.map_or(String::new(), |(i, o)| {
+        format!(r#","usage":{{"input_tokens":{i},"output_tokens":{o}}}"#)
+    });
+    event(
+        run,
+        seq,
+        seq,
+        "model.completed",
+        &format!(r#"{{"finish":"stop","operation_id":"op_{seq}","turn":1{usage}}}"#),
+    )
+}
+
+#[test]
+fn run_totals_are_kept_across_batches_reopens_and_duplicates() {
+    let dir = TempDir::new("totals");
+    let rt = rt();
+    let first = [
+        turn("run_t", 1, 1),
+        completed("run_t", 2, Some((5, 2))),
+        completed("run_t", 3, None),
+    ];
+    {
+        let journal = open(&dir.db());
+        for e in &first {
+            rt.block_on(journal.observe(e)).unwrap();
+        }
+        // A duplicate is stored once and counted once.
+        rt.block_on(journal.observe(&first[1])).unwrap();
+        journal.close().unwrap();
+    }
+    // Reopened: the writer reloads the counters from the runs row.
+    let journal = open(&dir.db());
+    for e in [turn("run_t", 4, 2), completed("run_t", 5, Some((7, 1)))] {
+        rt.block_on(journal.observe(&e)).unwrap();
+    }
+    rt.block_on(journal.observe(&note("run_other", 1, "x")))
+        .unwrap();
+    journal.close().unwrap();
+    let reader = JournalReader::open(dir.db()).unwrap();
+    let totals = reader.totals().unwrap();
+    assert_eq!(
+        totals["run_t"],
+        keel_observers::RunTotals {
+            turns: 2,
+            input_tokens: 12,
+            output_tokens: 3
+        }
+    );
+    assert_eq!(totals["run_other"], keel_observers::RunTotals::default());
+    assert_eq!(totals, reader.summed_totals().unwrap());
+}

@@ -741,7 +741,8 @@ fn insert_run(conn: &rusqlite::Connection, events: &[Arc<Event>], status: &str) 
     }
     let (first, last) = (&events[0], events.last().unwrap());
     conn.execute(
-        "INSERT INTO runs VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO runs (run_id, last_seq, status, started_ts, updated_ts) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
         rusqlite::params![
             first.run_id().as_str(),
             last.seq() as i64,
@@ -797,7 +798,12 @@ fn a_v1_store_is_migrated_in_place_and_its_running_runs_recovered() {
     // A writer migrates it.
     let journal = open(&db);
     assert_eq!(version(&db), i64::from(SCHEMA_VERSION));
-    assert_eq!(SCHEMA_VERSION, 2);
+    assert_eq!(SCHEMA_VERSION, 3);
+    // Version 3 summed the stored events into the runs rows once.
+    let reader = JournalReader::open(&db).unwrap();
+    assert_eq!(reader.totals().unwrap()["run_old"].turns, 1);
+    assert_eq!(reader.totals().unwrap(), reader.summed_totals().unwrap());
+    drop(reader);
     assert!(owners(&db).is_empty());
     assert_eq!(lines(&db, "run_done").len(), 2);
     // A run stored before ownership existed has no owner: abandoned.
@@ -812,9 +818,12 @@ fn a_v1_store_is_migrated_in_place_and_its_running_runs_recovered() {
         old
     );
     journal.close().unwrap();
-    // Reopening a version-2 store changes nothing.
+    // Reopening a current store changes nothing; the recovery's terminals
+    // kept the counters equal to the events.
     open(&db).close().unwrap();
-    assert_eq!(version(&db), 2);
+    assert_eq!(version(&db), i64::from(SCHEMA_VERSION));
+    let reader = JournalReader::open(&db).unwrap();
+    assert_eq!(reader.totals().unwrap(), reader.summed_totals().unwrap());
 }
 
 #[test]

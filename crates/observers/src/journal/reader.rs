@@ -50,6 +50,10 @@ pub struct RunTotals {
 pub struct JournalReader {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// The schema version when opened (a writer may migrate the file
+    /// later; everything this reader asks works on every version from
+    /// this one up).
+    version: u32,
 }
 
 impl JournalReader {
@@ -83,17 +87,18 @@ impl JournalReader {
             .map_err(sql("set query_only"))?;
         // Re-check on the connection we keep (the file may have changed
         // since the probe).
-        match schema::inspect(&conn, path)? {
-            Found::Journal(_) => {}
+        let version = match schema::inspect(&conn, path)? {
+            Found::Journal(version) => version,
             Found::Missing | Found::Empty => {
                 return Err(JournalError::NotFound {
                     path: path.to_path_buf(),
                 });
             }
-        }
+        };
         Ok(JournalReader {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
+            version,
         })
     }
 
@@ -136,30 +141,38 @@ impl JournalReader {
         })
     }
 
-    /// Turns and token usage of every stored run, from its `turn.started`
-    /// and `model.completed` events. It reads those events of every run
-    /// (one pass over the `events` table), so its cost grows with the
-    /// journal; the daemon's run list calls it once per request.
+    /// Turns and token usage of every stored run, as its `turn.started`
+    /// and `model.completed` events add up. From schema version 3 the
+    /// writer keeps them in the `runs` rows (one row read per run); a
+    /// store opened at an older version is summed from its events.
     pub fn totals(&self) -> Result<HashMap<String, RunTotals>, JournalError> {
+        if self.version < schema::TOTALS_VERSION {
+            return self.summed_totals();
+        }
+        self.with("read run totals", |conn| {
+            let mut stmt =
+                conn.prepare_cached("SELECT run_id, turns, input_tokens, output_tokens FROM runs")?;
+            let rows = stmt.query_map([], totals_row)?;
+            rows.collect()
+        })
+    }
+
+    /// [`JournalReader::totals`] summed from the stored events (every
+    /// event of every run is read): for stores older than version 3, and
+    /// to check the kept counters.
+    pub fn summed_totals(&self) -> Result<HashMap<String, RunTotals>, JournalError> {
         self.with("sum run totals", |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT run_id, SUM(kind = 'turn.started'), \
-                 COALESCE(SUM(CASE WHEN kind = 'model.completed' \
-                   THEN json_extract(line, '$.payload.usage.input_tokens') END), 0), \
-                 COALESCE(SUM(CASE WHEN kind = 'model.completed' \
-                   THEN json_extract(line, '$.payload.usage.output_tokens') END), 0) \
-                 FROM events WHERE kind IN ('turn.started', 'model.completed') \
-                 GROUP BY run_id",
+                "SELECT r.run_id, \
+                 (SELECT count(*) FROM events e \
+                  WHERE e.run_id = r.run_id AND e.kind = 'turn.started'), \
+                 (SELECT COALESCE(SUM(json_extract(e.line, '$.payload.usage.input_tokens')), 0) \
+                  FROM events e WHERE e.run_id = r.run_id AND e.kind = 'model.completed'), \
+                 (SELECT COALESCE(SUM(json_extract(e.line, '$.payload.usage.output_tokens')), 0) \
+                  FROM events e WHERE e.run_id = r.run_id AND e.kind = 'model.completed') \
+                 FROM runs r",
             )?;
-            let rows = stmt.query_map([], |row| {
-                let run_id: String = row.get(0)?;
-                let totals = RunTotals {
-                    turns: non_negative(row.get(1)?, 1, "turns")?,
-                    input_tokens: non_negative(row.get(2)?, 2, "input_tokens")?,
-                    output_tokens: non_negative(row.get(3)?, 3, "output_tokens")?,
-                };
-                Ok((run_id, totals))
-            })?;
+            let rows = stmt.query_map([], totals_row)?;
             rows.collect()
         })
     }
@@ -195,6 +208,17 @@ impl JournalReader {
             rows.collect()
         })
     }
+}
+
+/// `run_id, turns, input_tokens, output_tokens`.
+fn totals_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RunTotals)> {
+    let run_id: String = row.get(0)?;
+    let totals = RunTotals {
+        turns: non_negative(row.get(1)?, 1, "turns")?,
+        input_tokens: non_negative(row.get(2)?, 2, "input_tokens")?,
+        output_tokens: non_negative(row.get(3)?, 3, "output_tokens")?,
+    };
+    Ok((run_id, totals))
 }
 
 fn non_negative(v: i64, col: usize, name: &str) -> rusqlite::Result<u64> {

@@ -11,7 +11,7 @@ use std::path::Path;
 
 /// The schema version this build writes. It reads every version from 1 to
 /// this one; a writer migrates an older store in place when it opens it.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Version 1 to 2: which host owns each running run (see `hosts.rs`).
 const V1_TO_V2: &str = "
@@ -21,8 +21,28 @@ CREATE TABLE owners (
 ) WITHOUT ROWID;
 ";
 
+/// Version 2 to 3: each run's turns and token usage, kept by the writer
+/// as it stores `turn.started` and `model.completed`, so that listing runs
+/// with their totals reads one row per run. The stored events are summed
+/// once here.
+const V2_TO_V3: &str = "
+ALTER TABLE runs ADD COLUMN turns         INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN input_tokens  INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET
+    turns = (SELECT count(*) FROM events e
+             WHERE e.run_id = runs.run_id AND e.kind = 'turn.started'),
+    input_tokens = (SELECT COALESCE(SUM(json_extract(e.line, '$.payload.usage.input_tokens')), 0)
+                    FROM events e WHERE e.run_id = runs.run_id AND e.kind = 'model.completed'),
+    output_tokens = (SELECT COALESCE(SUM(json_extract(e.line, '$.payload.usage.output_tokens')), 0)
+                     FROM events e WHERE e.run_id = runs.run_id AND e.kind = 'model.completed');
+";
+
+/// The first version whose `runs` rows carry the totals.
+pub(crate) const TOTALS_VERSION: u32 = 3;
+
 /// `MIGRATIONS[i]` takes a store from version `i + 1` to `i + 2`.
-const MIGRATIONS: [&str; (SCHEMA_VERSION - 1) as usize] = [V1_TO_V2];
+const MIGRATIONS: [&str; (SCHEMA_VERSION - 1) as usize] = [V1_TO_V2, V2_TO_V3];
 
 /// The tables each version must hold.
 fn tables(version: u32) -> &'static [&'static str] {

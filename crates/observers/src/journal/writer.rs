@@ -1,9 +1,9 @@
 //! The writer thread: owns the read-write connection, turns everything
 //! queued into one transaction, commits, then acknowledges.
 
-use super::{RunStatus, StatsCell};
+use super::{RunStatus, RunTotals, StatsCell};
 use crate::observer::ObserverError;
-use keel_eventlog::{Event, Phase, Scope};
+use keel_eventlog::{Event, Payload, Phase, Scope};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -25,15 +25,16 @@ pub(crate) struct Request {
 /// Above this many cached runs the cache is dropped and reloaded lazily.
 const CACHE_MAX_RUNS: usize = 65_536;
 
-const SELECT_RUN: &str =
-    "SELECT last_seq, status, started_ts, updated_ts FROM runs WHERE run_id = ?1";
+const SELECT_RUN: &str = "SELECT last_seq, status, started_ts, updated_ts, \
+     turns, input_tokens, output_tokens FROM runs WHERE run_id = ?1";
 const SELECT_LINE: &str = "SELECT line FROM events WHERE run_id = ?1 AND seq = ?2";
 const INSERT_EVENT: &str =
     "INSERT INTO events (run_id, seq, kind, ts, line) VALUES (?1, ?2, ?3, ?4, ?5)";
-const UPSERT_RUN: &str = "INSERT INTO runs (run_id, last_seq, status, started_ts, updated_ts) \
-     VALUES (?1, ?2, ?3, ?4, ?5) \
+const UPSERT_RUN: &str = "INSERT INTO runs (run_id, last_seq, status, started_ts, updated_ts, \
+     turns, input_tokens, output_tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
      ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq, \
-     status = excluded.status, updated_ts = excluded.updated_ts";
+     status = excluded.status, updated_ts = excluded.updated_ts, turns = excluded.turns, \
+     input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens";
 /// `run.started` makes the host that journals it the run's owner.
 const UPSERT_OWNER: &str = "INSERT INTO owners (run_id, host) VALUES (?1, ?2) \
      ON CONFLICT (run_id) DO UPDATE SET host = excluded.host";
@@ -47,6 +48,7 @@ struct RunState {
     status: RunStatus,
     started_ts: u64,
     updated_ts: u64,
+    totals: RunTotals,
 }
 
 const NEW_RUN: RunState = RunState {
@@ -54,7 +56,43 @@ const NEW_RUN: RunState = RunState {
     status: RunStatus::Running,
     started_ts: 0,
     updated_ts: 0,
+    totals: RunTotals {
+        turns: 0,
+        input_tokens: 0,
+        output_tokens: 0,
+    },
 };
+
+/// `totals` after `event`: a `turn.started` counts a turn, a
+/// `model.completed` adds its usage (saturating: usage counts are at most
+/// 2^53 − 1 each, so only an absurd number of calls could reach the top).
+fn counted(totals: RunTotals, event: &Event) -> RunTotals {
+    let mut t = totals;
+    match event.kind().name().as_ref() {
+        "turn.started" => t.turns = t.turns.saturating_add(1),
+        "model.completed" => {
+            if let Ok(Payload::ModelCompleted(done)) = event.payload()
+                && let Some(usage) = done.usage
+            {
+                t.input_tokens = t.input_tokens.saturating_add(usage.input_tokens());
+                t.output_tokens = t.output_tokens.saturating_add(usage.output_tokens());
+            }
+        }
+        _ => {}
+    }
+    t
+}
+
+/// A `runs` row as SQLite returns it, before its values are checked.
+struct StoredRow {
+    last_seq: i64,
+    status: String,
+    started_ts: i64,
+    updated_ts: i64,
+    turns: i64,
+    input_tokens: i64,
+    output_tokens: i64,
+}
 
 /// A transaction that did not commit: which step failed and why.
 #[derive(Debug)]
@@ -275,6 +313,9 @@ impl Writer {
                         state.status.as_str(),
                         sql_int(state.started_ts),
                         sql_int(state.updated_ts),
+                        sql_int(state.totals.turns),
+                        sql_int(state.totals.input_tokens),
+                        sql_int(state.totals.output_tokens),
                     ])
                     .map_err(at("update runs"))?;
             }
@@ -352,6 +393,7 @@ impl Writer {
                 status,
                 started_ts,
                 updated_ts: state.updated_ts.max(event.ts()),
+                totals: counted(state.totals, event),
             },
         );
         Ok(Outcome::Stored)
@@ -409,14 +451,33 @@ impl Writer {
 
     /// The committed state of `run` (a new run when absent).
     fn load(&self, run: &str) -> Result<RunState, TxError> {
-        let row: Option<(i64, String, i64, i64)> = self
+        let row: Option<StoredRow> = self
             .conn
             .prepare_cached(SELECT_RUN)
             .map_err(at("prepare the run lookup"))?
-            .query_row([run], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .query_row([run], |r| {
+                Ok(StoredRow {
+                    last_seq: r.get(0)?,
+                    status: r.get(1)?,
+                    started_ts: r.get(2)?,
+                    updated_ts: r.get(3)?,
+                    turns: r.get(4)?,
+                    input_tokens: r.get(5)?,
+                    output_tokens: r.get(6)?,
+                })
+            })
             .optional()
             .map_err(at("read the run's last_seq"))?;
-        let Some((last_seq, status, started_ts, updated_ts)) = row else {
+        let Some(StoredRow {
+            last_seq,
+            status,
+            started_ts,
+            updated_ts,
+            turns,
+            input_tokens,
+            output_tokens,
+        }) = row
+        else {
             return Ok(NEW_RUN);
         };
         let corrupt = |what: &str| TxError {
@@ -428,6 +489,12 @@ impl Writer {
             status: RunStatus::parse(&status).ok_or_else(|| corrupt("status"))?,
             started_ts: u64::try_from(started_ts).map_err(|_| corrupt("started_ts"))?,
             updated_ts: u64::try_from(updated_ts).map_err(|_| corrupt("updated_ts"))?,
+            totals: RunTotals {
+                turns: u64::try_from(turns).map_err(|_| corrupt("turns"))?,
+                input_tokens: u64::try_from(input_tokens).map_err(|_| corrupt("input_tokens"))?,
+                output_tokens: u64::try_from(output_tokens)
+                    .map_err(|_| corrupt("output_tokens"))?,
+            },
         })
     }
 }
