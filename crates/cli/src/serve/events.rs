@@ -222,7 +222,8 @@ fn seq_of(line: &str) -> Result<u64, Problem> {
         .map_err(|e| Problem::journal(format!("a stored line does not decode: {e}")))
 }
 
-enum Start {
+/// What a live or stored run's SSE stream starts from.
+pub(crate) enum Start {
     /// Subscribed to the live log.
     Live(RunLog, Subscription),
     /// The journal first, then the live log.
@@ -233,8 +234,18 @@ enum Start {
 
 /// `204 No Content`: the client already has the run's terminal. By the
 /// HTML standard an EventSource answered 204 stops reconnecting.
-fn nothing_follows() -> Response {
+pub(crate) fn nothing_follows() -> Response {
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// Where a stream of run `id` after the request's cursor begins.
+pub(crate) enum Opened {
+    /// The client has the terminal: `204`.
+    Nothing,
+    /// The live log or the journal.
+    Local(Start),
+    /// Neither live nor stored here: the JetStream stream (`--nats`).
+    Remote,
 }
 
 async fn stream(
@@ -242,11 +253,31 @@ async fn stream(
     id: String,
     request: &EventsRequest,
 ) -> Result<Response, Problem> {
+    match open(&daemon, &id, request).await? {
+        Opened::Nothing => Ok(nothing_follows()),
+        Opened::Remote => match daemon.nats.as_ref() {
+            Some(handle) => remote(&daemon, handle, id, request).await,
+            None => Err(Problem::unknown_run(&id)),
+        },
+        Opened::Local(start) => {
+            let frame = keel_framer(request.naming);
+            Ok(sse_response(follow(daemon, id, request, start, frame)))
+        }
+    }
+}
+
+/// Checks the cursor against run `id` (live, else stored) and says where
+/// its stream begins; the cursor and unknown-run problems as `events`.
+pub(crate) async fn open(
+    daemon: &Arc<Daemon>,
+    id: &str,
+    request: &EventsRequest,
+) -> Result<Opened, Problem> {
     let (cursor, bounds) = (request.cursor, request.bounds);
-    let start = if let Some(run) = daemon.engine.live_run(&id) {
+    let start = if let Some(run) = daemon.engine.live_run(id) {
         let log = run.log().clone();
         if log.run_ended() && cursor >= log.stats().last_seq {
-            return Ok(nothing_follows());
+            return Ok(Opened::Nothing);
         }
         match log.subscribe(cursor, bounds) {
             Ok(sub) => Start::Live(log, sub),
@@ -259,7 +290,7 @@ async fn stream(
                 latest,
                 ..
             }) => {
-                if !journal_serves(&daemon, &id, cursor, latest).await? {
+                if !journal_serves(daemon, id, cursor, latest).await? {
                     return Err(Problem::cursor_expired(requested, earliest, latest));
                 }
                 Start::JournalThenLive(log)
@@ -267,21 +298,21 @@ async fn stream(
             Err(e) => return Err(Problem::journal(e)),
         }
     } else {
-        let lookup = id.clone();
+        let lookup = id.to_owned();
         let Some(summary) = daemon.read(move |r| r.run_status(&lookup)).await? else {
-            if let Some(handle) = daemon.nats.as_ref() {
-                return remote(&daemon, handle, id, request).await;
+            if daemon.nats.is_some() {
+                return Ok(Opened::Remote);
             }
-            return Err(Problem::unknown_run(&id));
+            return Err(Problem::unknown_run(id));
         };
         if cursor > summary.last_seq {
             return Err(Problem::cursor_ahead(cursor, summary.last_seq));
         }
         if cursor == summary.last_seq && summary.status != RunStatus::Running {
-            return Ok(nothing_follows());
+            return Ok(Opened::Nothing);
         }
         if cursor < summary.last_seq
-            && !journal_serves(&daemon, &id, cursor, summary.last_seq).await?
+            && !journal_serves(daemon, id, cursor, summary.last_seq).await?
         {
             return Err(Problem::cursor_expired(
                 cursor,
@@ -291,13 +322,12 @@ async fn stream(
         }
         Start::Journal
     };
-    let events = sse_stream(daemon, id, request, start);
-    Ok(sse_response(events))
+    Ok(Opened::Local(start))
 }
 
 /// The SSE response: the `retry:` hint first, then `events`, with
 /// keep-alive comments between.
-fn sse_response(
+pub(crate) fn sse_response(
     events: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
 ) -> Response {
     let hint = futures_util::stream::once(async { Ok(SseEvent::default().retry(RETRY_HINT)) });
@@ -315,7 +345,15 @@ fn sse_of(event: &Event, naming: Naming) -> SseEvent {
     frame.data(event.line())
 }
 
-fn error_event(problem: &Problem) -> SseEvent {
+/// How a stream turns one run event into SSE messages; an `Err` is the
+/// stream's last message (it closes after it).
+pub(crate) type Framer = Box<dyn FnMut(&Event) -> Result<Vec<SseEvent>, SseEvent> + Send>;
+
+fn keel_framer(naming: Naming) -> Framer {
+    Box::new(move |event| Ok(vec![sse_of(event, naming)]))
+}
+
+pub(crate) fn error_event(problem: &Problem) -> SseEvent {
     SseEvent::default()
         .event("error")
         .data(problem.to_json().to_string())
@@ -394,13 +432,13 @@ struct Follower {
     bounds: SubscriptionBounds,
     log: Option<RunLog>,
     sub: Option<Subscription>,
-    naming: Naming,
+    frame: Framer,
 }
 
 impl Follower {
     async fn step(&mut self) -> Step {
         match self.sub.as_mut() {
-            Some(sub) => Self::read_log(sub, &mut self.last, self.naming)
+            Some(sub) => Self::read_log(sub, &mut self.last, &mut self.frame)
                 .await
                 .unwrap_or_else(|| {
                     // The log dropped events this stream had not taken; the
@@ -413,11 +451,14 @@ impl Follower {
     }
 
     /// The next event of the subscription; `None` when it was evicted.
-    async fn read_log(sub: &mut Subscription, last: &mut u64, naming: Naming) -> Option<Step> {
+    async fn read_log(sub: &mut Subscription, last: &mut u64, frame: &mut Framer) -> Option<Step> {
         let step = match sub.recv().await {
             Some(Ok(event)) => {
                 *last = event.seq();
-                Step::more(vec![sse_of(&event, naming)])
+                match frame(&event) {
+                    Ok(send) => Step::more(send),
+                    Err(last) => Step::close(last),
+                }
             }
             Some(Err(SubscriptionError::SlowConsumer {
                 last_delivered,
@@ -467,13 +508,16 @@ impl Follower {
         }
         let mut send = Vec::with_capacity(page.len());
         for line in &page {
-            match checked(line, &self.id, self.last) {
-                Ok(event) => {
+            let framed = checked(line, &self.id, self.last)
+                .map_err(|problem| error_event(&problem))
+                .and_then(|event| {
                     self.last = event.seq();
-                    send.push(sse_of(&event, self.naming));
-                }
-                Err(problem) => {
-                    send.push(error_event(&problem));
+                    (self.frame)(&event)
+                });
+            match framed {
+                Ok(events) => send.extend(events),
+                Err(last) => {
+                    send.push(last);
                     return Step {
                         send,
                         then: Then::Close,
@@ -510,7 +554,7 @@ impl Follower {
 
 /// A stored line as the next event of run `id` after `last`: it decodes,
 /// follows `last` and names the run; else the problem to end with.
-fn checked(line: &str, id: &str, last: u64) -> Result<Event, Problem> {
+pub(crate) fn checked(line: &str, id: &str, last: u64) -> Result<Event, Problem> {
     let event = Event::decode(line)
         .map_err(|e| Problem::journal(format!("a stored line does not decode: {e}")))?;
     if event.seq() != last + 1 {
@@ -525,11 +569,15 @@ fn checked(line: &str, id: &str, last: u64) -> Result<Event, Problem> {
     Ok(event)
 }
 
-fn sse_stream(
+/// The SSE messages of run `id` from `start` (the request's cursor and
+/// bounds), each run event framed by `frame`: the journal, then the live
+/// log, no gap, no duplicate; `shutdown` when the daemon stops.
+pub(crate) fn follow(
     daemon: Arc<Daemon>,
     id: String,
     request: &EventsRequest,
     start: Start,
+    frame: Framer,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
     let (log, sub) = match start {
         Start::Live(log, sub) => (Some(log), Some(sub)),
@@ -543,7 +591,7 @@ fn sse_stream(
         bounds: request.bounds,
         log,
         sub,
-        naming: request.naming,
+        frame,
     };
     async_stream::stream! {
         loop {

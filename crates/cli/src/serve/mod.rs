@@ -36,6 +36,7 @@
 //! JetStream (history, then live), with the same cursors, framing and
 //! problems; the other routes stay local.
 
+pub mod agui;
 pub mod approvals;
 pub mod auth;
 pub mod chat;
@@ -455,6 +456,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/v1/runs", post(runs::create_run).get(runs::list_runs))
         .route("/v1/runs/{id}", get(runs::run_status))
         .route("/v1/runs/{id}/events", get(events::events))
+        .route("/v1/runs/{id}/agui", get(agui::agui_events))
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
         .route("/v1/runs/{id}/messages", post(runs::continue_run))
         .route("/v1/chat", post(chat::post_chat))

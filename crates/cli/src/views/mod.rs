@@ -5,4 +5,5 @@
 //! kind that exists only for a view, and nothing a view says that the log
 //! does not hold. The daemon's routes (`serve/`) frame them for HTTP.
 
+pub mod agui;
 pub mod ui_stream;
