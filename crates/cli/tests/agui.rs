@@ -102,9 +102,15 @@ async fn agui(c: &reqwest::Client, d: &Daemon, run: &str, after: Option<u64>) ->
     response.text().await.unwrap()
 }
 
-/// The Keel seq of the first event of `kind` (and `text`, if given), from
-/// the run's events page, polling until it is there.
-async fn seq_of(c: &reqwest::Client, d: &Daemon, run: &str, kind: &str, text: &str) -> u64 {
+/// The Keel seq of the first event `wanted` accepts, from the run's
+/// events page, polling until it is there.
+async fn seq_where(
+    c: &reqwest::Client,
+    d: &Daemon,
+    run: &str,
+    what: &str,
+    wanted: impl Fn(&Value) -> bool,
+) -> u64 {
     for _ in 0..200 {
         let page = c
             .get(d.url(&format!("/v1/runs/{run}/events?format=jsonl")))
@@ -116,14 +122,29 @@ async fn seq_of(c: &reqwest::Client, d: &Daemon, run: &str, kind: &str, text: &s
             .unwrap();
         for line in page.lines() {
             let v: Value = serde_json::from_str(line).unwrap();
-            let matches = text.is_empty() || v["payload"]["text"] == text;
-            if v["kind"] == kind && matches {
+            if wanted(&v) {
                 return v["seq"].as_u64().unwrap();
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("{kind} {text} never came");
+    panic!("{what} never came");
+}
+
+/// The seq of the first text delta with `text`.
+async fn seq_of_text(c: &reqwest::Client, d: &Daemon, run: &str, text: &str) -> u64 {
+    seq_where(c, d, run, text, |v| {
+        v["kind"] == "model.text_delta" && v["payload"]["text"] == text
+    })
+    .await
+}
+
+/// The seq of the `model.tool_call` of `call_id`.
+async fn seq_of_call(c: &reqwest::Client, d: &Daemon, run: &str, call_id: &str) -> u64 {
+    seq_where(c, d, run, call_id, |v| {
+        v["kind"] == "model.tool_call" && v["payload"]["call_id"] == call_id
+    })
+    .await
 }
 
 /// The ids are the cursors the messages complete: non-decreasing, and
@@ -184,7 +205,7 @@ async fn live_finished_and_joined_streams_verify() {
     });
     // Joins while the run streams: inside the text message of the third
     // model call, then inside its tool call (before its model.completed).
-    let in_text = seq_of(&c, &d, run, "model.text_delta", "Checking ").await;
+    let in_text = seq_of_text(&c, &d, run, "Checking ").await;
     let mid_text = tokio::spawn({
         let (c, url) = (
             c.clone(),
@@ -266,26 +287,4 @@ async fn live_finished_and_joined_streams_verify() {
         assert_eq!(r.status(), code, "{path}");
         assert_eq!(r.headers()["content-type"], "application/problem+json");
     }
-}
-
-/// The seq of the `model.tool_call` of `call_id`.
-async fn seq_of_call(c: &reqwest::Client, d: &Daemon, run: &str, call_id: &str) -> u64 {
-    for _ in 0..200 {
-        let page = c
-            .get(d.url(&format!("/v1/runs/{run}/events?format=jsonl")))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        for line in page.lines() {
-            let v: Value = serde_json::from_str(line).unwrap();
-            if v["kind"] == "model.tool_call" && v["payload"]["call_id"] == call_id {
-                return v["seq"].as_u64().unwrap();
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the call {call_id} never came");
 }
