@@ -102,6 +102,17 @@ async fn agui(c: &reqwest::Client, d: &Daemon, run: &str, after: Option<u64>) ->
     response.text().await.unwrap()
 }
 
+/// The run's stored events as a JSON Lines page.
+async fn events_page(c: &reqwest::Client, d: &Daemon, run: &str) -> String {
+    c.get(d.url(&format!("/v1/runs/{run}/events?format=jsonl")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// The Keel seq of the first event `wanted` accepts, from the run's
 /// events page, polling until it is there.
 async fn seq_where(
@@ -112,14 +123,7 @@ async fn seq_where(
     wanted: impl Fn(&Value) -> bool,
 ) -> u64 {
     for _ in 0..200 {
-        let page = c
-            .get(d.url(&format!("/v1/runs/{run}/events?format=jsonl")))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = events_page(c, d, run).await;
         for line in page.lines() {
             let v: Value = serde_json::from_str(line).unwrap();
             if wanted(&v) {
@@ -256,14 +260,7 @@ async fn live_finished_and_joined_streams_verify() {
     // The live and the finished stream say the same.
     assert_eq!(streams[0], streams[1]);
     // Every Keel event is some rawEvent of the stream.
-    let lines = c
-        .get(d.url(&format!("/v1/runs/{run}/events?format=jsonl")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let lines = events_page(&c, &d, run).await;
     for line in lines.lines() {
         let v: Value = serde_json::from_str(line).unwrap();
         assert!(streams[1].iter().any(|e| e["rawEvent"] == v), "{line}");
