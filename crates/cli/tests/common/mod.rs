@@ -4,6 +4,7 @@
 pub mod browser;
 pub mod daemon;
 pub mod frontends;
+pub mod mcp;
 pub mod nats;
 pub mod sse;
 
