@@ -31,8 +31,10 @@ gets one JSON object a line, appended and flushed as it happens:
 
     {"server": "started", "pid": 1234}
     {"started": "<tool>", "request_id": <id>}     a tools/call reached its handler
-    {"cancelled": <id>, "reason": "<reason>"}     notifications/cancelled arrived
-                                                  (reason null when absent)
+    {"cancelled": <id>, "reason": "<reason>"}     notifications/cancelled arrived (logged
+                                                  as read from stdin, before the SDK
+                                                  cancels the handler; reason null
+                                                  when absent)
     {"interrupted": "<tool>", "request_id": <id>} the call's handler was cancelled
     {"server": "stopped"}                         stdin closed, normal exit
 
