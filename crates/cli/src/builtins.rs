@@ -18,7 +18,7 @@
 //! text that is not UTF-8. Without `--files` the tool is not registered.
 
 use keel_engine::{
-    Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolPolicy, ToolRetry,
+    Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolOutput, ToolPolicy, ToolRetry,
 };
 use keel_message::{CanonicalJson, ToolDefinition, ToolName};
 use serde_json::Value;
@@ -181,6 +181,7 @@ impl Tool for BuiltinTool {
         match &self.kind {
             Kind::Clock => {
                 let now = crate::time::rfc3339_utc(std::time::SystemTime::now());
+                let now = now.map(ToolOutput::new);
                 Box::pin(std::future::ready(now.ok_or_else(|| {
                     ToolError::typed(
                         "the system clock is before 1970 or after 9999",
@@ -198,6 +199,7 @@ impl Tool for BuiltinTool {
                                 .ok_or_else(|| refuse("the result is not a finite number"))
                         })
                 });
+                let result = result.map(ToolOutput::new);
                 Box::pin(std::future::ready(result))
             }
             Kind::ReadFile(root) => {
@@ -206,7 +208,7 @@ impl Tool for BuiltinTool {
                 Box::pin(async move {
                     let path = path?;
                     match tokio::task::spawn_blocking(move || read_under(&root, &path)).await {
-                        Ok(result) => result,
+                        Ok(result) => result.map(ToolOutput::new),
                         Err(_) => Err(refuse("read_file: the reading task failed")),
                     }
                 })

@@ -1,12 +1,14 @@
 //! Per-run composition: a [`RunRequest`]'s own provider, tools, limits,
 //! allowlist and handler over the builder's defaults, checked before
-//! anything is committed.
+//! anything is committed. Tool sources are kept as given: their tools are
+//! read turn by turn (`run/sources.rs`).
 
 use crate::config::EngineLimits;
 use crate::engine::{EngineInner, ToolSet};
 use crate::error::StartError;
 use crate::interaction::InteractionHandler;
 use crate::request::{ProviderChoice, RunRequest};
+use crate::source::ToolSource;
 use keel_message::ToolDefinition;
 use keel_stream::{MetadataAllowlist, ModelProvider};
 use std::sync::Arc;
@@ -14,8 +16,11 @@ use std::sync::Arc;
 /// What one run calls and under which bounds.
 pub(crate) struct RunContext {
     pub(crate) provider: Arc<dyn ModelProvider>,
+    /// The fixed tools: the builder's and the request's.
     pub(crate) tools: Arc<ToolSet>,
     pub(crate) definitions: Arc<[ToolDefinition]>,
+    /// Read at the start of every turn, after the fixed tools.
+    pub(crate) sources: Vec<Arc<dyn ToolSource>>,
     pub(crate) limits: EngineLimits,
     pub(crate) allowlist: MetadataAllowlist,
     pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
@@ -75,6 +80,7 @@ pub(crate) fn compose(
         provider,
         tools,
         definitions,
+        sources: request.sources.clone(),
         limits,
         allowlist: request
             .allowlist

@@ -42,6 +42,11 @@ impl ToolSet {
     /// Adds `tool`; false (and nothing added) when its name is taken.
     pub(crate) fn insert(&mut self, tool: Arc<dyn Tool>) -> bool {
         let definition = tool.definition().clone();
+        self.insert_as(tool, definition)
+    }
+    /// Adds `tool` under `definition` (what its `definition()` returned,
+    /// read once); false (and nothing added) when the name is taken.
+    pub(crate) fn insert_as(&mut self, tool: Arc<dyn Tool>, definition: ToolDefinition) -> bool {
         if self.by_name.contains_key(definition.name()) {
             return false;
         }

@@ -10,6 +10,16 @@
 //! results to the history, and goes on until the model stops calling tools
 //! or a limit is hit.
 //!
+//! A turn's tools are the run's fixed tools (the builder's and the
+//! request's), then those of each [`ToolSource`] the request added with
+//! [`RunRequest::tool_source`], read at the start of the turn (guarded,
+//! within `limits.tool_call_timeout`; a name already taken is skipped).
+//! The model request lists exactly that set and the turn's tool calls are
+//! resolved against it; what a source changed is recorded as the extension
+//! event `keel.tools_changed`, and every source is closed once when the
+//! run ends. A tool answers with a [`ToolOutput`], which may record an
+//! [`OutputCut`] (kept in `tool.completed` as `output_cut`).
+//!
 //! Every event is committed to the run's [`RunLog`](keel_eventlog::RunLog)
 //! first, then dispatched to the observers, one event at a time per run.
 //! [`RunHandle::cancel`] drops whatever is in flight (provider stream, tool
@@ -68,6 +78,7 @@ mod guard;
 mod interaction;
 mod request;
 mod run;
+mod source;
 mod tool;
 
 pub use builder::EngineBuilder;
@@ -79,6 +90,8 @@ pub use interaction::{
     InteractionRequest,
 };
 pub use request::{RunCanceller, RunHandle, RunOutcome, RunReport, RunRequest};
+pub use source::{CloseFuture, ToolListFuture, ToolSource};
 pub use tool::{
-    OnToolFailure, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolPolicy, ToolRetry,
+    OnToolFailure, OutputCut, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolOutput,
+    ToolPolicy, ToolRetry,
 };

@@ -5,6 +5,7 @@ use crate::cancel::CancelToken;
 use crate::config::EngineLimits;
 use crate::error::FailureCause;
 use crate::interaction::InteractionHandler;
+use crate::source::ToolSource;
 use crate::tool::Tool;
 use keel_eventlog::{RunLog, SubscribeError, Subscription, SubscriptionBounds};
 use keel_message::{Message, ModelName, RunId};
@@ -23,9 +24,10 @@ pub(crate) enum ProviderChoice {
 }
 
 /// What a run is asked to do, and what it brings of its own: provider,
-/// tools, limits, metadata allowlist, approval handler. Whatever it leaves
-/// out comes from the [`EngineBuilder`](crate::EngineBuilder); its tools
-/// are added to the builder's (a name given twice is refused).
+/// tools and tool sources, limits, metadata allowlist, approval handler.
+/// Whatever it leaves out comes from the [`EngineBuilder`](crate::EngineBuilder);
+/// its tools are added to the builder's (a name given twice is refused),
+/// and its sources' tools come after both, turn by turn.
 ///
 /// ```
 /// use keel_engine::{EngineLimits, RunRequest};
@@ -47,6 +49,7 @@ pub struct RunRequest {
     pub(crate) history: Vec<Message>,
     pub(crate) provider: ProviderChoice,
     pub(crate) tools: Vec<Arc<dyn Tool>>,
+    pub(crate) sources: Vec<Arc<dyn ToolSource>>,
     pub(crate) limits: Option<EngineLimits>,
     pub(crate) allowlist: Option<MetadataAllowlist>,
     pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
@@ -66,6 +69,10 @@ impl std::fmt::Debug for RunRequest {
             .field("messages", &self.history.len())
             .field("provider", &provider)
             .field("tools", &self.tools.len())
+            .field(
+                "sources",
+                &self.sources.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            )
             .field("limits", &self.limits)
             .field("continues", &self.continues)
             .finish_non_exhaustive()
@@ -82,6 +89,7 @@ impl RunRequest {
             history,
             provider: ProviderChoice::Default,
             tools: Vec::new(),
+            sources: Vec::new(),
             limits: None,
             allowlist: None,
             interactions: None,
@@ -109,6 +117,15 @@ impl RunRequest {
     /// Adds a tool for this run only, beside the builder's.
     pub fn tool(mut self, tool: Arc<dyn Tool>) -> RunRequest {
         self.tools.push(tool);
+        self
+    }
+    /// Adds a source of tools that may change between turns (an MCP
+    /// server's list), after the sources already added. Its tools are
+    /// read at the start of every turn and come after the fixed tools; a
+    /// name already taken is skipped. The engine calls its `close` once
+    /// when the run ends (see [`ToolSource`]).
+    pub fn tool_source(mut self, source: Arc<dyn ToolSource>) -> RunRequest {
+        self.sources.push(source);
         self
     }
     /// This run's limits instead of the builder's.

@@ -8,7 +8,98 @@ use std::time::Duration;
 pub use keel_eventlog::{ToolOutcome, ToolRetry};
 
 /// The future a tool returns.
-pub type ToolFuture = Pin<Box<dyn Future<Output = Result<String, ToolError>> + Send + 'static>>;
+pub type ToolFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send + 'static>>;
+
+/// The largest byte count an event can record exactly (2^53 − 1): a cut's
+/// counts are capped at it so they stay JSON-safe integers.
+const MAX_JSON_SAFE: u64 = (1 << 53) - 1;
+
+/// What a tool returns: the result content for the model, and whether the
+/// tool cut it (an MCP server's long answer, say).
+///
+/// The engine records a cut in `tool.completed` as the member
+/// `"output_cut": {"original_bytes": N, "kept_bytes": M}`. A cut output is
+/// still held to `limits.part_bytes`: over it, the call is a `tool.failed`
+/// (outcome `uncertain`) like any other output.
+///
+/// ```
+/// use keel_engine::{OutputCut, ToolOutput};
+/// let whole = ToolOutput::from("sunny");
+/// assert_eq!((whole.content(), whole.output_cut()), ("sunny", None));
+/// let cut = ToolOutput::cut("sun", 5);
+/// assert_eq!(cut.output_cut(), Some(OutputCut { original_bytes: 5, kept_bytes: 3 }));
+/// assert_eq!(cut.into_content(), "sun");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    content: String,
+    cut: Option<OutputCut>,
+}
+
+/// How much of a tool's output was kept: `kept_bytes` of `original_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputCut {
+    /// The size of the whole output, in bytes.
+    pub original_bytes: u64,
+    /// The size of what was kept (the content), in bytes.
+    pub kept_bytes: u64,
+}
+
+impl ToolOutput {
+    /// The whole output.
+    pub fn new(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            cut: None,
+        }
+    }
+
+    /// What is left of an output of `original_bytes` after a cut; the
+    /// kept size is `content`'s length. An `original_bytes` below that is
+    /// raised to it, and both counts are capped at 2^53 − 1 (what an event
+    /// records exactly).
+    pub fn cut(content: impl Into<String>, original_bytes: u64) -> Self {
+        let content = content.into();
+        let kept_bytes = u64::try_from(content.len())
+            .unwrap_or(u64::MAX)
+            .min(MAX_JSON_SAFE);
+        let original_bytes = original_bytes.min(MAX_JSON_SAFE).max(kept_bytes);
+        ToolOutput {
+            content,
+            cut: Some(OutputCut {
+                original_bytes,
+                kept_bytes,
+            }),
+        }
+    }
+
+    /// The result content.
+    pub fn content(&self) -> &str {
+        &self.content
+    }
+
+    /// The cut, if the tool made one.
+    pub fn output_cut(&self) -> Option<OutputCut> {
+        self.cut
+    }
+
+    /// The result content, by value.
+    pub fn into_content(self) -> String {
+        self.content
+    }
+}
+
+impl From<String> for ToolOutput {
+    fn from(content: String) -> Self {
+        ToolOutput::new(content)
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(content: &str) -> Self {
+        ToolOutput::new(content)
+    }
+}
 
 /// One invocation of a tool.
 #[derive(Debug, Clone)]
@@ -101,6 +192,7 @@ pub trait Tool: Send + Sync + 'static {
         ToolPolicy::default()
     }
 
-    /// Runs one invocation; `Ok` is the result content for the model.
+    /// Runs one invocation; `Ok` is the result for the model (and the
+    /// cut, when the tool shortened it).
     fn call(&self, invocation: ToolInvocation) -> ToolFuture;
 }

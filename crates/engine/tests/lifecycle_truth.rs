@@ -361,7 +361,7 @@ impl Tool for BlockingTool {
     }
     fn call(&self, _invocation: ToolInvocation) -> ToolFuture {
         std::thread::sleep(Duration::from_millis(1500));
-        Box::pin(async { Ok("late".to_owned()) })
+        Box::pin(async { Ok("late".into()) })
     }
 }
 

@@ -3,7 +3,7 @@
 use crate::script::ShapeError;
 use crate::sync::{Signal, lock, scripted_panic};
 use keel_engine::{
-    Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolPolicy, ToolRetry,
+    Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolOutput, ToolPolicy, ToolRetry,
 };
 use keel_message::{CanonicalJson, MessageError, ToolDefinition, ToolName};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -251,8 +251,8 @@ impl ToolStep {
 /// };
 /// let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
 /// rt.block_on(async {
-///     assert_eq!(tool.call(invocation.clone()).await, Ok(r#"{"temp_c":3}"#.to_string()));
-///     assert_eq!(tool.call(invocation.clone()).await, Ok("sunny".to_string()));
+///     assert_eq!(tool.call(invocation.clone()).await, Ok(r#"{"temp_c":3}"#.into()));
+///     assert_eq!(tool.call(invocation.clone()).await, Ok("sunny".into()));
 ///     assert_eq!(tool.call(invocation).await.unwrap_err().message, "script exhausted");
 /// });
 /// assert_eq!((handle.calls().len(), handle.completed(), handle.cancelled()), (3, 3, 0));
@@ -418,10 +418,11 @@ impl Tool for ScriptedTool {
 }
 
 /// The result content of `{"ok": value}`.
-fn content(value: &Value) -> Result<String, ToolError> {
+fn content(value: &Value) -> Result<ToolOutput, ToolError> {
     match value {
-        Value::String(text) => Ok(text.clone()),
+        Value::String(text) => Ok(ToolOutput::new(text.as_str())),
         other => keel_message::canonical::to_canonical_string(other)
+            .map(ToolOutput::new)
             .map_err(|e| ToolError::new(format!("scripted result is not canonical JSON: {e}"))),
     }
 }

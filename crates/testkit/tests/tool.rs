@@ -35,7 +35,12 @@ async fn ok_steps_give_canonical_text_or_the_string_itself() {
     .unwrap();
     let mut out = Vec::new();
     for n in 0..4 {
-        out.push(tool.call(invocation(&format!("c{n}"))).await.unwrap());
+        out.push(
+            tool.call(invocation(&format!("c{n}")))
+                .await
+                .unwrap()
+                .into_content(),
+        );
     }
     assert_eq!(
         out,
@@ -92,7 +97,7 @@ async fn delays_use_tokio_time() {
     )
     .unwrap();
     let t0 = Instant::now();
-    assert_eq!(tool.call(invocation("c1")).await.unwrap(), "late");
+    assert_eq!(tool.call(invocation("c1")).await.unwrap().content(), "late");
     assert_eq!(t0.elapsed(), Duration::from_millis(500));
     assert!(tool.call(invocation("c2")).await.is_err());
     assert_eq!(t0.elapsed(), Duration::from_millis(750));
@@ -127,7 +132,7 @@ async fn a_hang_outlasts_any_timeout_and_its_drop_is_a_cancellation() {
     assert_eq!(t0.elapsed(), Duration::from_secs(3600));
     assert_eq!((handle.cancelled(), handle.completed()), (1, 0));
     // The next step is unaffected.
-    assert_eq!(tool.call(invocation("c2")).await.unwrap(), "1");
+    assert_eq!(tool.call(invocation("c2")).await.unwrap().content(), "1");
     // And a hang left alone ends (in an error) only after HANG.
     let tool = ScriptedTool::named("t", vec![ToolStep::hang()]).unwrap();
     let t0 = Instant::now();
@@ -215,7 +220,7 @@ async fn a_panic_sync_step_panics_in_call_itself() {
         ),
         (1, 1, 0, 0)
     );
-    assert_eq!(tool.call(invocation("c2")).await, Ok("fine".to_string()));
+    assert_eq!(tool.call(invocation("c2")).await, Ok("fine".into()));
     assert_eq!((handle.calls().len(), handle.completed()), (2, 1));
 }
 

@@ -1,11 +1,13 @@
-//! The run loop, split by job: [`turn`] (the turn loop), [`model`] (model
-//! attempts and backoff), [`tools`] (tool calls and approvals),
+//! The run loop, split by job: [`turn`] (the turn loop), [`sources`] (the
+//! turn's tool set, tool sources and their change records), [`model`]
+//! (model attempts and backoff), [`tools`] (tool calls and approvals),
 //! [`record`] (commit, dispatch, the acknowledged cursor, closing). This
 //! module holds the run's state and the top of the task: cancellation,
 //! the panic guard, and settling how the run ended.
 
 mod model;
 mod record;
+mod sources;
 mod tools;
 mod turn;
 
@@ -82,6 +84,9 @@ pub(crate) struct State {
     /// identity is never started twice in a run. Bounded by max_turns ×
     /// max_tool_calls_per_turn.
     pub(crate) call_ids: HashSet<CallId>,
+    /// What each tool source contributed to the previous turn, in source
+    /// order.
+    pub(crate) sources_seen: Vec<sources::SourceSeen>,
 }
 
 /// How a run task ended: the outcome, and whether the observers took all
@@ -123,6 +128,7 @@ impl Runner {
         request: RunRequest,
     ) -> Runner {
         let rec = Recorder::new(Arc::clone(&engine), log, ctx.limits.closing_deadline);
+        let sources_seen = vec![sources::SourceSeen::default(); ctx.sources.len()];
         Runner {
             engine,
             rec,
@@ -136,6 +142,7 @@ impl Runner {
                 usage: UsageTotals::default(),
                 interactions: 0,
                 call_ids: HashSet::new(),
+                sources_seen,
             }),
         }
     }
@@ -150,7 +157,8 @@ impl Runner {
     /// stream, tool futures, a pending observer acknowledgement), then the
     /// open scopes are closed innermost first. A panic that escapes every
     /// guarded extension point fails the run as `Internal`, with every
-    /// terminal committed.
+    /// terminal committed. Last, however the run ended, every tool source
+    /// is closed.
     pub(crate) async fn run(self, cancel: CancelToken) -> RunEnd {
         let driven = AssertUnwindSafe(async {
             // `run.started` is committed even when the run is cancelled
@@ -184,6 +192,7 @@ impl Runner {
         // The log is the authority: once the run's terminal is committed,
         // the outcome is what it records, whatever interrupted afterwards.
         let outcome = self.rec.final_outcome().unwrap_or(outcome);
+        self.close_sources().await;
         let history = std::mem::take(&mut self.state().history);
         RunEnd {
             acknowledged: self.rec.acknowledged(),

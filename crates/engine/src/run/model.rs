@@ -3,6 +3,7 @@
 //! it ends with exactly one model terminal, whatever the provider does
 //! (fails, stalls, panics, completes with nothing, reuses a call id).
 
+use super::sources::TurnTools;
 use super::turn::TurnFailure;
 use super::{Runner, Step};
 use crate::config::PartialRetry;
@@ -45,11 +46,13 @@ struct Attempt<'a> {
 }
 
 impl Runner {
-    /// The turn's model call, retried as the policy says. `Err` is the
-    /// turn's failure (the last attempt's problem, or a request bound).
+    /// The turn's model call, retried as the policy says, every attempt
+    /// listing the turn's tools. `Err` is the turn's failure (the last
+    /// attempt's problem, or a request bound).
     pub(super) async fn model_with_retries(
         &self,
         turn: u64,
+        tools: &TurnTools,
     ) -> Step<Result<ModelOutput, TurnFailure>> {
         let retry = &self.ctx.limits.retry;
         let mut attempt: u32 = 0;
@@ -63,7 +66,7 @@ impl Runner {
                 operation_id.clone(),
                 self.model.clone(),
                 history.into(),
-                Arc::clone(&self.ctx.definitions),
+                Arc::clone(&tools.definitions),
                 &self.engine.shared.message_limits,
             ) {
                 Ok(r) => r,

@@ -1,8 +1,11 @@
 //! Tool calls and approvals: at most `max_parallel_tools` at once, results
-//! in call order; approval first where a tool needs it (within
-//! `approval_timeout`); every extension point guarded; an output that does
-//! not fit the log is the tool's failure.
+//! in call order, each call resolved against the turn's tool set;
+//! approval first where a tool needs it (within `approval_timeout`; a
+//! source tool that needs it in a run with no handler fails, definitive);
+//! every extension point guarded; an output that does not fit the log is
+//! the tool's failure, and a tool's cut is recorded in `tool.completed`.
 
+use super::sources::TurnTools;
 use super::turn::TurnFailure;
 use super::{Interrupt, Runner, Step};
 use crate::error::FailureCause;
@@ -10,7 +13,7 @@ use crate::guard::guarded;
 use crate::interaction::{
     InteractionDecision, InteractionHandler, InteractionKind, InteractionRequest,
 };
-use crate::tool::{OnToolFailure, Tool, ToolInvocation, ToolPolicy};
+use crate::tool::{OnToolFailure, OutputCut, Tool, ToolInvocation, ToolOutput, ToolPolicy};
 use futures_util::StreamExt;
 use keel_eventlog::history;
 use keel_eventlog::{
@@ -79,6 +82,17 @@ impl CallFailure {
             retry: None,
         }
     }
+    /// A tool that needs approval in a run with no interaction handler
+    /// (only a source tool can be one: a fixed tool refuses the run).
+    fn unapprovable(tool: &ToolName) -> CallFailure {
+        CallFailure {
+            message: format!(
+                "tool {tool} requires approval but the run has no interaction handler (rule run.approval_handler)"
+            ),
+            outcome: Some(ToolOutcome::Definitive),
+            retry: Some(ToolRetry::NotRetryable),
+        }
+    }
     fn uncertain(message: String, retry: ToolRetry) -> CallFailure {
         CallFailure {
             message,
@@ -92,7 +106,12 @@ impl Runner {
     /// Runs the calls, at most `max_parallel_tools` at once. Dropping the
     /// unfinished futures (when a failure ends the run) drops tool calls
     /// and approvals still in flight; the turn then closes their scopes.
-    pub(super) async fn run_tools(&self, turn: u64, calls: &[ToolCallPart]) -> Step<ToolsEnd> {
+    pub(super) async fn run_tools(
+        &self,
+        turn: u64,
+        calls: &[ToolCallPart],
+        tools: &TurnTools,
+    ) -> Step<ToolsEnd> {
         let mut results: Vec<Option<Part>> = calls.iter().map(|_| None).collect();
         let mut pending = calls.iter().enumerate();
         let mut running = futures_util::stream::FuturesUnordered::new();
@@ -101,7 +120,7 @@ impl Runner {
                 let Some((i, call)) = pending.next() else {
                     break;
                 };
-                running.push(async move { (i, self.tool_call(turn, call).await) });
+                running.push(async move { (i, self.tool_call(turn, call, tools).await) });
             }
             let Some((i, result)) = running.next().await else {
                 break;
@@ -122,9 +141,12 @@ impl Runner {
     }
 
     /// One tool call: approval if the tool needs it, then the tool scope.
-    async fn tool_call(&self, turn: u64, call: &ToolCallPart) -> Step<ToolEnd> {
-        let tool = self.ctx.tools.get(call.name()).cloned();
-        let policy = tool.as_ref().map(|t| t.policy()).unwrap_or_default();
+    /// A tool that needs approval in a run with no handler is not run: its
+    /// call fails (definitive) and is fed back, whatever its policy says.
+    async fn tool_call(&self, turn: u64, call: &ToolCallPart, tools: &TurnTools) -> Step<ToolEnd> {
+        let tool = tools.set.get(call.name()).cloned();
+        let mut policy = tool.as_ref().map(|t| t.policy()).unwrap_or_default();
+        let unapprovable = policy.requires_approval && self.ctx.interactions.is_none();
         if policy.requires_approval
             && let Some(handler) = self.ctx.interactions.clone()
             && let Some(refusal) = self.approval(turn, call, handler).await?
@@ -142,7 +164,12 @@ impl Runner {
                 extra: Extra::new(),
             }))
             .await?;
-        let result = self.invoke(turn, call, tool, &policy).await;
+        let result = if unapprovable {
+            policy.on_failure = OnToolFailure::FeedBack;
+            Err(CallFailure::unapprovable(call.name()))
+        } else {
+            self.invoke(turn, call, tool, &policy).await
+        };
         self.finish(turn, call, result, &policy).await
     }
 
@@ -221,7 +248,7 @@ impl Runner {
         call: &ToolCallPart,
         tool: Option<Arc<dyn Tool>>,
         policy: &ToolPolicy,
-    ) -> Result<String, CallFailure> {
+    ) -> Result<ToolOutput, CallFailure> {
         let Some(tool) = tool else {
             return Err(CallFailure::plain(format!("unknown tool {}", call.name())));
         };
@@ -244,13 +271,15 @@ impl Runner {
                 outcome: e.outcome,
                 retry: e.retry,
             }),
-            Ok(Ok(Ok(output))) if output.len() > part_bytes => Err(CallFailure::uncertain(
-                format!(
-                    "tool output is {} bytes, over limits.part_bytes {part_bytes}",
-                    output.len()
-                ),
-                ToolRetry::NotRetryable,
-            )),
+            Ok(Ok(Ok(output))) if output.content().len() > part_bytes => {
+                Err(CallFailure::uncertain(
+                    format!(
+                        "tool output is {} bytes, over limits.part_bytes {part_bytes}",
+                        output.content().len()
+                    ),
+                    ToolRetry::NotRetryable,
+                ))
+            }
             Ok(Ok(Ok(output))) => Ok(output),
         }
     }
@@ -261,11 +290,13 @@ impl Runner {
         &self,
         turn: u64,
         call: &ToolCallPart,
-        result: Result<String, CallFailure>,
+        result: Result<ToolOutput, CallFailure>,
         policy: &ToolPolicy,
     ) -> Step<ToolEnd> {
         let failure = match result {
             Ok(output) => {
+                let cut = output.output_cut();
+                let output = output.into_content();
                 // The result part copies the output; the payload then takes it.
                 let part = self.result_part(call, &output, false)?;
                 let completed = Payload::ToolCompleted(ToolCompleted {
@@ -273,7 +304,7 @@ impl Runner {
                     call_id: call.call_id().clone(),
                     tool: call.name().clone(),
                     output,
-                    extra: Extra::new(),
+                    extra: cut.map(cut_extra).unwrap_or_default(),
                 });
                 match self.rec.record(completed).await {
                     Ok(_) => {
@@ -314,4 +345,18 @@ impl Runner {
             }),
         })
     }
+}
+
+/// `tool.completed`'s record of a cut:
+/// `"output_cut": {"original_bytes": N, "kept_bytes": M}`.
+fn cut_extra(cut: OutputCut) -> Extra {
+    let mut extra = Extra::new();
+    extra.insert(
+        "output_cut".to_owned(),
+        serde_json::json!({
+            "original_bytes": cut.original_bytes,
+            "kept_bytes": cut.kept_bytes,
+        }),
+    );
+    extra
 }

@@ -1,8 +1,10 @@
 //! The turn loop: `run.started`, then turns until the model stops calling
-//! tools, a turn fails, or `max_turns` is reached; each turn is a model
-//! call (with retries) and then the tools it asked for.
+//! tools, a turn fails, or `max_turns` is reached; each turn reads its
+//! tool set, makes a model call (with retries) and then runs the tools it
+//! asked for.
 
 use super::model::ModelOutput;
+use super::sources::TurnTools;
 use super::tools::ToolsEnd;
 use super::{Interrupt, Runner, Step};
 use crate::error::FailureCause;
@@ -185,9 +187,16 @@ impl Runner {
         self.rec.record_final(payload, outcome).await
     }
 
+    /// One turn: its tool set (fixed tools, then the sources'), the model
+    /// call listing exactly that set, then the tools it asked for,
+    /// resolved against the same set.
     async fn turn(&self, turn: u64) -> Step<TurnEnd> {
-        match self.model_with_retries(turn).await? {
-            Ok(output) => self.after_model(turn, output).await,
+        let tools = match self.turn_tools(turn).await? {
+            Ok(tools) => tools,
+            Err(failure) => return Ok(TurnEnd::Failed(Box::new(failure))),
+        };
+        match self.model_with_retries(turn, &tools).await? {
+            Ok(output) => self.after_model(turn, output, &tools).await,
             Err(failure) => Ok(TurnEnd::Failed(Box::new(failure))),
         }
     }
@@ -195,7 +204,12 @@ impl Runner {
     /// After a completed model call: the assistant message joins the
     /// history (built as `history::assistant_message` rebuilds it), then
     /// the run finishes, or runs the tools and continues.
-    async fn after_model(&self, turn: u64, output: ModelOutput) -> Step<TurnEnd> {
+    async fn after_model(
+        &self,
+        turn: u64,
+        output: ModelOutput,
+        tools: &TurnTools,
+    ) -> Step<TurnEnd> {
         let limits = &self.ctx.limits;
         let message_limits = &self.engine.shared.message_limits;
         let ModelOutput { text, calls } = output;
@@ -218,7 +232,7 @@ impl Runner {
         if calls.is_empty() {
             return Ok(TurnEnd::Final(message));
         }
-        let results = match self.run_tools(turn, &calls).await? {
+        let results = match self.run_tools(turn, &calls, tools).await? {
             ToolsEnd::Results(parts) => parts,
             ToolsEnd::Ended(ended) => return Ok(TurnEnd::Failed(Box::new(ended.into_failure()))),
         };
