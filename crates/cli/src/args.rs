@@ -193,4 +193,11 @@ pub struct ServeArgs {
     /// provider must be scripted or allowed with --allow-provider.
     #[arg(long, value_name = "FILE")]
     pub chat_scenario: Option<PathBuf>,
+    /// An MCP server posted scenarios may use: `NAME=COMMAND [ARG…]`
+    /// (split on whitespace), `NAME=http(s)://…`, or a JSON server entry
+    /// (for `env`, timeouts and tool policies). A posted scenario names it
+    /// (`{"name": "NAME"}`) or repeats its entry exactly; any other server
+    /// is a 403 before anything starts. Repeatable; none by default.
+    #[arg(long, value_name = "NAME=COMMAND…")]
+    pub mcp: Vec<String>,
 }

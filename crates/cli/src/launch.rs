@@ -184,3 +184,33 @@ fn scenario_tools(
     }
     Ok(tools)
 }
+
+/// Why a scenario's MCP servers could not join its run.
+#[cfg(feature = "mcp")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McpLaunchError {
+    /// A server the host does not provide or allow (nothing was started).
+    #[error(transparent)]
+    Resolve(#[from] crate::mcp::ResolveError),
+    /// A server did not start (those started before it were closed).
+    #[error(transparent)]
+    Start(#[from] keel_mcp::McpStartError),
+}
+
+/// Starts the scenario's MCP servers for `request`'s run and adds them as
+/// its tool sources. Every server is resolved against `host` (under
+/// `trust`) before the first one starts.
+#[cfg(feature = "mcp")]
+pub async fn with_mcp(
+    request: RunRequest,
+    scenario: &Scenario,
+    host: &[keel_mcp::ServerConfig],
+    trust: crate::mcp::Trust,
+) -> Result<RunRequest, McpLaunchError> {
+    let configs = crate::mcp::resolve(&scenario.mcp_servers, host, trust)?;
+    if configs.is_empty() {
+        return Ok(request);
+    }
+    let part_bytes = keel_message::Limits::default().part_bytes;
+    Ok(crate::mcp::start(request, &configs, part_bytes).await?)
+}

@@ -52,6 +52,8 @@ pub mod conversation;
 pub mod error;
 pub mod jetstream;
 pub mod launch;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod render;
 pub mod scenario;
 pub mod screen;

@@ -113,6 +113,9 @@ pub struct Scenario {
     pub tools: Vec<ToolEntry>,
     /// The provider.
     pub provider: ProviderSpec,
+    /// The MCP servers whose tools the run mounts, in file order.
+    #[cfg(feature = "mcp")]
+    pub mcp_servers: Vec<crate::mcp::McpServerSpec>,
 }
 
 /// One entry of `tools`.
@@ -185,6 +188,9 @@ struct ScenarioWire {
     #[serde(default)]
     tools: Vec<ToolWire>,
     provider: ProviderWire,
+    /// Checked by `crate::mcp` (its entries' own shape).
+    #[serde(default)]
+    mcp_servers: Vec<Value>,
 }
 
 #[derive(Deserialize)]
@@ -402,6 +408,23 @@ fn check(file: &Path, w: ScenarioWire) -> Result<Scenario, ScenarioError> {
         tools.push(entry);
     }
     let provider = check_provider(w.provider).map_err(|(path, message)| invalid(&path, message))?;
+    #[cfg(feature = "mcp")]
+    let mcp_servers = {
+        // The provider's key variable never reaches an MCP server.
+        let withheld: Vec<&str> = match &provider {
+            ProviderSpec::Network { api_key_env, .. } => vec![api_key_env.as_str()],
+            ProviderSpec::Scripted { .. } => Vec::new(),
+        };
+        crate::mcp::check_entries(&w.mcp_servers, &withheld)
+            .map_err(|e| invalid(&e.path, e.message))?
+    };
+    #[cfg(not(feature = "mcp"))]
+    if !w.mcp_servers.is_empty() {
+        return Err(invalid(
+            "mcp_servers",
+            "this keel was built without the `mcp` feature".to_owned(),
+        ));
+    }
     Ok(Scenario {
         run_id,
         model,
@@ -412,6 +435,8 @@ fn check(file: &Path, w: ScenarioWire) -> Result<Scenario, ScenarioError> {
         approval_timeout_set,
         tools,
         provider,
+        #[cfg(feature = "mcp")]
+        mcp_servers,
     })
 }
 

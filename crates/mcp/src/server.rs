@@ -109,10 +109,10 @@ impl Server {
     /// call starts the server again.
     pub(crate) async fn forget(&self, dead: &Arc<Connection>) {
         let mut current = self.current.lock().await;
-        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead)) {
-            if let Some(connection) = current.take() {
-                connection.close().await;
-            }
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead))
+            && let Some(connection) = current.take()
+        {
+            connection.close().await;
         }
     }
 

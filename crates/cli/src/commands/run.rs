@@ -175,14 +175,40 @@ async fn open_engine(
     Ok((engine, journal))
 }
 
+/// The request with the scenario's MCP servers started (the file is the
+/// operator's own, so full entries start as written; `keel run` provides
+/// no servers by name).
+#[cfg(feature = "mcp")]
+async fn with_mcp_servers(args: &RunArgs, prepared: &Prepared) -> Result<RunRequest, CliError> {
+    use launch::McpLaunchError;
+    let file = args.scenario.display();
+    launch::with_mcp(
+        prepared.request.clone(),
+        &prepared.scenario,
+        &[],
+        crate::mcp::Trust::Operator,
+    )
+    .await
+    .map_err(|e| match e {
+        McpLaunchError::Resolve(_) => CliError::bad_input(format!("{file}: {e}")),
+        McpLaunchError::Start(_) => CliError::failure(format!("{file}: {e}")),
+    })
+}
+
+#[cfg(not(feature = "mcp"))]
+async fn with_mcp_servers(_args: &RunArgs, prepared: &Prepared) -> Result<RunRequest, CliError> {
+    Ok(prepared.request.clone())
+}
+
 async fn run_async(args: RunArgs) -> Result<i32, CliError> {
     let interrupts = Interrupts::install()?;
     let json = args.json;
     let screen = Screen::new(!json && std::io::stderr().is_terminal());
     let prepared = prepare(&args, &screen)?;
     let (engine, journal) = open_engine(&args, &prepared.run_id).await?;
+    let request = with_mcp_servers(&args, &prepared).await?;
     let handle = engine
-        .start(prepared.request.clone())
+        .start(request)
         .map_err(|e| CliError::bad_input(format!("{}: {e}", args.scenario.display())))?;
     interrupts.set_canceller(handle.canceller());
     let color = !json

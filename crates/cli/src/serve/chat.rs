@@ -22,6 +22,7 @@
 //! [`MAX_MESSAGES`] messages of at most [`MAX_PARTS`] parts each, and at
 //! most [`MAX_CONVERSATION_RUNS`] runs per conversation.
 
+use super::mcp::McpPlan;
 use super::problem::Problem;
 use super::{Daemon, read_body, runs};
 use crate::views::ui_stream::{Chunk, DONE, STREAM_HEADER, UiStream};
@@ -409,6 +410,10 @@ async fn start(
                 .map_err(|e| runs::launch_problem(&e))?
         }
     };
+    // The template is the operator's own file: its servers start as written.
+    let request = McpPlan::resolve(daemon, template, false)?
+        .start(request)
+        .await?;
     runs::admit_run(daemon, request).await?;
     Ok(ui_response(ui_stream(Arc::clone(daemon), name, 0)))
 }

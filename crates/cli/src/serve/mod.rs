@@ -42,6 +42,7 @@ pub mod auth;
 pub mod chat;
 pub mod cross_site;
 pub mod events;
+mod mcp;
 pub mod problem;
 pub mod providers;
 mod recovery;
@@ -84,6 +85,9 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     /// `--log-max-events` and the other log defaults.
     pub log_config: LogConfig,
+    /// `--mcp`: the MCP servers posted scenarios may use.
+    #[cfg(feature = "mcp")]
+    pub mcp_servers: Vec<keel_mcp::ServerConfig>,
 }
 
 impl Settings {
@@ -110,7 +114,16 @@ impl Settings {
                 "--shutdown-timeout-ms: must be at least {floor} (MIN_CLOSING_DEADLINE)"
             )));
         }
+        #[cfg(not(feature = "mcp"))]
+        if !args.mcp.is_empty() {
+            return Err(CliError::bad_input(
+                "--mcp: this keel was built without the `mcp` feature",
+            ));
+        }
         Ok(Settings {
+            #[cfg(feature = "mcp")]
+            mcp_servers: crate::mcp::parse_flags(&args.mcp)
+                .map_err(|e| CliError::bad_input(e.to_string()))?,
             max_live_runs: args.max_live_runs,
             default_approval_timeout: Duration::from_millis(args.approval_timeout_ms),
             shutdown_timeout: Duration::from_millis(args.shutdown_timeout_ms),

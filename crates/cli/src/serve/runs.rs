@@ -3,6 +3,7 @@
 //! `POST /v1/runs/{id}/cancel`. Every refusal is a typed problem naming
 //! the scenario member, the rule or the bound.
 
+use super::mcp::McpPlan;
 use super::problem::Problem;
 use super::{Daemon, json_response, providers, read_body};
 use crate::conversation::{self, ContinueError};
@@ -41,13 +42,14 @@ pub async fn create_run(
     if !providers::permitted(&scenario.provider, &daemon.providers) {
         return Err(provider_not_allowed());
     }
+    let mcp = McpPlan::resolve(&daemon, &scenario, true)?;
     let run_id = match &scenario.run_id {
         Some(id) => id.clone(),
         None => crate::commands::run::new_run_id().map_err(|e| internal(e.message))?,
     };
     let request = launch::run_request(&scenario, run_id.clone(), &daemon.launch())
         .map_err(|e| launch_problem(&e))?;
-    admit(&daemon, request).await
+    admit(&daemon, mcp.start(request).await?).await
 }
 
 /// Starts `request` and answers 201 once its `run.started` is committed.
@@ -107,6 +109,7 @@ pub async fn continue_run(
     if !providers::permitted(&scenario.provider, &daemon.providers) {
         return Err(provider_not_allowed());
     }
+    let mcp = McpPlan::resolve(&daemon, &scenario, true)?;
     if daemon.engine.live_run(&id).is_some() {
         return Err(not_continuable(&id, "running"));
     }
@@ -128,7 +131,7 @@ pub async fn continue_run(
     };
     let request = launch::follow_up_request(&scenario, run_id, &daemon.launch(), continuation)
         .map_err(|e| launch_problem(&e))?;
-    admit(&daemon, request).await
+    admit(&daemon, mcp.start(request).await?).await
 }
 
 fn not_continuable(id: &str, status: &str) -> Problem {
