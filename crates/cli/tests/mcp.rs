@@ -290,6 +290,8 @@ fn a_call_past_its_timeout_is_uncertain_and_the_server_hears_the_cancel() {
         .find(|e| e.get("cancelled").is_some())
         .unwrap_or_else(|| panic!("no notifications/cancelled reached the server: {entries:?}"));
     assert_eq!(cancelled["cancelled"], started["request_id"], "{entries:?}");
+    // keel run closed the server (stdin first) before it exited.
+    assert!(stopped(&entries), "{entries:?}");
 }
 
 #[test]
@@ -451,4 +453,143 @@ fn streamable_http_servers_are_mounted_too() {
     );
     let ran = run(&text, &[]).verified();
     assert_eq!(ran.output("c1"), "Echo: over http");
+}
+
+/// Polls the fault server's log (10 s at most) until `found` holds.
+fn wait_log(path: &Path, what: &str, found: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let entries = fault_log(path);
+        if found(&entries) {
+            return entries;
+        }
+        assert!(std::time::Instant::now() < until, "{what}: {entries:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn stopped(entries: &[Value]) -> bool {
+    entries.iter().any(|e| e["server"] == "stopped")
+}
+
+/// The run's events, from the daemon's JSON Lines page.
+async fn served_events(c: &reqwest::Client, d: &daemon::Daemon, run: &str) -> Vec<Value> {
+    daemon::get_text(
+        c,
+        d,
+        &format!("/v1/runs/{run}/events?format=jsonl&limit=10000"),
+    )
+    .await
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect()
+}
+
+use common::daemon;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_posted_scenarios_with_the_operators_servers_only() {
+    let sandbox = Sandbox::new();
+    let (log, other_log) = (sandbox.path("fault.log"), sandbox.path("other.log"));
+    let (Some(everything), Some(fault), Some(other)) = (
+        mcp::everything_stdio("serve_runs_posted_scenarios"),
+        mcp::fault_server("serve_runs_posted_scenarios", &log),
+        mcp::fault_server("serve_runs_posted_scenarios", &other_log),
+    ) else {
+        return;
+    };
+    let d = daemon::Serve::new()
+        .args(&["--mcp", &format!("everything={}", everything.join(" "))])
+        .args(&["--mcp", &server("fault", fault.clone()).to_string()])
+        .start();
+    let c = daemon::client();
+    let turns = [vec![
+        call("c1", "mcp__everything__echo", json!({"message": "served"})),
+        call("c2", "mcp__fault__echo", json!({"text": "also served"})),
+    ]];
+    // By name, and the fault server by its exact entry.
+    let body = scenario(
+        json!([{"name": "everything"}, server("fault", fault)]),
+        &turns,
+        json!({"tool_timeout_ms": 20000}),
+    );
+    let run = daemon::create(&c, &d, body).await;
+    daemon::wait_status(&c, &d, &run, "completed").await;
+    let events = served_events(&c, &d, &run).await;
+    let output = |id: &str| {
+        let end = events
+            .iter()
+            .find(|e| e["kind"] == "tool.completed" && e["payload"]["call_id"] == id);
+        end.unwrap_or_else(|| panic!("{id}: {events:?}"))["payload"]["output"].clone()
+    };
+    assert_eq!(output("c1"), "Echo: served");
+    assert_eq!(output("c2"), "also served");
+    // The run's end shut the server down.
+    wait_log(&log, "the server was not shut down after the run", stopped);
+    // Another entry under an allowed name, or an unlisted name: 403, and
+    // nothing is started.
+    for servers in [json!([server("fault", other)]), json!([{"name": "nope"}])] {
+        let r = daemon::post(
+            &c,
+            &d,
+            "/v1/runs",
+            scenario(servers.clone(), &turns, json!({})),
+        )
+        .await;
+        assert_eq!(r.status(), 403, "{servers}");
+        let problem: Value = r.json().await.unwrap();
+        assert_eq!(
+            problem["type"], "urn:keel:problem:mcp-server-not-allowed",
+            "{problem}"
+        );
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("rule mcp.server_allowed"),
+            "{problem}"
+        );
+    }
+    assert!(!other_log.exists(), "a refused server was started");
+    common::verify_summary(&d.db);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_run_cancels_its_call_on_the_server() {
+    let sandbox = Sandbox::new();
+    let log = sandbox.path("fault.log");
+    let Some(fault) = mcp::fault_server("cancelling_a_run_cancels_its_call", &log) else {
+        return;
+    };
+    let d = daemon::Serve::new()
+        .args(&["--mcp", &server("fault", fault).to_string()])
+        .start();
+    let c = daemon::client();
+    let turns = [vec![call("c1", "mcp__fault__hang", json!({}))]];
+    let run = daemon::create(
+        &c,
+        &d,
+        scenario(
+            json!([{"name": "fault"}]),
+            &turns,
+            json!({"tool_timeout_ms": 60000}),
+        ),
+    )
+    .await;
+    let entries = wait_log(&log, "the call never reached the server", |e| {
+        e.iter().any(|e| e["started"] == "hang")
+    });
+    let request_id = entries.iter().find(|e| e["started"] == "hang").unwrap()["request_id"].clone();
+    assert!(daemon::cancel(&c, &d, &run).await.status().is_success());
+    daemon::wait_status(&c, &d, &run, "cancelled").await;
+    let entries = wait_log(&log, "no notifications/cancelled reached the server", |e| {
+        e.iter().any(|e| e["cancelled"] == request_id)
+    });
+    wait_log(&log, "the server was not shut down after the run", stopped);
+    let events = served_events(&c, &d, &run).await;
+    assert!(
+        events.iter().any(|e| e["kind"] == "tool.cancelled"),
+        "{events:?} {entries:?}"
+    );
+    common::verify_summary(&d.db);
 }

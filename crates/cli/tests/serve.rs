@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::daemon::{Daemon, Serve, client, get, get_json, get_text, post};
+use common::daemon::{
+    Daemon, Serve, cancel, client, create, get, get_json, get_text, post, wait_status,
+};
 use common::sse::{Sse, read_sse};
 use common::verify_summary;
 use serde_json::{Value, json};
@@ -65,13 +67,6 @@ fn gated(run_id: &str, before: usize, after: usize, size: usize) -> String {
     .to_string()
 }
 
-async fn create(c: &reqwest::Client, d: &Daemon, body: String) -> String {
-    let r = post(c, d, "/v1/runs", body).await;
-    assert_eq!(r.status(), 201);
-    let v: Value = r.json().await.unwrap();
-    v["run_id"].as_str().unwrap().to_owned()
-}
-
 fn seqs(msgs: &[Sse]) -> Vec<u64> {
     msgs.iter().filter_map(|m| m.id).collect()
 }
@@ -116,26 +111,6 @@ async fn approve(c: &reqwest::Client, d: &Daemon, run: &str, interaction: &str) 
     )
     .await;
     assert_eq!(r.status(), 200);
-}
-
-/// `POST /v1/runs/{run}/cancel`.
-async fn cancel(c: &reqwest::Client, d: &Daemon, run: &str) -> reqwest::Response {
-    c.post(d.url(&format!("/v1/runs/{run}/cancel")))
-        .send()
-        .await
-        .unwrap()
-}
-
-async fn wait_status(c: &reqwest::Client, d: &Daemon, run: &str, want: &str) -> Value {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let v: Value = get_json(c, d, &format!("/v1/runs/{run}")).await;
-        if v["status"] == want && v["live"] == false {
-            return v;
-        }
-        assert!(Instant::now() < until, "status stayed {v}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn assert_problem(headers: &reqwest::header::HeaderMap) {

@@ -259,3 +259,38 @@ pub async fn post(
 ) -> reqwest::Response {
     c.post(d.url(path)).body(body).send().await.unwrap()
 }
+
+/// `POST /v1/runs` with `body`: 201; the run id.
+pub async fn create(c: &reqwest::Client, d: &Daemon, body: String) -> String {
+    let r = post(c, d, "/v1/runs", body).await;
+    assert_eq!(r.status(), 201);
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["run_id"].as_str().unwrap().to_owned()
+}
+
+/// `POST /v1/runs/{run}/cancel`.
+pub async fn cancel(c: &reqwest::Client, d: &Daemon, run: &str) -> reqwest::Response {
+    c.post(d.url(&format!("/v1/runs/{run}/cancel")))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Polls `GET /v1/runs/{run}` (20 s at most) until the run has ended
+/// with status `want`; its entry.
+pub async fn wait_status(
+    c: &reqwest::Client,
+    d: &Daemon,
+    run: &str,
+    want: &str,
+) -> serde_json::Value {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v: serde_json::Value = get_json(c, d, &format!("/v1/runs/{run}")).await;
+        if v["status"] == want && v["live"] == false {
+            return v;
+        }
+        assert!(Instant::now() < until, "status stayed {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
