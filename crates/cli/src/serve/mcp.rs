@@ -6,6 +6,7 @@
 use super::Daemon;
 use super::problem::Problem;
 use crate::scenario::Scenario;
+#[cfg(feature = "mcp")]
 use axum::http::StatusCode;
 use keel_engine::RunRequest;
 
