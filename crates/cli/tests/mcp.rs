@@ -10,6 +10,9 @@ use common::{Sandbox, mcp};
 use serde_json::{Value, json};
 use std::path::Path;
 
+/// Shaped like a key, so the secret screen redacts it.
+const SECRET: &str = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD";
+
 /// One scripted model call: the tool calls it makes (`(call id, tool,
 /// arguments)`); an empty list ends the run with text.
 type Turn = Vec<(&'static str, String, Value)>;
@@ -301,7 +304,7 @@ fn a_crash_mid_call_is_uncertain_and_the_server_is_started_again() {
     let Some(fault) = mcp::fault_server("a_crash_mid_call", &log) else {
         return;
     };
-    let secret = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD";
+    let secret = SECRET;
     let text = scenario(
         json!([server("fault", fault)]),
         &[
@@ -378,10 +381,7 @@ fn a_server_gets_a_small_environment_and_never_a_key() {
         &text,
         &[
             ("GIVEN_TO_SERVER", "1"),
-            (
-                "OPENAI_API_KEY",
-                "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD",
-            ),
+            ("OPENAI_API_KEY", SECRET),
             ("KEEL_TOKEN", "t"),
             ("HOST_ONLY", "1"),
         ],
@@ -425,12 +425,26 @@ fn a_server_that_does_not_start_fails_the_run_start_naming_it() {
             json!({"name": "missing", "command": ["/nonexistent/mcp-server"]}),
             "MCP server missing: cannot start",
         ),
+        // A server that says a key on stderr and exits: the tail is in the
+        // error, screened.
+        (
+            json!({"name": "leaky", "command": ["sh", "-c", format!("echo using {SECRET} >&2; exit 3")]}),
+            "MCP server leaky: initialize failed",
+        ),
     ];
     for (entry, expected) in cases {
         let text = scenario(json!([entry]), &[], json!({}));
         let ran = run(&text, &[]);
         assert_eq!(ran.code, 1, "{}", ran.stderr);
         assert!(ran.stderr.contains(expected), "{}", ran.stderr);
+        assert!(!ran.stderr.contains(SECRET), "{}", ran.stderr);
+        if expected.contains("leaky") {
+            assert!(
+                ran.stderr.contains("its stderr ends: using [redacted]"),
+                "{}",
+                ran.stderr
+            );
+        }
         // Nothing was committed: the run never started.
         assert!(ran.events.is_empty(), "{}", ran.kinds());
     }

@@ -29,6 +29,9 @@ pub const STDERR_TAIL_BYTES: usize = 2048;
 /// is cut to `max_output_bytes` after it is read; this bounds the read.
 pub const MESSAGE_MAX_BYTES: usize = 16 << 20;
 
+/// How long a failed handshake waits for the rest of the child's stderr.
+const STDERR_SETTLE: Duration = Duration::from_millis(500);
+
 /// How long a closing server gets to exit after its stdin closes.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
@@ -175,21 +178,29 @@ async fn open_stdio(
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(spawn_error("its stdin or stdout is not a pipe".to_owned()));
     };
-    if let Some(pipe) = child.stderr.take() {
-        tokio::spawn(drain(pipe, Arc::clone(&stderr)));
-    }
+    let drained = child
+        .stderr
+        .take()
+        .map(|pipe| tokio::spawn(drain(pipe, Arc::clone(&stderr))));
     let transport =
         AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(MESSAGE_MAX_BYTES);
-    let service = KeelClient
-        .serve(transport)
-        .await
-        .map_err(|e| McpStartError::Handshake {
-            server: config.name().clone(),
-            reason: ErrorText::new(&format!("initialize failed: {e}"))
-                .as_str()
-                .to_owned(),
-            stderr: stderr.screened(),
-        })?;
+    let service = match KeelClient.serve(transport).await {
+        Ok(service) => service,
+        Err(e) => {
+            // A server that exits during the handshake has usually said
+            // why on stderr: give the drain a moment to reach its end.
+            if let Some(drained) = drained {
+                let _ = tokio::time::timeout(STDERR_SETTLE, drained).await;
+            }
+            return Err(McpStartError::Handshake {
+                server: config.name().clone(),
+                reason: ErrorText::new(&format!("initialize failed: {e}"))
+                    .as_str()
+                    .to_owned(),
+                stderr: stderr.screened(),
+            });
+        }
+    };
     Ok(Connection {
         service,
         child: tokio::sync::Mutex::new(Some(child)),
