@@ -694,6 +694,21 @@ mod tests {
     const MINIMAL: &str = r#"{"model":"m","messages":[{"role":"user","text":"hi"}],
         "provider":{"type":"scripted","calls":[[{"text":"a"},{"complete":{"finish":"stop"}}]]}}"#;
 
+    /// The provider's key variable never reaches an MCP server, whatever
+    /// it is called.
+    #[cfg(feature = "mcp")]
+    #[test]
+    fn an_mcp_server_cannot_be_given_the_provider_key() {
+        let text = r#"{"model":"m","messages":[{"role":"user","text":"hi"}],
+            "provider":{"type":"anthropic","api_key_env":"TEAM_KEY"},
+            "mcp_servers":[{"name":"s","command":["srv"],"env":["HOME","TEAM_KEY"]}]}"#;
+        let msg = load_str(text).unwrap_err().to_string();
+        assert!(msg.contains("at mcp_servers[0].env[1]"), "{msg}");
+        assert!(msg.contains("rule mcp.env_secret"), "{msg}");
+        let fine = text.replace(r#","TEAM_KEY"]"#, "]");
+        assert_eq!(load_str(&fine).unwrap().mcp_servers.len(), 1);
+    }
+
     #[test]
     fn minimal_scenario_loads() {
         let s = load_str(MINIMAL).unwrap();
