@@ -409,22 +409,10 @@ fn check(file: &Path, w: ScenarioWire) -> Result<Scenario, ScenarioError> {
     }
     let provider = check_provider(w.provider).map_err(|(path, message)| invalid(&path, message))?;
     #[cfg(feature = "mcp")]
-    let mcp_servers = {
-        // The provider's key variable never reaches an MCP server.
-        let withheld: Vec<&str> = match &provider {
-            ProviderSpec::Network { api_key_env, .. } => vec![api_key_env.as_str()],
-            ProviderSpec::Scripted { .. } => Vec::new(),
-        };
-        crate::mcp::check_entries(&w.mcp_servers, &withheld)
-            .map_err(|e| invalid(&e.path, e.message))?
-    };
+    let mcp_servers =
+        check_mcp(&w.mcp_servers, &provider).map_err(|e| invalid(&e.path, e.message))?;
     #[cfg(not(feature = "mcp"))]
-    if !w.mcp_servers.is_empty() {
-        return Err(invalid(
-            "mcp_servers",
-            "this keel was built without the `mcp` feature".to_owned(),
-        ));
-    }
+    check_mcp(&w.mcp_servers).map_err(|(path, message)| invalid(&path, message))?;
     Ok(Scenario {
         run_id,
         model,
@@ -438,6 +426,33 @@ fn check(file: &Path, w: ScenarioWire) -> Result<Scenario, ScenarioError> {
         #[cfg(feature = "mcp")]
         mcp_servers,
     })
+}
+
+/// The scenario's MCP servers; the provider's key variable never reaches
+/// one.
+#[cfg(feature = "mcp")]
+fn check_mcp(
+    entries: &[Value],
+    provider: &ProviderSpec,
+) -> Result<Vec<crate::mcp::McpServerSpec>, crate::mcp::EntryError> {
+    let withheld: Vec<&str> = match provider {
+        ProviderSpec::Network { api_key_env, .. } => vec![api_key_env.as_str()],
+        ProviderSpec::Scripted { .. } => Vec::new(),
+    };
+    crate::mcp::check_entries(entries, &withheld)
+}
+
+/// Without the `mcp` feature a scenario names no MCP servers.
+#[cfg(not(feature = "mcp"))]
+fn check_mcp(entries: &[Value]) -> Result<(), RuleError> {
+    if entries.is_empty() {
+        Ok(())
+    } else {
+        Err(rule(
+            "mcp_servers",
+            "this keel was built without the `mcp` feature",
+        ))
+    }
 }
 
 type RuleError = (String, String);

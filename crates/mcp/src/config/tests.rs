@@ -61,165 +61,149 @@ fn defaults_where_the_entry_is_silent() {
     assert_eq!(config.max_output_bytes(), DEFAULT_OUTPUT_BYTES);
 }
 
+/// Entries each breaking one rule: the JSON, the rule, the member.
+const REFUSED: &[(&str, &str, &str)] = &[
+    (
+        r#"{"name": "", "command": ["x"]}"#,
+        "mcp.server_name",
+        "name",
+    ),
+    (
+        r#"{"name": "Files", "command": ["x"]}"#,
+        "mcp.server_name",
+        "name",
+    ),
+    (
+        r#"{"name": "a__b", "command": ["x"]}"#,
+        "mcp.server_name",
+        "name",
+    ),
+    (
+        r#"{"name": "-a", "command": ["x"]}"#,
+        "mcp.server_name",
+        "name",
+    ),
+    (r#"{"name": "a"}"#, "mcp.transport", ""),
+    (
+        r#"{"name": "a", "command": ["x"], "url": "http://h/"}"#,
+        "mcp.transport",
+        "",
+    ),
+    (r#"{"name": "a", "command": []}"#, "mcp.command", "command"),
+    (
+        r#"{"name": "a", "command": [""]}"#,
+        "mcp.command",
+        "command[0]",
+    ),
+    (
+        r#"{"name": "a", "command": ["x", "a\u0000b"]}"#,
+        "mcp.command",
+        "command[1]",
+    ),
+    (r#"{"name": "a", "url": "ftp://h/"}"#, "mcp.url", "url"),
+    (r#"{"name": "a", "url": "http://"}"#, "mcp.url", "url"),
+    (r#"{"name": "a", "url": "http://h/ x"}"#, "mcp.url", "url"),
+    (
+        r#"{"name": "a", "url": "http://h/", "env": ["HOME"]}"#,
+        "mcp.env_name",
+        "env",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "env": ["1X"]}"#,
+        "mcp.env_name",
+        "env[0]",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "env": ["A-B"]}"#,
+        "mcp.env_name",
+        "env[0]",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "env": ["HOME", "KEEL_TOKEN"]}"#,
+        "mcp.env_secret",
+        "env[1]",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "env": ["ANTHROPIC_API_KEY"]}"#,
+        "mcp.env_secret",
+        "env[0]",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "env": ["MY_PROVIDER_KEY"]}"#,
+        "mcp.env_secret",
+        "env[0]",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "timeout_ms": 0}"#,
+        "mcp.timeout",
+        "timeout_ms",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "timeout_ms": 3600001}"#,
+        "mcp.timeout",
+        "timeout_ms",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "startup_timeout_ms": 0}"#,
+        "mcp.startup_timeout",
+        "startup_timeout_ms",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "max_output_bytes": 1023}"#,
+        "mcp.max_output_bytes",
+        "max_output_bytes",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "max_output_bytes": 1048577}"#,
+        "mcp.max_output_bytes",
+        "max_output_bytes",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "tools": {"t": {"on_failure": "explode"}}}"#,
+        "mcp.tool_policy",
+        "tools.t.on_failure",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "tools": {"t": {"timeout_ms": 0}}}"#,
+        "mcp.timeout",
+        "tools.t.timeout_ms",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "surprise": 1}"#,
+        "serde",
+        "",
+    ),
+    (
+        r#"{"name": "a", "command": ["x"], "tools": {"t": {"surprise": 1}}}"#,
+        "serde",
+        "",
+    ),
+];
+
 #[test]
 fn every_rule_names_itself_and_the_member() {
-    let long_name = "a".repeat(33);
-    let long_arg = "a".repeat(COMMAND_ITEM_MAX_BYTES + 1);
-    let many_env: Vec<String> = (0..=ENV_MAX_NAMES).map(|i| format!("\"V{i}\"")).collect();
-    let cases: Vec<(String, &str, &str)> = vec![
-        (
-            r#"{"name": "", "command": ["x"]}"#.into(),
-            "mcp.server_name",
-            "name",
-        ),
-        (
-            format!(r#"{{"name": "{long_name}", "command": ["x"]}}"#),
-            "mcp.server_name",
-            "name",
-        ),
-        (
-            r#"{"name": "Files", "command": ["x"]}"#.into(),
-            "mcp.server_name",
-            "name",
-        ),
-        (
-            r#"{"name": "a__b", "command": ["x"]}"#.into(),
-            "mcp.server_name",
-            "name",
-        ),
-        (
-            r#"{"name": "-a", "command": ["x"]}"#.into(),
-            "mcp.server_name",
-            "name",
-        ),
-        (r#"{"name": "a"}"#.into(), "mcp.transport", ""),
-        (
-            r#"{"name": "a", "command": ["x"], "url": "http://h/"}"#.into(),
-            "mcp.transport",
-            "",
-        ),
-        (
-            r#"{"name": "a", "command": []}"#.into(),
-            "mcp.command",
-            "command",
-        ),
-        (
-            r#"{"name": "a", "command": [""]}"#.into(),
-            "mcp.command",
-            "command[0]",
-        ),
-        (
-            format!(r#"{{"name": "a", "command": ["x", "{long_arg}"]}}"#),
-            "mcp.command",
-            "command[1]",
-        ),
-        (
-            r#"{"name": "a", "command": ["x", "a\u0000b"]}"#.into(),
-            "mcp.command",
-            "command[1]",
-        ),
-        (
-            r#"{"name": "a", "url": "ftp://h/"}"#.into(),
-            "mcp.url",
-            "url",
-        ),
-        (
-            r#"{"name": "a", "url": "http://"}"#.into(),
-            "mcp.url",
-            "url",
-        ),
-        (
-            r#"{"name": "a", "url": "http://h/ x"}"#.into(),
-            "mcp.url",
-            "url",
-        ),
-        (
-            r#"{"name": "a", "url": "http://h/", "env": ["HOME"]}"#.into(),
-            "mcp.env_name",
-            "env",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "env": ["1X"]}"#.into(),
-            "mcp.env_name",
-            "env[0]",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "env": ["A-B"]}"#.into(),
-            "mcp.env_name",
-            "env[0]",
-        ),
-        (
-            format!(
-                r#"{{"name": "a", "command": ["x"], "env": [{}]}}"#,
-                many_env.join(",")
-            ),
-            "mcp.env_name",
-            "env",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "env": ["HOME", "KEEL_TOKEN"]}"#.into(),
-            "mcp.env_secret",
-            "env[1]",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "env": ["ANTHROPIC_API_KEY"]}"#.into(),
-            "mcp.env_secret",
-            "env[0]",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "env": ["MY_PROVIDER_KEY"]}"#.into(),
-            "mcp.env_secret",
-            "env[0]",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "timeout_ms": 0}"#.into(),
-            "mcp.timeout",
-            "timeout_ms",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "timeout_ms": 3600001}"#.into(),
-            "mcp.timeout",
-            "timeout_ms",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "startup_timeout_ms": 0}"#.into(),
-            "mcp.startup_timeout",
-            "startup_timeout_ms",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "max_output_bytes": 1023}"#.into(),
-            "mcp.max_output_bytes",
-            "max_output_bytes",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "max_output_bytes": 1048577}"#.into(),
-            "mcp.max_output_bytes",
-            "max_output_bytes",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "tools": {"t": {"on_failure": "explode"}}}"#.into(),
-            "mcp.tool_policy",
-            "tools.t.on_failure",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "tools": {"t": {"timeout_ms": 0}}}"#.into(),
-            "mcp.timeout",
-            "tools.t.timeout_ms",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "surprise": 1}"#.into(),
-            "serde",
-            "",
-        ),
-        (
-            r#"{"name": "a", "command": ["x"], "tools": {"t": {"surprise": 1}}}"#.into(),
-            "serde",
-            "",
-        ),
-    ];
-    for (json, rule, path) in &cases {
+    for (json, rule, path) in REFUSED {
         refused(json, rule, path);
     }
+    // The bounds on sizes and counts.
+    let long_name = "a".repeat(SERVER_NAME_MAX_BYTES + 1);
+    refused(
+        &format!(r#"{{"name": "{long_name}", "command": ["x"]}}"#),
+        "mcp.server_name",
+        "name",
+    );
+    let long_arg = "a".repeat(COMMAND_ITEM_MAX_BYTES + 1);
+    refused(
+        &format!(r#"{{"name": "a", "command": ["x", "{long_arg}"]}}"#),
+        "mcp.command",
+        "command[1]",
+    );
+    let many_env: Vec<String> = (0..=ENV_MAX_NAMES).map(|i| format!("\"V{i}\"")).collect();
+    let many_env = format!(
+        r#"{{"name": "a", "command": ["x"], "env": [{}]}}"#,
+        many_env.join(",")
+    );
+    refused(&many_env, "mcp.env_name", "env");
 }
 
 #[test]
