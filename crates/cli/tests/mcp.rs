@@ -607,3 +607,46 @@ async fn cancelling_a_run_cancels_its_call_on_the_server() {
     );
     common::verify_summary(&d.db);
 }
+
+#[test]
+fn a_server_that_dies_between_calls_is_started_again() {
+    let sandbox = Sandbox::new();
+    let log = sandbox.path("fault.log");
+    let Some(fault) = mcp::fault_server("a_server_that_dies_between_calls", &log) else {
+        return;
+    };
+    let text = scenario(
+        json!([server("fault", fault)]),
+        &[vec![call(
+            "c1",
+            "mcp__fault__echo",
+            json!({"text": "after the kill"}),
+        )]],
+        json!({"tool_timeout_ms": 20000}),
+    );
+    // The model thinks for 3 s before it calls: time to kill the server.
+    let mut doc: Value = serde_json::from_str(&text).unwrap();
+    doc["provider"]["calls"][0]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"delay_ms": 3000}));
+    let text = doc.to_string();
+    let running = std::thread::spawn(move || run(&text, &[]));
+    // Killed after the start's list and turn 1's, while the model thinks.
+    let entries = wait_log(&log, "the server was not listed twice", |e| {
+        e.iter().filter(|e| e.get("listed").is_some()).count() >= 2
+    });
+    let pid = entries.iter().find_map(|e| e["pid"].as_u64()).unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let ran = running.join().unwrap().verified();
+    assert_eq!(ran.output("c1"), "after the kill");
+    let starts = fault_log(&log)
+        .iter()
+        .filter(|e| e["server"] == "started")
+        .count();
+    assert_eq!(starts, 2, "{:?}", fault_log(&log));
+}

@@ -31,6 +31,7 @@ gets one JSON object a line, appended and flushed as it happens:
 
     {"server": "started", "pid": 1234}
     {"started": "<tool>", "request_id": <id>}     a tools/call reached its handler
+    {"listed": <count>}                           a tools/list was answered
     {"cancelled": <id>, "reason": "<reason>"}     notifications/cancelled arrived (logged
                                                   as read from stdin, before the SDK
                                                   cancels the handler; reason null
@@ -120,6 +121,7 @@ def text(value, is_error=False):
 
 
 async def list_tools(ctx, params):
+    log({"listed": len(TOOLS + LATE_TOOLS)})
     return types.ListToolsResult(tools=TOOLS + LATE_TOOLS)
 
 
