@@ -913,6 +913,14 @@ fn frame_path(stack: &[Frame<'_>], sorted: &[(&str, &Value)]) -> String {
     path
 }
 
+/// The object brackets the writer emits, named rather than written as char
+/// literals in the writer's functions: the brace-matching check behind the
+/// project's function-length rule counts braces in char literals too, and
+/// would measure a function that only opens (or only closes) objects as
+/// running on into the next one.
+const OPEN_OBJECT: char = '{';
+const CLOSE_OBJECT: char = '}';
+
 /// Writes `root` canonically without recursion, checking the number rules
 /// and (for `max_depth < usize::MAX`) the depth.
 fn write_value(root: &Value, out: &mut String, max_depth: usize) -> Result<(), JsonError> {
@@ -920,111 +928,149 @@ fn write_value(root: &Value, out: &mut String, max_depth: usize) -> Result<(), J
     let mut sorted: Vec<(&str, &Value)> = Vec::new();
     let mut current = root;
     loop {
-        match current {
-            Value::Null => out.push_str("null"),
-            Value::Bool(true) => out.push_str("true"),
-            Value::Bool(false) => out.push_str("false"),
-            Value::Number(n) => {
-                if let Err(rule) = write_number(n, out) {
-                    let path = frame_path(&stack, &sorted);
-                    return Err(match rule {
-                        Rule::NonFinite => JsonError::NonFiniteNumber { path },
-                        _ => JsonError::UnsafeInteger { path },
-                    });
-                }
-            }
-            Value::String(s) => write_string(s, out),
-            Value::Array(_) | Value::Object(_) if stack.len() >= max_depth => {
-                return Err(JsonError::TooDeep {
-                    path: frame_path(&stack, &sorted),
-                    limit: LimitExceeded {
-                        bound: Bound::JsonDepth,
-                        actual: stack.len() + 1,
-                        max: max_depth,
-                    },
-                });
-            }
-            Value::Array(items) => {
-                out.push('[');
-                stack.push(Frame::Array {
-                    items: items.iter(),
-                    taken: 0,
-                });
-            }
-            Value::Object(map) if in_canonical_order(map) => {
-                out.push('{');
-                stack.push(Frame::Object {
-                    members: map.iter(),
-                    last: None,
-                });
-            }
-            Value::Object(map) => {
-                out.push('{');
-                let start = sorted.len();
-                sorted.extend(map.iter().map(|(k, v)| (k.as_str(), v)));
-                let end = sorted.len();
-                if let Some(slice) = sorted.get_mut(start..end) {
-                    slice.sort_unstable_by(|a, b| cmp_utf16(a.0, b.0));
-                }
-                stack.push(Frame::Sorted {
-                    start,
-                    next: start,
-                    end,
+        write_or_open(current, out, &mut stack, &mut sorted, max_depth)?;
+        match next_value(out, &mut stack, &mut sorted) {
+            Some(value) => current = value,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Writes a scalar whole, or the opening bracket of a container and pushes
+/// its frame (the items are written as `next_value` hands them out).
+#[inline]
+fn write_or_open<'a>(
+    current: &'a Value,
+    out: &mut String,
+    stack: &mut Vec<Frame<'a>>,
+    sorted: &mut Vec<(&'a str, &'a Value)>,
+    max_depth: usize,
+) -> Result<(), JsonError> {
+    match current {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => {
+            if let Err(rule) = write_number(n, out) {
+                let path = frame_path(stack, sorted);
+                return Err(match rule {
+                    Rule::NonFinite => JsonError::NonFiniteNumber { path },
+                    _ => JsonError::UnsafeInteger { path },
                 });
             }
         }
-        // Move on to the next value, closing finished containers.
-        current = loop {
-            match stack.last_mut() {
-                None => return Ok(()),
-                Some(Frame::Array { items, taken }) => match items.next() {
-                    Some(item) => {
-                        if *taken > 0 {
-                            out.push(',');
-                        }
-                        *taken += 1;
-                        break item;
-                    }
-                    None => {
-                        out.push(']');
-                        stack.pop();
-                    }
+        Value::String(s) => write_string(s, out),
+        Value::Array(_) | Value::Object(_) if stack.len() >= max_depth => {
+            return Err(JsonError::TooDeep {
+                path: frame_path(stack, sorted),
+                limit: LimitExceeded {
+                    bound: Bound::JsonDepth,
+                    actual: stack.len() + 1,
+                    max: max_depth,
                 },
-                Some(Frame::Object { members, last }) => match members.next() {
-                    Some((key, value)) => {
-                        if last.is_some() {
+            });
+        }
+        Value::Array(items) => {
+            out.push('[');
+            stack.push(Frame::Array {
+                items: items.iter(),
+                taken: 0,
+            });
+        }
+        Value::Object(map) if in_canonical_order(map) => {
+            out.push(OPEN_OBJECT);
+            stack.push(Frame::Object {
+                members: map.iter(),
+                last: None,
+            });
+        }
+        Value::Object(map) => open_sorted_object(map, out, stack, sorted),
+    }
+    Ok(())
+}
+
+/// Opens an object whose iteration order is not canonical: its members are
+/// appended to the shared buffer and sorted there, so no per-object
+/// allocation is needed once the buffer has grown.
+#[inline]
+fn open_sorted_object<'a>(
+    map: &'a Map<String, Value>,
+    out: &mut String,
+    stack: &mut Vec<Frame<'a>>,
+    sorted: &mut Vec<(&'a str, &'a Value)>,
+) {
+    out.push(OPEN_OBJECT);
+    let start = sorted.len();
+    sorted.extend(map.iter().map(|(k, v)| (k.as_str(), v)));
+    let end = sorted.len();
+    if let Some(slice) = sorted.get_mut(start..end) {
+        slice.sort_unstable_by(|a, b| cmp_utf16(a.0, b.0));
+    }
+    stack.push(Frame::Sorted {
+        start,
+        next: start,
+        end,
+    });
+}
+
+/// Moves on to the next value to write, closing finished containers and
+/// writing the separator (and, in objects, the member name) before it;
+/// `None` once the root is complete.
+#[inline]
+fn next_value<'a>(
+    out: &mut String,
+    stack: &mut Vec<Frame<'a>>,
+    sorted: &mut Vec<(&'a str, &'a Value)>,
+) -> Option<&'a Value> {
+    loop {
+        match stack.last_mut()? {
+            Frame::Array { items, taken } => match items.next() {
+                Some(item) => {
+                    if *taken > 0 {
+                        out.push(',');
+                    }
+                    *taken += 1;
+                    return Some(item);
+                }
+                None => {
+                    out.push(']');
+                    stack.pop();
+                }
+            },
+            Frame::Object { members, last } => match members.next() {
+                Some((key, value)) => {
+                    if last.is_some() {
+                        out.push(',');
+                    }
+                    *last = Some(key);
+                    write_string(key, out);
+                    out.push(':');
+                    return Some(value);
+                }
+                None => {
+                    out.push(CLOSE_OBJECT);
+                    stack.pop();
+                }
+            },
+            Frame::Sorted { start, next, end } => {
+                match sorted.get(*next).filter(|_| *next < *end) {
+                    Some(&(key, value)) => {
+                        if *next > *start {
                             out.push(',');
                         }
-                        *last = Some(key);
+                        *next += 1;
                         write_string(key, out);
                         out.push(':');
-                        break value;
+                        return Some(value);
                     }
                     None => {
-                        out.push('}');
+                        out.push(CLOSE_OBJECT);
+                        sorted.truncate(*start);
                         stack.pop();
-                    }
-                },
-                Some(Frame::Sorted { start, next, end }) => {
-                    match sorted.get(*next).filter(|_| *next < *end) {
-                        Some(&(key, value)) => {
-                            if *next > *start {
-                                out.push(',');
-                            }
-                            *next += 1;
-                            write_string(key, out);
-                            out.push(':');
-                            break value;
-                        }
-                        None => {
-                            out.push('}');
-                            sorted.truncate(*start);
-                            stack.pop();
-                        }
                     }
                 }
             }
-        };
+        }
     }
 }
 

@@ -66,73 +66,8 @@ impl ModelRequest {
         Bound::ModelNameBytes
             .check(limits, model.as_str().len())
             .map_err(|e| MessageError::new("$.model", e))?;
-        if history.is_empty() {
-            return Err(MessageError::new(
-                "$.history",
-                MessageErrorKind::EmptyHistory,
-            ));
-        }
-        Bound::HistoryMessages
-            .check(limits, history.len())
-            .map_err(|e| MessageError::new("$.history", e))?;
-        let mut history_bytes = 0usize;
-        let mut calls: HashSet<&CallId> = HashSet::new();
-        let mut answered: HashSet<&CallId> = HashSet::new();
-        for (i, message) in history.iter().enumerate() {
-            let at = format!("$.history[{i}]");
-            message.check_bounds(limits).map_err(|e| e.within(&at))?;
-            history_bytes = history_bytes.saturating_add(message.content_bytes());
-            for (j, part) in message.parts().iter().enumerate() {
-                let (call_id, set, orphan) = match part {
-                    Part::ToolCall(c) => (c.call_id(), &mut calls, false),
-                    Part::ToolResult(r) => {
-                        (r.call_id(), &mut answered, !calls.contains(r.call_id()))
-                    }
-                    Part::Text(_) => continue,
-                };
-                let path = format!("{at}.parts[{j}].call_id");
-                if orphan {
-                    return Err(MessageError::new(
-                        path,
-                        MessageErrorKind::OrphanToolResult {
-                            call_id: call_id.clone(),
-                        },
-                    ));
-                }
-                if !set.insert(call_id) {
-                    return Err(MessageError::new(
-                        path,
-                        MessageErrorKind::DuplicateCallId {
-                            call_id: call_id.clone(),
-                        },
-                    ));
-                }
-            }
-        }
-        Bound::HistoryBytes
-            .check(limits, history_bytes)
-            .map_err(|e| MessageError::new("$.history", e))?;
-        Bound::ToolsPerRequest
-            .check(limits, tools.len())
-            .map_err(|e| MessageError::new("$.tools", e))?;
-        let mut names = HashSet::new();
-        for (i, tool) in tools.iter().enumerate() {
-            let at = format!("$.tools[{i}]");
-            Bound::ToolDescriptionBytes
-                .check(limits, tool.description().len())
-                .map_err(|e| MessageError::new(format!("{at}.description"), e))?;
-            Bound::JsonBytes
-                .check(limits, tool.parameters().len())
-                .map_err(|e| MessageError::new(format!("{at}.parameters"), e))?;
-            if !names.insert(tool.name()) {
-                return Err(MessageError::new(
-                    format!("{at}.name"),
-                    MessageErrorKind::DuplicateToolName {
-                        name: tool.name().clone(),
-                    },
-                ));
-            }
-        }
+        let history_bytes = check_history(&history, limits)?;
+        check_tools(&tools, limits)?;
         Ok(ModelRequest(Arc::new(RequestInner {
             operation_id,
             model,
@@ -177,6 +112,99 @@ impl ModelRequest {
         let wire: RequestWire = crate::decode::from_json(json)?;
         Ok(wire.build(limits)?)
     }
+}
+
+/// The history rules of [`ModelRequest::new_with`], in order: non-empty,
+/// within the message count, every message within its bounds and its call
+/// ids consistent with the earlier ones, then within the byte total, which
+/// is returned.
+fn check_history(history: &[Message], limits: &Limits) -> Result<usize, MessageError> {
+    if history.is_empty() {
+        return Err(MessageError::new(
+            "$.history",
+            MessageErrorKind::EmptyHistory,
+        ));
+    }
+    Bound::HistoryMessages
+        .check(limits, history.len())
+        .map_err(|e| MessageError::new("$.history", e))?;
+    let mut history_bytes = 0usize;
+    let mut calls: HashSet<&CallId> = HashSet::new();
+    let mut answered: HashSet<&CallId> = HashSet::new();
+    for (i, message) in history.iter().enumerate() {
+        let at = format!("$.history[{i}]");
+        message.check_bounds(limits).map_err(|e| e.within(&at))?;
+        history_bytes = history_bytes.saturating_add(message.content_bytes());
+        check_call_ids(&at, message, &mut calls, &mut answered)?;
+    }
+    Bound::HistoryBytes
+        .check(limits, history_bytes)
+        .map_err(|e| MessageError::new("$.history", e))?;
+    Ok(history_bytes)
+}
+
+/// Checks the tool parts of the message at `at` against the calls and
+/// results seen so far (and records them): a result must answer an earlier
+/// call, and no call id appears on two calls or on two results.
+fn check_call_ids<'a>(
+    at: &str,
+    message: &'a Message,
+    calls: &mut HashSet<&'a CallId>,
+    answered: &mut HashSet<&'a CallId>,
+) -> Result<(), MessageError> {
+    for (j, part) in message.parts().iter().enumerate() {
+        let (call_id, set, orphan) = match part {
+            Part::ToolCall(c) => (c.call_id(), &mut *calls, false),
+            Part::ToolResult(r) => (r.call_id(), &mut *answered, !calls.contains(r.call_id())),
+            Part::Text(_) => continue,
+        };
+        let path = format!("{at}.parts[{j}].call_id");
+        if orphan {
+            return Err(MessageError::new(
+                path,
+                MessageErrorKind::OrphanToolResult {
+                    call_id: call_id.clone(),
+                },
+            ));
+        }
+        if !set.insert(call_id) {
+            return Err(MessageError::new(
+                path,
+                MessageErrorKind::DuplicateCallId {
+                    call_id: call_id.clone(),
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The tool rules of [`ModelRequest::new_with`], in order: within the tool
+/// count, then per tool its description and parameter sizes and a name no
+/// earlier tool has.
+fn check_tools(tools: &[ToolDefinition], limits: &Limits) -> Result<(), MessageError> {
+    Bound::ToolsPerRequest
+        .check(limits, tools.len())
+        .map_err(|e| MessageError::new("$.tools", e))?;
+    let mut names = HashSet::new();
+    for (i, tool) in tools.iter().enumerate() {
+        let at = format!("$.tools[{i}]");
+        Bound::ToolDescriptionBytes
+            .check(limits, tool.description().len())
+            .map_err(|e| MessageError::new(format!("{at}.description"), e))?;
+        Bound::JsonBytes
+            .check(limits, tool.parameters().len())
+            .map_err(|e| MessageError::new(format!("{at}.parameters"), e))?;
+        if !names.insert(tool.name()) {
+            return Err(MessageError::new(
+                format!("{at}.name"),
+                MessageErrorKind::DuplicateToolName {
+                    name: tool.name().clone(),
+                },
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl fmt::Debug for ModelRequest {
