@@ -18,6 +18,10 @@
 //! journals every event to NATS JetStream, and `keel serve --nats` streams
 //! runs it does not have from there ([`jetstream`], `docs/DEPLOYMENT.md`).
 //!
+//! MCP tools (feature `mcp`, on by default): a scenario's `mcp_servers`
+//! mounts MCP servers' tools through `keel-mcp`, and `keel serve --mcp`
+//! lists the servers posted scenarios may use (the `mcp` module).
+//!
 //! The database is `--db PATH`, else `$KEEL_DB`, else `keel.db`.
 //!
 //! This library holds the binary's logic so that it can be tested: the
