@@ -101,14 +101,19 @@ fn check_entry(value: &Value, withheld: &[&str]) -> Result<McpServerSpec, (Strin
         name: entry.name.clone(),
         ..ServerEntry::default()
     };
+    // The path goes before the message, so the message leaves it out.
+    let located = |e: keel_mcp::McpConfigError| {
+        let message = format!("{} (rule {})", e.message(), e.rule());
+        (e.path().to_owned(), message)
+    };
     if entry == bare {
         return ServerName::parse(&entry.name)
             .map(McpServerSpec::Named)
-            .map_err(|e| (e.path().to_owned(), e.to_string()));
+            .map_err(located);
     }
     ServerConfig::from_entry(&entry, withheld)
         .map(McpServerSpec::Configured)
-        .map_err(|e| (e.path().to_owned(), e.to_string()))
+        .map_err(located)
 }
 
 /// Why a scenario's servers cannot be used here.

@@ -86,9 +86,11 @@ pub struct ToolPolicyEntry {
     pub on_failure: Option<String>,
 }
 
-/// A server name: 1 to 32 bytes of `[a-z0-9_-]`, starting with a letter
-/// or digit (rule `mcp.server_name`). It cannot hold `__`, so a qualified
-/// tool name splits back into server and tool.
+/// A server name: 1 to 32 bytes of `[a-z0-9_-]`, starting and ending with
+/// a letter or digit (rule `mcp.server_name`). It cannot hold `__` or end
+/// in `_`, so the first `__` after `mcp__` in a qualified tool name is the
+/// separator: server `a_` with tool `x` cannot meet server `a` with tool
+/// `_x`.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ServerName(Arc<str>);
 
@@ -109,9 +111,11 @@ impl ServerName {
                 "a server name is lowercase letters, digits, `_` and `-`; byte {offset} is not"
             )));
         }
-        if !text.as_bytes()[0].is_ascii_alphanumeric() || text.contains("__") {
+        let edges_ok = text.as_bytes()[0].is_ascii_alphanumeric()
+            && text.as_bytes()[text.len() - 1].is_ascii_alphanumeric();
+        if !edges_ok || text.contains("__") {
             return Err(bad(
-                "a server name starts with a letter or digit and holds no `__`".to_owned(),
+                "a server name starts and ends with a letter or digit and holds no `__`".to_owned(),
             ));
         }
         Ok(ServerName(Arc::from(text)))
