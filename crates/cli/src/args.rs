@@ -164,13 +164,13 @@ pub struct ServeArgs {
     /// scripted providers run.
     #[arg(long, value_name = "TYPE,KEY_ENV[,BASE_URL]")]
     pub allow_provider: Vec<String>,
-    /// A web origin (scheme://host[:port]) whose pages may call the API
+    /// A web origin (scheme://host or scheme://host:port) whose pages may call the API
     /// (CORS). Repeatable; none by default. Requests carrying any other
     /// Origin, except the daemon's own, are refused (403).
     #[arg(long, value_name = "ORIGIN")]
     pub allow_origin: Vec<String>,
-    /// A Host header (host[:port]) served besides localhost, 127.0.0.1
-    /// and [::1] (the DNS-rebinding defence). Repeatable.
+    /// A Host header (host or host:port) served besides localhost,
+    /// 127.0.0.1 and ::1 (the DNS-rebinding defence). Repeatable.
     #[arg(long, value_name = "HOST")]
     pub public_host: Vec<String>,
     /// Most runs live at once; beyond it POST /v1/runs is a 503

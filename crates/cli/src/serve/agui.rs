@@ -1,8 +1,8 @@
 //! `GET /v1/runs/{id}/agui`: a run as AG-UI events over SSE.
 //!
 //! The same history, cursors, bounds, problems, `retry:` hint and `204`
-//! at the terminal as `GET /v1/runs/{id}/events` ([`events::open`] and
-//! [`events::follow`]); only the framing differs: each run event goes
+//! at the terminal as `GET /v1/runs/{id}/events` (`events::open` and
+//! `events::follow`); only the framing differs: each run event goes
 //! through an [`AguiMapper`] and becomes one or more SSE messages whose
 //! `data:` is an AG-UI event (with `rawEvent` = the Keel line).
 //!
