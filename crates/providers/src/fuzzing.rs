@@ -3,8 +3,8 @@
 //!
 //! [`decode`] runs a response body, delivered in the given pieces, through
 //! exactly what a live stream goes through after a 2xx status: the
-//! [`Events`] framing with its event bound, the wire format's decoder, and
-//! the key scrub, via the same [`step`] and [`scrubbed`] the pump uses. It
+//! `Events` framing with its event bound, the wire format's decoder, and
+//! the key scrub, via the same `step` and `scrubbed` the pump uses. It
 //! is synchronous: the body is already in memory, so no poll ever waits.
 
 use crate::anthropic::AnthropicDecoder;
