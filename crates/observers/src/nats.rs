@@ -588,6 +588,37 @@ impl std::fmt::Debug for RemoteSubscription {
     }
 }
 
+/// The messages on `subject` from stream seq `start_sequence` on, through
+/// an ordered consumer created for this subscription.
+async fn ordered_messages(
+    handle: &JetStreamHandle,
+    subject: String,
+    start_sequence: u64,
+) -> Result<consumer::pull::Ordered, RemoteSubscribeError> {
+    let consumer = handle
+        .stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: subject,
+            deliver_policy: consumer::DeliverPolicy::ByStartSequence { start_sequence },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| RemoteSubscribeError::Nats(e.to_string()))?;
+    consumer
+        .messages()
+        .await
+        .map_err(|e| RemoteSubscribeError::Nats(e.to_string()))
+}
+
+/// Whether a stored line is an event that ends its run (a line that does
+/// not decode is not).
+fn is_run_terminal_line(line: &[u8]) -> bool {
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(|t| Event::decode(t).ok())
+        .is_some_and(|e| is_run_terminal(&e))
+}
+
 impl RemoteSubscription {
     /// Opens a subscription to `run_id` after `cursor` (0: from the
     /// start).
@@ -643,28 +674,10 @@ impl RemoteSubscription {
         // Subject seqs are contiguous, so event `cursor + 1` is the
         // `(cursor + 1 - earliest)`-th message on the subject; start at
         // the first one and skip the already-delivered ones.
-        let consumer = handle
-            .stream
-            .create_consumer(consumer::pull::OrderedConfig {
-                filter_subject: subject,
-                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
-                    start_sequence: first.sequence,
-                },
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| RemoteSubscribeError::Nats(e.to_string()))?;
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| RemoteSubscribeError::Nats(e.to_string()))?;
+        let messages = ordered_messages(handle, subject, first.sequence).await?;
         // A cursor at the run's terminal: nothing can follow, end at once
         // (the consumer would otherwise wait for events that never come).
-        let finished = cursor == latest
-            && std::str::from_utf8(&last_line)
-                .ok()
-                .and_then(|t| Event::decode(t).ok())
-                .is_some_and(|e| is_run_terminal(&e));
+        let finished = cursor == latest && is_run_terminal_line(&last_line);
         Ok(RemoteSubscription {
             run_id: run_id.to_owned(),
             cursor,
