@@ -467,95 +467,120 @@ fn slack_webhook(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     ))
 }
 
+/// The rule's match ending at `end`, if there is one.
+fn rule_hit(end: Option<usize>, rule: SecretRule) -> Option<(usize, SecretRule)> {
+    end.map(|e| (e, rule))
+}
+
 /// Prefix rules that start a token at `at`.
 fn prefix_rule(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
     let key = is_key_char;
     let alnum = is_alnum;
-    let hit = |end: Option<usize>, rule| end.map(|e| (e, rule));
     match bytes[at] {
-        b's' => hit(
-            prefixed(bytes, at, b"sk-ant-", 20, key),
-            SecretRule::AnthropicKey,
-        )
-        .or_else(|| hit(prefixed(bytes, at, b"sk-", 20, key), SecretRule::OpenAiKey))
-        .or_else(|| {
-            hit(
-                prefixed(bytes, at, b"sk_live_", 16, alnum),
-                SecretRule::StripeKey,
-            )
-        })
-        .or_else(|| {
-            hit(
-                prefixed(bytes, at, b"sk_test_", 16, alnum),
-                SecretRule::StripeKey,
-            )
-        }),
-        b'r' => hit(
+        b's' => sk_key(bytes, at),
+        b'r' => rule_hit(
             prefixed(bytes, at, b"rk_live_", 16, alnum),
             SecretRule::StripeKey,
         )
         .or_else(|| {
-            hit(
+            rule_hit(
                 prefixed(bytes, at, b"rk_test_", 16, alnum),
                 SecretRule::StripeKey,
             )
         }),
-        b'p' => hit(
+        b'p' => rule_hit(
             prefixed(bytes, at, b"pk_live_", 16, alnum),
             SecretRule::StripeKey,
         )
         .or_else(|| {
-            hit(
+            rule_hit(
                 prefixed(bytes, at, b"pypi-", 32, key),
                 SecretRule::PyPiToken,
             )
         }),
-        b'g' => [&b"ghp_"[..], b"gho_", b"ghs_", b"ghu_", b"ghr_"]
-            .iter()
-            .find_map(|p| prefixed(bytes, at, p, 20, alnum))
-            .map(|e| (e, SecretRule::GitHubToken))
-            .or_else(|| {
-                hit(
-                    prefixed(bytes, at, b"github_pat_", 20, |b| is_alnum(b) || b == b'_'),
-                    SecretRule::GitHubToken,
-                )
-            })
-            .or_else(|| {
-                hit(
-                    prefixed(bytes, at, b"glpat-", 20, key),
-                    SecretRule::GitLabToken,
-                )
-            }),
-        b'x' => {
-            let slack = bytes.get(at..at + 5).is_some_and(|p| {
-                p.starts_with(b"xox")
-                    && matches!(p[3], b'a' | b'b' | b'e' | b'p' | b'r' | b's')
-                    && p[4] == b'-'
-            });
-            if slack {
-                let n = run(bytes, at + 5, |b| is_alnum(b) || b == b'-');
-                (n >= 10).then_some((at + 5 + n, SecretRule::SlackToken))
-            } else {
-                None
-            }
-        }
-        b'A' => hit(aws_key(bytes, at), SecretRule::AwsAccessKey).or_else(|| {
-            hit(
+        b'g' => git_forge_token(bytes, at),
+        b'x' => slack_token(bytes, at),
+        b'A' => rule_hit(aws_key(bytes, at), SecretRule::AwsAccessKey).or_else(|| {
+            rule_hit(
                 prefixed(bytes, at, b"AIza", 35, key),
                 SecretRule::GoogleApiKey,
             )
         }),
-        b'e' => hit(jwt(bytes, at), SecretRule::Jwt),
-        b'n' => hit(
+        b'e' => rule_hit(jwt(bytes, at), SecretRule::Jwt),
+        b'n' => rule_hit(
             prefixed(bytes, at, b"npm_", 30, alnum),
             SecretRule::NpmToken,
         ),
-        b'h' => hit(
+        b'h' => rule_hit(
             prefixed(bytes, at, b"hf_", 30, alnum),
             SecretRule::HuggingFaceToken,
         ),
-        b'B' | b'b' => hit(auth_scheme(bytes, at), SecretRule::AuthScheme),
+        b'B' | b'b' => rule_hit(auth_scheme(bytes, at), SecretRule::AuthScheme),
         _ => None,
+    }
+}
+
+/// Keys starting `sk`: Anthropic's first, since OpenAI's `sk-` is a prefix
+/// of `sk-ant-`; then OpenAI, then Stripe secret keys.
+fn sk_key(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
+    rule_hit(
+        prefixed(bytes, at, b"sk-ant-", 20, is_key_char),
+        SecretRule::AnthropicKey,
+    )
+    .or_else(|| {
+        rule_hit(
+            prefixed(bytes, at, b"sk-", 20, is_key_char),
+            SecretRule::OpenAiKey,
+        )
+    })
+    .or_else(|| {
+        rule_hit(
+            prefixed(bytes, at, b"sk_live_", 16, is_alnum),
+            SecretRule::StripeKey,
+        )
+    })
+    .or_else(|| {
+        rule_hit(
+            prefixed(bytes, at, b"sk_test_", 16, is_alnum),
+            SecretRule::StripeKey,
+        )
+    })
+}
+
+/// Tokens starting `g`: GitHub's classic and fine-grained tokens, then
+/// GitLab personal access tokens.
+fn git_forge_token(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
+    [&b"ghp_"[..], b"gho_", b"ghs_", b"ghu_", b"ghr_"]
+        .iter()
+        .find_map(|p| prefixed(bytes, at, p, 20, is_alnum))
+        .map(|e| (e, SecretRule::GitHubToken))
+        .or_else(|| {
+            rule_hit(
+                prefixed(bytes, at, b"github_pat_", 20, |b| is_alnum(b) || b == b'_'),
+                SecretRule::GitHubToken,
+            )
+        })
+        .or_else(|| {
+            rule_hit(
+                prefixed(bytes, at, b"glpat-", 20, is_key_char),
+                SecretRule::GitLabToken,
+            )
+        })
+}
+
+/// Slack tokens: `xox` and a type letter, a dash, then at least 10
+/// letters, digits or dashes.
+fn slack_token(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
+    let slack = bytes.get(at..at + 5).is_some_and(|p| {
+        p.starts_with(b"xox")
+            && matches!(p[3], b'a' | b'b' | b'e' | b'p' | b'r' | b's')
+            && p[4] == b'-'
+    });
+    if slack {
+        let n = run(bytes, at + 5, |b| is_alnum(b) || b == b'-');
+        (n >= 10).then_some((at + 5 + n, SecretRule::SlackToken))
+    } else {
+        None
     }
 }
 
