@@ -4,6 +4,10 @@
 //! over its whole log.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::request;
+use common::{call, calls, done};
 use keel_engine::*;
 use keel_eventlog::{Event, Payload};
 use keel_message::*;
@@ -14,31 +18,6 @@ use keel_testkit::*;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn request(id: &str) -> RunRequest {
-    RunRequest::new(
-        RunId::parse(id).unwrap(),
-        ModelName::parse("scripted-1").unwrap(),
-        vec![Message::text(MessageId::parse("u1").unwrap(), Role::User, "go").unwrap()],
-    )
-}
-
-fn call(id: &str, tool: &str) -> ScriptItem {
-    ScriptItem::tool_call(id, tool, json!({}))
-}
-
-fn calls(items: Vec<ScriptItem>) -> Vec<ScriptItem> {
-    let mut items = items;
-    items.push(ScriptItem::complete(FinishReason::ToolCalls));
-    items
-}
-
-fn done() -> Vec<ScriptItem> {
-    vec![
-        ScriptItem::text("ok"),
-        ScriptItem::complete(FinishReason::Stop),
-    ]
-}
 
 fn tool(name: &str, steps: Vec<ToolStep>) -> ScriptedTool {
     ScriptedTool::named(name, steps).unwrap()

@@ -11,10 +11,13 @@
     clippy::type_complexity
 )]
 
+mod common;
+
+use common::{call, calls, done};
 use keel_engine::*;
 use keel_eventlog::{Event, Payload, RunLog};
 use keel_message::*;
-use keel_stream::{FinishReason, ProblemKind};
+use keel_stream::ProblemKind;
 use keel_testkit::*;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -106,29 +109,7 @@ impl ToolSource for TestSource {
 // ---- helpers ----
 
 fn request(id: &str) -> RunRequest {
-    RunRequest::new(
-        RunId::parse(id).unwrap(),
-        ModelName::parse("scripted-1").unwrap(),
-        vec![Message::text(MessageId::parse("u1").unwrap(), Role::User, "go").unwrap()],
-    )
-    .provider_named("scripted")
-}
-
-fn call(id: &str, tool: &str) -> ScriptItem {
-    ScriptItem::tool_call(id, tool, json!({}))
-}
-
-fn calls(items: Vec<ScriptItem>) -> Vec<ScriptItem> {
-    let mut items = items;
-    items.push(ScriptItem::complete(FinishReason::ToolCalls));
-    items
-}
-
-fn done() -> Vec<ScriptItem> {
-    vec![
-        ScriptItem::text("ok"),
-        ScriptItem::complete(FinishReason::Stop),
-    ]
+    common::request(id).provider_named("scripted")
 }
 
 /// `"name"` (description `d`) or `"name:description"`.
