@@ -1,8 +1,8 @@
 //! The lifecycle checker and event-sequence assertions.
 
 use keel_eventlog::{
-    Event, EventDecodeError, LifecycleError, LifecycleTracker, Phase, Scope, ScopeKey, Terminal,
-    Transition,
+    Event, EventDecodeError, EventKind, LifecycleError, LifecycleTracker, Payload, Phase, Scope,
+    ScopeKey, Terminal, Transition,
 };
 use keel_message::RunId;
 use std::collections::BTreeMap;
@@ -226,38 +226,10 @@ pub fn check_lifecycle(events: &[Arc<Event>]) -> Result<LifecycleSummary, Lifecy
     };
     let mut previous_ts = 0;
     for (index, event) in events.iter().enumerate() {
-        let seq = event.seq();
-        let expected = u64::try_from(index).unwrap_or(u64::MAX).saturating_add(1);
-        if seq != expected {
-            return Err(LifecycleViolation::Seq {
-                index,
-                expected,
-                found: seq,
-            });
-        }
-        if event.run_id() != &summary.run_id {
-            return Err(LifecycleViolation::RunId {
-                seq,
-                expected: summary.run_id.clone(),
-                found: event.run_id().clone(),
-            });
-        }
-        if event.ts() < previous_ts {
-            return Err(LifecycleViolation::TsBackwards {
-                seq,
-                previous: previous_ts,
-                found: event.ts(),
-            });
-        }
+        check_in_sequence(index, event, &summary.run_id, previous_ts)?;
         previous_ts = event.ts();
-        let decoded = Event::decode(event.line())
-            .map_err(|error| LifecycleViolation::NotCanonical { seq, error })?;
-        if decoded != **event {
-            return Err(LifecycleViolation::Envelope { seq });
-        }
-        let payload = decoded
-            .payload()
-            .map_err(|error| LifecycleViolation::NotCanonical { seq, error })?;
+        let seq = event.seq();
+        let payload = canonical_payload(event)?;
         let transition = payload.transition();
         tracker
             .apply_payload(&payload)
@@ -266,26 +238,7 @@ pub fn check_lifecycle(events: &[Arc<Event>]) -> Result<LifecycleSummary, Lifecy
                 kind: event.kind().to_string(),
                 error,
             })?;
-        match transition {
-            Transition::Lifecycle(key, Phase::Started) => {
-                *summary.started.entry(key.scope()).or_default() += 1;
-            }
-            Transition::Lifecycle(key, Phase::Ended(terminal)) => {
-                *summary
-                    .terminals
-                    .entry((key.scope(), terminal))
-                    .or_default() += 1;
-                if key == ScopeKey::Run {
-                    summary.outcome = terminal;
-                }
-            }
-            Transition::Within(_) => match event.kind() {
-                keel_eventlog::EventKind::TextDelta => summary.text_deltas += 1,
-                keel_eventlog::EventKind::ToolCall => summary.tool_calls += 1,
-                _ => {}
-            },
-            Transition::None => {}
-        }
+        count_transition(&mut summary, transition, event.kind());
     }
     let open = tracker.open_innermost_first();
     if !open.is_empty() || !tracker.run_ended() {
@@ -295,6 +248,82 @@ pub fn check_lifecycle(events: &[Arc<Event>]) -> Result<LifecycleSummary, Lifecy
         });
     }
     Ok(summary)
+}
+
+/// The envelope rules of the event at `index`, in order: its seq is
+/// `index + 1`, its run is the log's, and its ts is not before the
+/// previous event's.
+fn check_in_sequence(
+    index: usize,
+    event: &Event,
+    run_id: &RunId,
+    previous_ts: u64,
+) -> Result<(), LifecycleViolation> {
+    let seq = event.seq();
+    let expected = u64::try_from(index).unwrap_or(u64::MAX).saturating_add(1);
+    if seq != expected {
+        return Err(LifecycleViolation::Seq {
+            index,
+            expected,
+            found: seq,
+        });
+    }
+    if event.run_id() != run_id {
+        return Err(LifecycleViolation::RunId {
+            seq,
+            expected: run_id.clone(),
+            found: event.run_id().clone(),
+        });
+    }
+    if event.ts() < previous_ts {
+        return Err(LifecycleViolation::TsBackwards {
+            seq,
+            previous: previous_ts,
+            found: event.ts(),
+        });
+    }
+    Ok(())
+}
+
+/// The event's payload, once its line is shown to be the canonical
+/// encoding of the event itself: the line decodes, decodes to an equal
+/// event, and its payload decodes.
+fn canonical_payload(event: &Event) -> Result<Payload, LifecycleViolation> {
+    let seq = event.seq();
+    let decoded = Event::decode(event.line())
+        .map_err(|error| LifecycleViolation::NotCanonical { seq, error })?;
+    if decoded != *event {
+        return Err(LifecycleViolation::Envelope { seq });
+    }
+    decoded
+        .payload()
+        .map_err(|error| LifecycleViolation::NotCanonical { seq, error })
+}
+
+/// Adds an accepted event's transition to the summary: scope starts and
+/// terminals by scope (the run's terminal is the outcome), and text deltas
+/// and tool calls within scopes.
+fn count_transition(summary: &mut LifecycleSummary, transition: Transition, kind: &EventKind) {
+    match transition {
+        Transition::Lifecycle(key, Phase::Started) => {
+            *summary.started.entry(key.scope()).or_default() += 1;
+        }
+        Transition::Lifecycle(key, Phase::Ended(terminal)) => {
+            *summary
+                .terminals
+                .entry((key.scope(), terminal))
+                .or_default() += 1;
+            if key == ScopeKey::Run {
+                summary.outcome = terminal;
+            }
+        }
+        Transition::Within(_) => match kind {
+            EventKind::TextDelta => summary.text_deltas += 1,
+            EventKind::ToolCall => summary.tool_calls += 1,
+            _ => {}
+        },
+        Transition::None => {}
+    }
 }
 
 /// [`check_lifecycle`] over canonical lines (as a journal or `keel events`

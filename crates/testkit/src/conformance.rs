@@ -507,11 +507,6 @@ pub async fn observe(
 /// assert_eq!(failure.to_string(), "terminal: expected a completion, got none");
 /// ```
 pub fn compare(expect: &Expectation, seen: &Observed) -> Result<(), ConformanceFailure> {
-    let mismatch = |field: &str, expected: String, actual: String| ConformanceFailure::Mismatch {
-        field: field.to_owned(),
-        expected,
-        actual,
-    };
     if expect.text != seen.text {
         return Err(mismatch(
             "text",
@@ -519,54 +514,7 @@ pub fn compare(expect: &Expectation, seen: &Observed) -> Result<(), ConformanceF
             format!("{:?}", seen.text),
         ));
     }
-    if expect.tool_calls.len() != seen.tool_calls.len() {
-        return Err(mismatch(
-            "tool_calls.len",
-            format!(
-                "{} {:?}",
-                expect.tool_calls.len(),
-                expect
-                    .tool_calls
-                    .iter()
-                    .map(|c| &c.call_id)
-                    .collect::<Vec<_>>()
-            ),
-            format!(
-                "{} {:?}",
-                seen.tool_calls.len(),
-                seen.tool_calls
-                    .iter()
-                    .map(|c| c.call_id().as_str())
-                    .collect::<Vec<_>>()
-            ),
-        ));
-    }
-    for (i, (want, got)) in expect.tool_calls.iter().zip(&seen.tool_calls).enumerate() {
-        if want.call_id != got.call_id().as_str() {
-            return Err(mismatch(
-                &format!("tool_calls[{i}].call_id"),
-                format!("{:?}", want.call_id),
-                format!("{:?}", got.call_id().as_str()),
-            ));
-        }
-        if want.name != got.name().as_str() {
-            return Err(mismatch(
-                &format!("tool_calls[{i}].name"),
-                format!("{:?}", want.name),
-                format!("{:?}", got.name().as_str()),
-            ));
-        }
-        let wanted = CanonicalJson::from_value(&want.arguments)
-            .map(|c| c.as_str().to_owned())
-            .unwrap_or_else(|_| want.arguments.to_string());
-        if wanted != got.arguments().as_str() {
-            return Err(mismatch(
-                &format!("tool_calls[{i}].arguments"),
-                wanted,
-                got.arguments().as_str().to_owned(),
-            ));
-        }
-    }
+    compare_tool_calls(&expect.tool_calls, &seen.tool_calls)?;
     let show = |f: Option<FinishReason>| f.map_or("null".to_owned(), |f| f.as_str().to_owned());
     if expect.finish != seen.finish() {
         return Err(mismatch("finish", show(expect.finish), show(seen.finish())));
@@ -582,7 +530,96 @@ pub fn compare(expect: &Expectation, seen: &Observed) -> Result<(), ConformanceF
     if expect.usage != seen.usage() {
         return Err(mismatch("usage", show(expect.usage), show(seen.usage())));
     }
-    match (&expect.problem, &seen.failure) {
+    compare_problem(expect.problem.as_ref(), seen)?;
+    if let Some(item) = &seen.after_terminal {
+        return Err(ConformanceFailure::ItemAfterTerminal {
+            item: raw_kind(item),
+        });
+    }
+    Ok(())
+}
+
+/// The [`ConformanceFailure::Mismatch`] of `field`.
+fn mismatch(field: &str, expected: String, actual: String) -> ConformanceFailure {
+    ConformanceFailure::Mismatch {
+        field: field.to_owned(),
+        expected,
+        actual,
+    }
+}
+
+/// The tool-call part of [`compare`]: the count (both sides' call ids
+/// shown on a mismatch), then each call in order.
+fn compare_tool_calls(
+    expect: &[ExpectedToolCall],
+    seen: &[ToolCallPart],
+) -> Result<(), ConformanceFailure> {
+    if expect.len() != seen.len() {
+        return Err(mismatch(
+            "tool_calls.len",
+            format!(
+                "{} {:?}",
+                expect.len(),
+                expect.iter().map(|c| &c.call_id).collect::<Vec<_>>()
+            ),
+            format!(
+                "{} {:?}",
+                seen.len(),
+                seen.iter()
+                    .map(|c| c.call_id().as_str())
+                    .collect::<Vec<_>>()
+            ),
+        ));
+    }
+    for (i, (want, got)) in expect.iter().zip(seen).enumerate() {
+        compare_tool_call(i, want, got)?;
+    }
+    Ok(())
+}
+
+/// Tool call `i`: `call_id`, `name`, then `arguments` as canonical JSON
+/// (expected arguments that cannot be canonicalized are compared, and
+/// shown, as serde_json writes them).
+fn compare_tool_call(
+    i: usize,
+    want: &ExpectedToolCall,
+    got: &ToolCallPart,
+) -> Result<(), ConformanceFailure> {
+    if want.call_id != got.call_id().as_str() {
+        return Err(mismatch(
+            &format!("tool_calls[{i}].call_id"),
+            format!("{:?}", want.call_id),
+            format!("{:?}", got.call_id().as_str()),
+        ));
+    }
+    if want.name != got.name().as_str() {
+        return Err(mismatch(
+            &format!("tool_calls[{i}].name"),
+            format!("{:?}", want.name),
+            format!("{:?}", got.name().as_str()),
+        ));
+    }
+    let wanted = CanonicalJson::from_value(&want.arguments)
+        .map(|c| c.as_str().to_owned())
+        .unwrap_or_else(|_| want.arguments.to_string());
+    if wanted != got.arguments().as_str() {
+        return Err(mismatch(
+            &format!("tool_calls[{i}].arguments"),
+            wanted,
+            got.arguments().as_str().to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// The terminal part of [`compare`]: with no problem expected the stream
+/// must have completed; otherwise it must have failed with the expected
+/// `kind`, `retryable` and `position`, in that order.
+fn compare_problem(
+    expect: Option<&ExpectedProblem>,
+    seen: &Observed,
+) -> Result<(), ConformanceFailure> {
+    match (expect, &seen.failure) {
         (None, None) => {
             if seen.completion.is_none() {
                 return Err(mismatch("terminal", "a completion".into(), "none".into()));
@@ -621,11 +658,6 @@ pub fn compare(expect: &Expectation, seen: &Observed) -> Result<(), ConformanceF
                 ));
             }
         }
-    }
-    if let Some(item) = &seen.after_terminal {
-        return Err(ConformanceFailure::ItemAfterTerminal {
-            item: raw_kind(item),
-        });
     }
     Ok(())
 }

@@ -974,205 +974,43 @@ pub fn event_run() -> impl Strategy<Value = Vec<Payload>> {
 struct Builder {
     out: Vec<Payload>,
     model: ModelName,
+    /// The tool of every call made so far, for closing cut-off tool scopes.
     tools: HashMap<CallId, ToolName>,
+    /// [`EVENT_TOOLS`], parsed.
+    names: Vec<ToolName>,
+    /// Model call attempts so far (operation ids count from 1).
+    ops: u64,
+    /// Input and output tokens over the completed model calls.
+    usage: (u64, u64),
 }
+
+/// A tool call that runs: its index in the turn, its shape and its id.
+type Runnable<'s> = (usize, &'s ToolShape, CallId);
 
 fn build_run(shape: &RunShape) -> Option<Vec<Payload>> {
     let mut b = Builder {
         out: Vec::new(),
         model: ModelName::parse("scripted-1").ok()?,
         tools: HashMap::new(),
+        names: EVENT_TOOLS
+            .iter()
+            .map(|n| ToolName::parse(n).ok())
+            .collect::<Option<Vec<_>>>()?,
+        ops: 0,
+        usage: (0, 0),
     };
-    let names = EVENT_TOOLS
-        .iter()
-        .map(|n| ToolName::parse(n).ok())
-        .collect::<Option<Vec<_>>>()?;
     b.out.push(Payload::RunStarted(RunStarted {
         model: Some(b.model.clone()),
         extra: Extra::new(),
         continues: None,
     }));
-    let mut ops = 0u64;
-    let mut usage = (0u64, 0u64);
     let mut ended = false;
     for (ti, turn) in shape.turns.iter().enumerate() {
         let t = u64::try_from(ti).ok()? + 1;
-        b.out.push(Payload::TurnStarted(turn_ref(t)));
-        let mut completed = false;
-        let mut last_op = None;
-        for (ai, attempt) in turn.retries.iter().chain([&turn.last]).enumerate() {
-            ops += 1;
-            let op = OperationId::parse(&format!("op_{ops}")).ok()?;
-            last_op = Some(op.clone());
-            b.out.push(Payload::ModelStarted(ModelStarted {
-                turn: t,
-                operation_id: op.clone(),
-                model: b.model.clone(),
-                attempt: u32::try_from(ai).ok()? + 1,
-                extra: Extra::new(),
-            }));
-            for text in &attempt.deltas {
-                b.out.push(Payload::TextDelta(TextDelta {
-                    turn: t,
-                    operation_id: op.clone(),
-                    text: text.clone(),
-                    extra: Extra::new(),
-                }));
-            }
-            if attempt.failed {
-                b.out.push(Payload::ModelFailed(ModelFailed {
-                    turn: t,
-                    operation_id: op,
-                    problem: ProblemRecord {
-                        kind: attempt.kind,
-                        message: ErrorText::new("scripted failure"),
-                        retryable: true,
-                        retry_after_ms: None,
-                        extra: Extra::new(),
-                    },
-                    position: if attempt.deltas.is_empty() {
-                        RetryPosition::Pristine
-                    } else {
-                        RetryPosition::Partial
-                    },
-                    extra: Extra::new(),
-                }));
-                continue;
-            }
-            for (ci, tool) in turn.tools.iter().enumerate() {
-                let call_id = CallId::parse(&format!("c{t}_{ci}")).ok()?;
-                let name = names.get(tool.name)?.clone();
-                b.tools.insert(call_id.clone(), name.clone());
-                b.out.push(Payload::ToolCall(ToolCall {
-                    turn: t,
-                    operation_id: op.clone(),
-                    call_id,
-                    name,
-                    arguments: CanonicalJson::parse(&format!(r#"{{"n":{ci}}}"#)).ok()?,
-                    extra: Extra::new(),
-                }));
-            }
-            let output = u64::try_from(attempt.deltas.len()).ok()?;
-            usage = (usage.0 + 10, usage.1 + output);
-            b.out.push(Payload::ModelCompleted(ModelCompleted {
-                turn: t,
-                operation_id: op,
-                finish: if turn.tools.is_empty() {
-                    FinishReason::Stop
-                } else {
-                    FinishReason::ToolCalls
-                },
-                usage: Usage::new(10, output).ok(),
-                metadata: None,
-                extra: Extra::new(),
-            }));
-            completed = true;
-        }
-        if !completed {
-            let cause = Cause {
-                operation_id: last_op,
-                ..Cause::default()
-            };
-            b.fail_turn_and_run(t, "model call failed", cause);
+        if b.turn(t, turn)? {
             ended = true;
             break;
         }
-        if turn.tools.is_empty() {
-            b.out.push(Payload::TurnCompleted(turn_ref(t)));
-            b.out.push(Payload::RunCompleted(RunCompleted {
-                usage: Usage::new(usage.0, usage.1).ok(),
-                extra: Extra::new(),
-            }));
-            ended = true;
-            break;
-        }
-        // Approvals first, then the approved tools run in parallel.
-        let mut runnable = Vec::new();
-        for (ci, tool) in turn.tools.iter().enumerate() {
-            let call_id = CallId::parse(&format!("c{t}_{ci}")).ok()?;
-            if tool.approval == 0 {
-                runnable.push((ci, tool, call_id));
-                continue;
-            }
-            let interaction_id = InteractionId::parse(&format!("i{t}_{ci}")).ok()?;
-            b.out.push(Payload::InteractionStarted(InteractionStarted {
-                turn: t,
-                interaction_id: interaction_id.clone(),
-                request: "approval".into(),
-                call_id: Some(call_id.clone()),
-                extra: Extra::new(),
-            }));
-            match tool.approval {
-                1 | 2 => b
-                    .out
-                    .push(Payload::InteractionCompleted(InteractionCompleted {
-                        turn: t,
-                        interaction_id,
-                        decision: if tool.approval == 1 {
-                            "approved"
-                        } else {
-                            "denied"
-                        }
-                        .into(),
-                        extra: Extra::new(),
-                    })),
-                _ => b.out.push(Payload::InteractionFailed(InteractionFailed {
-                    turn: t,
-                    interaction_id,
-                    error: ErrorText::new("interaction handler failed"),
-                    extra: Extra::new(),
-                })),
-            }
-            if tool.approval == 1 {
-                runnable.push((ci, tool, call_id));
-            }
-        }
-        for (_, tool, call_id) in &runnable {
-            b.out.push(Payload::ToolStarted(ToolRef {
-                turn: t,
-                call_id: call_id.clone(),
-                tool: names.get(tool.name)?.clone(),
-                extra: Extra::new(),
-            }));
-        }
-        runnable.sort_by_key(|(ci, tool, _)| (tool.order, *ci));
-        let mut failed_tool = None;
-        for (ci, tool, call_id) in runnable {
-            let name = names.get(tool.name)?.clone();
-            if tool.fails {
-                if failed_tool.is_none() {
-                    failed_tool = Some((call_id.clone(), name.clone()));
-                }
-                b.out.push(Payload::ToolFailed(ToolFailed {
-                    turn: t,
-                    call_id,
-                    tool: name,
-                    error: ErrorText::new("scripted tool error"),
-                    outcome: tool.typed.then_some(ToolOutcome::Uncertain),
-                    retry: tool.typed.then_some(ToolRetry::Retryable),
-                    extra: Extra::new(),
-                }));
-            } else {
-                b.out.push(Payload::ToolCompleted(ToolCompleted {
-                    turn: t,
-                    call_id,
-                    tool: name,
-                    output: format!("result {ci}"),
-                    extra: Extra::new(),
-                }));
-            }
-        }
-        if let Some((call_id, tool)) = failed_tool.filter(|_| turn.tool_failure_ends) {
-            let cause = Cause {
-                call_id: Some(call_id),
-                tool: Some(tool),
-                ..Cause::default()
-            };
-            b.fail_turn_and_run(t, "tool call failed", cause);
-            ended = true;
-            break;
-        }
-        b.out.push(Payload::TurnCompleted(turn_ref(t)));
     }
     if !ended {
         b.out.push(Payload::RunFailed(RunFailed {
@@ -1188,6 +1026,235 @@ fn build_run(shape: &RunShape) -> Option<Vec<Payload>> {
         );
     }
     Some(b.out)
+}
+
+impl Builder {
+    /// Turn `t`: its model call attempts; then, once one completed, the
+    /// turn ends the run (no tools) or runs its tools. `Some(true)` when
+    /// the run ended with this turn.
+    fn turn(&mut self, t: u64, turn: &TurnShape) -> Option<bool> {
+        self.out.push(Payload::TurnStarted(turn_ref(t)));
+        let mut completed = false;
+        let mut last_op = None;
+        for (ai, attempt) in turn.retries.iter().chain([&turn.last]).enumerate() {
+            self.ops += 1;
+            let op = OperationId::parse(&format!("op_{}", self.ops)).ok()?;
+            last_op = Some(op.clone());
+            let attempt_no = u32::try_from(ai).ok()? + 1;
+            // `|=`: once an attempt completed the turn's model call did,
+            // whatever follows.
+            completed |= self.model_attempt(t, attempt_no, attempt, &turn.tools, op)?;
+        }
+        if !completed {
+            let cause = Cause {
+                operation_id: last_op,
+                ..Cause::default()
+            };
+            self.fail_turn_and_run(t, "model call failed", cause);
+            return Some(true);
+        }
+        if turn.tools.is_empty() {
+            self.out.push(Payload::TurnCompleted(turn_ref(t)));
+            self.out.push(Payload::RunCompleted(RunCompleted {
+                usage: Usage::new(self.usage.0, self.usage.1).ok(),
+                extra: Extra::new(),
+            }));
+            return Some(true);
+        }
+        // Approvals first, then the approved tools run in parallel.
+        let runnable = self.approvals(t, &turn.tools)?;
+        self.run_tools(t, runnable, turn.tool_failure_ends)
+    }
+
+    /// One model call attempt under `op`: started, its text deltas, then
+    /// failed, or the turn's tool calls and completed. `Some(true)` when it
+    /// completed.
+    fn model_attempt(
+        &mut self,
+        t: u64,
+        attempt_no: u32,
+        attempt: &AttemptShape,
+        tools: &[ToolShape],
+        op: OperationId,
+    ) -> Option<bool> {
+        self.out.push(Payload::ModelStarted(ModelStarted {
+            turn: t,
+            operation_id: op.clone(),
+            model: self.model.clone(),
+            attempt: attempt_no,
+            extra: Extra::new(),
+        }));
+        for text in &attempt.deltas {
+            self.out.push(Payload::TextDelta(TextDelta {
+                turn: t,
+                operation_id: op.clone(),
+                text: text.clone(),
+                extra: Extra::new(),
+            }));
+        }
+        if attempt.failed {
+            self.out.push(Payload::ModelFailed(ModelFailed {
+                turn: t,
+                operation_id: op,
+                problem: ProblemRecord {
+                    kind: attempt.kind,
+                    message: ErrorText::new("scripted failure"),
+                    retryable: true,
+                    retry_after_ms: None,
+                    extra: Extra::new(),
+                },
+                position: if attempt.deltas.is_empty() {
+                    RetryPosition::Pristine
+                } else {
+                    RetryPosition::Partial
+                },
+                extra: Extra::new(),
+            }));
+            return Some(false);
+        }
+        self.tool_calls(t, &op, tools)?;
+        let output = u64::try_from(attempt.deltas.len()).ok()?;
+        self.usage = (self.usage.0 + 10, self.usage.1 + output);
+        self.out.push(Payload::ModelCompleted(ModelCompleted {
+            turn: t,
+            operation_id: op,
+            finish: if tools.is_empty() {
+                FinishReason::Stop
+            } else {
+                FinishReason::ToolCalls
+            },
+            usage: Usage::new(10, output).ok(),
+            metadata: None,
+            extra: Extra::new(),
+        }));
+        Some(true)
+    }
+
+    /// The model call `op` asks for every tool of the turn, recording each
+    /// call's tool.
+    fn tool_calls(&mut self, t: u64, op: &OperationId, tools: &[ToolShape]) -> Option<()> {
+        for (ci, tool) in tools.iter().enumerate() {
+            let call_id = CallId::parse(&format!("c{t}_{ci}")).ok()?;
+            let name = self.names.get(tool.name)?.clone();
+            self.tools.insert(call_id.clone(), name.clone());
+            self.out.push(Payload::ToolCall(ToolCall {
+                turn: t,
+                operation_id: op.clone(),
+                call_id,
+                name,
+                arguments: CanonicalJson::parse(&format!(r#"{{"n":{ci}}}"#)).ok()?,
+                extra: Extra::new(),
+            }));
+        }
+        Some(())
+    }
+
+    /// The approval interaction of every tool that needs one, in call
+    /// order; the calls that may run (no approval needed, or approved).
+    fn approvals<'s>(&mut self, t: u64, tools: &'s [ToolShape]) -> Option<Vec<Runnable<'s>>> {
+        let mut runnable = Vec::new();
+        for (ci, tool) in tools.iter().enumerate() {
+            let call_id = CallId::parse(&format!("c{t}_{ci}")).ok()?;
+            if tool.approval == 0 {
+                runnable.push((ci, tool, call_id));
+                continue;
+            }
+            self.approval(t, ci, tool.approval, &call_id)?;
+            if tool.approval == 1 {
+                runnable.push((ci, tool, call_id));
+            }
+        }
+        Some(runnable)
+    }
+
+    /// The approval interaction for call `ci`: started, then approved (1),
+    /// denied (2) or failed (3).
+    fn approval(&mut self, t: u64, ci: usize, approval: u8, call_id: &CallId) -> Option<()> {
+        let interaction_id = InteractionId::parse(&format!("i{t}_{ci}")).ok()?;
+        self.out
+            .push(Payload::InteractionStarted(InteractionStarted {
+                turn: t,
+                interaction_id: interaction_id.clone(),
+                request: "approval".into(),
+                call_id: Some(call_id.clone()),
+                extra: Extra::new(),
+            }));
+        match approval {
+            1 | 2 => self
+                .out
+                .push(Payload::InteractionCompleted(InteractionCompleted {
+                    turn: t,
+                    interaction_id,
+                    decision: if approval == 1 { "approved" } else { "denied" }.into(),
+                    extra: Extra::new(),
+                })),
+            _ => self.out.push(Payload::InteractionFailed(InteractionFailed {
+                turn: t,
+                interaction_id,
+                error: ErrorText::new("interaction handler failed"),
+                extra: Extra::new(),
+            })),
+        }
+        Some(())
+    }
+
+    /// Starts every runnable tool in call order, ends them in their shape's
+    /// order, then ends the turn, or (when a tool failed and that ends the
+    /// turn) the turn and the run with the first failed tool as the cause.
+    /// `Some(true)` when the run ended.
+    fn run_tools(
+        &mut self,
+        t: u64,
+        mut runnable: Vec<Runnable<'_>>,
+        tool_failure_ends: bool,
+    ) -> Option<bool> {
+        for (_, tool, call_id) in &runnable {
+            self.out.push(Payload::ToolStarted(ToolRef {
+                turn: t,
+                call_id: call_id.clone(),
+                tool: self.names.get(tool.name)?.clone(),
+                extra: Extra::new(),
+            }));
+        }
+        runnable.sort_by_key(|(ci, tool, _)| (tool.order, *ci));
+        let mut failed_tool = None;
+        for (ci, tool, call_id) in runnable {
+            let name = self.names.get(tool.name)?.clone();
+            if tool.fails {
+                if failed_tool.is_none() {
+                    failed_tool = Some((call_id.clone(), name.clone()));
+                }
+                self.out.push(Payload::ToolFailed(ToolFailed {
+                    turn: t,
+                    call_id,
+                    tool: name,
+                    error: ErrorText::new("scripted tool error"),
+                    outcome: tool.typed.then_some(ToolOutcome::Uncertain),
+                    retry: tool.typed.then_some(ToolRetry::Retryable),
+                    extra: Extra::new(),
+                }));
+            } else {
+                self.out.push(Payload::ToolCompleted(ToolCompleted {
+                    turn: t,
+                    call_id,
+                    tool: name,
+                    output: format!("result {ci}"),
+                    extra: Extra::new(),
+                }));
+            }
+        }
+        if let Some((call_id, tool)) = failed_tool.filter(|_| tool_failure_ends) {
+            let cause = Cause {
+                call_id: Some(call_id),
+                tool: Some(tool),
+                ..Cause::default()
+            };
+            self.fail_turn_and_run(t, "tool call failed", cause);
+            return Some(true);
+        }
+        self.out.push(Payload::TurnCompleted(turn_ref(t)));
+        Some(false)
+    }
 }
 
 fn turn_ref(turn: u64) -> TurnRef {
