@@ -5,7 +5,8 @@ use std::time::Duration;
 
 /// Why a server entry was refused: the member at fault (relative to the
 /// entry, `env[1]`; empty for the entry itself), the rule, and what is
-/// wrong. Values are never echoed, only their sizes.
+/// wrong. Values are never echoed, only their sizes (a variable's *name*
+/// is said for `mcp.env_secret`: it is one of Keel's own, never a value).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}{message} (rule {rule})", if path.is_empty() { String::new() } else { format!("at {path}: ") })]
 pub struct McpConfigError {
