@@ -348,3 +348,41 @@ async fn without_a_chat_scenario_the_route_is_not_served() {
         (404, Some("urn:keel:problem:chat-not-configured"))
     );
 }
+
+/// A `--chat-scenario` with an MCP server: the operator's file starts its
+/// server for each conversation run, and the SDK assembles the MCP tool's
+/// result like any other tool's.
+#[tokio::test]
+async fn mcp_tools_of_the_chat_scenario_reach_the_sdk() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fault.log");
+    let Some(fault) = common::mcp::fault_server("mcp_tools_of_the_chat_scenario", &log) else {
+        return;
+    };
+    if frontends::node_modules("mcp_tools_of_the_chat_scenario").is_none() {
+        return;
+    }
+    let scenario = json!({
+        "model": "scripted-1",
+        "messages": [{"role": "system", "text": "You echo with the MCP tool."}],
+        "limits": {"tool_timeout_ms": 20000},
+        "mcp_servers": [{"name": "fault", "command": fault}],
+        "provider": {"type": "scripted", "calls": [
+            [{"tool_call": {"call_id": "c1", "name": "mcp__fault__echo", "arguments": {"text": "from mcp"}}},
+             {"complete": {"finish": "tool_calls"}}],
+            [{"text": "It said: from mcp"}, {"complete": {"finish": "stop"}}]
+        ]}
+    });
+    let file = dir.path().join("chat.json");
+    std::fs::write(&file, scenario.to_string()).unwrap();
+    let d = Serve::new()
+        .args(&["--chat-scenario", file.to_str().unwrap()])
+        .start();
+    let sse = chat(&d, body("conv-mcp", vec![user("echo please")])).await;
+    let (message, _) = assemble(&sse, None);
+    let tools = parts_of(&message, "tool-mcp__fault__echo");
+    assert_eq!(tools.len(), 1, "{message}");
+    assert_eq!(tools[0]["state"], "output-available", "{message}");
+    assert_eq!(tools[0]["output"], "from mcp", "{message}");
+    assert_eq!(texts(&message), ["It said: from mcp"]);
+}
