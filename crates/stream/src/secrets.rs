@@ -477,7 +477,7 @@ fn prefix_rule(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
     let key = is_key_char;
     let alnum = is_alnum;
     match bytes[at] {
-        b's' => sk_key(bytes, at),
+        b's' => first_prefix(bytes, at, &SK_KEYS),
         b'r' => rule_hit(
             prefixed(bytes, at, b"rk_live_", 16, alnum),
             SecretRule::StripeKey,
@@ -498,7 +498,7 @@ fn prefix_rule(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
                 SecretRule::PyPiToken,
             )
         }),
-        b'g' => git_forge_token(bytes, at),
+        b'g' => first_prefix(bytes, at, &GIT_FORGE_TOKENS),
         b'x' => slack_token(bytes, at),
         b'A' => rule_hit(aws_key(bytes, at), SecretRule::AwsAccessKey).or_else(|| {
             rule_hit(
@@ -520,53 +520,65 @@ fn prefix_rule(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
     }
 }
 
+/// A token prefix, the shortest run of key characters after it, which
+/// characters the run may hold, and the rule a match breaks.
+struct PrefixRule {
+    prefix: &'static [u8],
+    min: usize,
+    class: fn(u8) -> bool,
+    rule: SecretRule,
+}
+
+const fn prefix(
+    prefix: &'static [u8],
+    min: usize,
+    class: fn(u8) -> bool,
+    rule: SecretRule,
+) -> PrefixRule {
+    PrefixRule {
+        prefix,
+        min,
+        class,
+        rule,
+    }
+}
+
+/// The first of `rules`, in order, that matches at `at`.
+fn first_prefix(bytes: &[u8], at: usize, rules: &[PrefixRule]) -> Option<(usize, SecretRule)> {
+    rules
+        .iter()
+        .find_map(|r| prefixed(bytes, at, r.prefix, r.min, r.class).map(|end| (end, r.rule)))
+}
+
+fn is_alnum_or_underscore(b: u8) -> bool {
+    is_alnum(b) || b == b'_'
+}
+
 /// Keys starting `sk`: Anthropic's first, since OpenAI's `sk-` is a prefix
 /// of `sk-ant-`; then OpenAI, then Stripe secret keys.
-fn sk_key(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
-    rule_hit(
-        prefixed(bytes, at, b"sk-ant-", 20, is_key_char),
-        SecretRule::AnthropicKey,
-    )
-    .or_else(|| {
-        rule_hit(
-            prefixed(bytes, at, b"sk-", 20, is_key_char),
-            SecretRule::OpenAiKey,
-        )
-    })
-    .or_else(|| {
-        rule_hit(
-            prefixed(bytes, at, b"sk_live_", 16, is_alnum),
-            SecretRule::StripeKey,
-        )
-    })
-    .or_else(|| {
-        rule_hit(
-            prefixed(bytes, at, b"sk_test_", 16, is_alnum),
-            SecretRule::StripeKey,
-        )
-    })
-}
+const SK_KEYS: [PrefixRule; 4] = [
+    prefix(b"sk-ant-", 20, is_key_char, SecretRule::AnthropicKey),
+    prefix(b"sk-", 20, is_key_char, SecretRule::OpenAiKey),
+    prefix(b"sk_live_", 16, is_alnum, SecretRule::StripeKey),
+    prefix(b"sk_test_", 16, is_alnum, SecretRule::StripeKey),
+];
 
 /// Tokens starting `g`: GitHub's classic and fine-grained tokens, then
 /// GitLab personal access tokens.
-fn git_forge_token(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
-    [&b"ghp_"[..], b"gho_", b"ghs_", b"ghu_", b"ghr_"]
-        .iter()
-        .find_map(|p| prefixed(bytes, at, p, 20, is_alnum))
-        .map(|e| (e, SecretRule::GitHubToken))
-        .or_else(|| {
-            rule_hit(
-                prefixed(bytes, at, b"github_pat_", 20, |b| is_alnum(b) || b == b'_'),
-                SecretRule::GitHubToken,
-            )
-        })
-        .or_else(|| {
-            rule_hit(
-                prefixed(bytes, at, b"glpat-", 20, is_key_char),
-                SecretRule::GitLabToken,
-            )
-        })
-}
+const GIT_FORGE_TOKENS: [PrefixRule; 7] = [
+    prefix(b"ghp_", 20, is_alnum, SecretRule::GitHubToken),
+    prefix(b"gho_", 20, is_alnum, SecretRule::GitHubToken),
+    prefix(b"ghs_", 20, is_alnum, SecretRule::GitHubToken),
+    prefix(b"ghu_", 20, is_alnum, SecretRule::GitHubToken),
+    prefix(b"ghr_", 20, is_alnum, SecretRule::GitHubToken),
+    prefix(
+        b"github_pat_",
+        20,
+        is_alnum_or_underscore,
+        SecretRule::GitHubToken,
+    ),
+    prefix(b"glpat-", 20, is_key_char, SecretRule::GitLabToken),
+];
 
 /// Slack tokens: `xox` and a type letter, a dash, then at least 10
 /// letters, digits or dashes.
