@@ -1013,6 +1013,16 @@ fn open_sorted_object<'a>(
     });
 }
 
+/// `,` unless this is the object's first member, then `"key":`.
+#[inline]
+fn write_member_key(after_another: bool, key: &str, out: &mut String) {
+    if after_another {
+        out.push(',');
+    }
+    write_string(key, out);
+    out.push(':');
+}
+
 /// Moves on to the next value to write, closing finished containers and
 /// writing the separator (and, in objects, the member name) before it;
 /// `None` once the root is complete.
@@ -1039,12 +1049,8 @@ fn next_value<'a>(
             },
             Frame::Object { members, last } => match members.next() {
                 Some((key, value)) => {
-                    if last.is_some() {
-                        out.push(',');
-                    }
+                    write_member_key(last.is_some(), key, out);
                     *last = Some(key);
-                    write_string(key, out);
-                    out.push(':');
                     return Some(value);
                 }
                 None => {
@@ -1055,12 +1061,8 @@ fn next_value<'a>(
             Frame::Sorted { start, next, end } => {
                 match sorted.get(*next).filter(|_| *next < *end) {
                     Some(&(key, value)) => {
-                        if *next > *start {
-                            out.push(',');
-                        }
+                        write_member_key(*next > *start, key, out);
                         *next += 1;
-                        write_string(key, out);
-                        out.push(':');
                         return Some(value);
                     }
                     None => {
