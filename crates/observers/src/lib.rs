@@ -7,7 +7,10 @@ mod queue;
 #[cfg(feature = "tracing")]
 mod tracing_bridge;
 
-pub use observer::{BestEffortObserver, ObserveFuture, ObserverError, RequiredObserver};
+pub use observer::{
+    BatchError, BestEffortObserver, ObserveBatchFuture, ObserveFuture, ObserverError,
+    RequiredObserver,
+};
 pub use pipeline::{
     BestEffortStats, DispatchError, Pipeline, PipelineBuilder, PipelineConfig, PipelineStats,
     ShutdownReport,

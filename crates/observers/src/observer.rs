@@ -8,6 +8,24 @@ use std::sync::Arc;
 /// The future a required observer returns.
 pub type ObserveFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ObserverError>> + Send + 'a>>;
 
+/// The future [`RequiredObserver::observe_batch`] returns.
+pub type ObserveBatchFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BatchError>> + Send + 'a>>;
+
+/// A batch was durably accepted only up to a point.
+///
+/// `acknowledged` leading events of the batch are durably accepted; the
+/// event at that index was refused with `source`, and nothing after it is
+/// taken as accepted, whatever the observer did with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("refused the event at index {acknowledged} of the batch: {source}")]
+pub struct BatchError {
+    /// How many leading events of the batch are durably accepted.
+    pub acknowledged: usize,
+    /// Why the next one was not.
+    #[source]
+    pub source: ObserverError,
+}
+
 /// An observer whose acknowledgement the run waits for.
 ///
 /// Called once per committed event, in sequence order per run, in the
@@ -29,6 +47,30 @@ pub trait RequiredObserver: Send + Sync + 'static {
 
     /// Durably accept `event`.
     fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a>;
+
+    /// Durably accept `events`: consecutive events of one run, in
+    /// sequence order, never empty. `Ok(())` acknowledges every one of
+    /// them; an error says how many leading events are accepted.
+    ///
+    /// The pipeline calls this with whatever a run has pending (group
+    /// commit), so an observer that can make several events durable at
+    /// the cost of one (one SQLite transaction, one round of JetStream
+    /// acks) should override it. The default observes one by one. The
+    /// same cancel-safety and at-least-once rules as
+    /// [`observe`](Self::observe) apply to every event of the batch.
+    fn observe_batch<'a>(&'a self, events: &'a [Arc<Event>]) -> ObserveBatchFuture<'a> {
+        Box::pin(async move {
+            for (acknowledged, event) in events.iter().enumerate() {
+                self.observe(event)
+                    .await
+                    .map_err(|source| BatchError {
+                        acknowledged,
+                        source,
+                    })?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// An observer that sees events only after every required observer
