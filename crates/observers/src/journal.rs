@@ -32,6 +32,16 @@
 //!   event. A single run that waits for each ack before offering its next
 //!   event still gets one commit per event: that is the latency of its
 //!   durability, not a throughput bound shared with other runs.
+//! - **Batches of one run.**
+//!   [`observe_batch`](RequiredObserver::observe_batch) queues the whole
+//!   batch as one request, never split: it joins the same grouped
+//!   transaction as everything else queued (a batch alone may exceed
+//!   `max_batch`). Its events are applied in order with the checks below;
+//!   the first refused one, at index `k`, ends the batch: the `k` before it
+//!   commit, nothing after it is looked at, and the answer is
+//!   [`BatchError`]` { acknowledged: k, .. }`. A transaction that fails
+//!   acknowledges none of the batch. The answer comes only after the
+//!   commit, as for `observe`.
 //! - **Contiguity: a journal never holds a gap.** Per run, the first
 //!   stored event is seq 1 and each next one is `last_seq + 1`; anything
 //!   else is [`ObserverError::Gap`] and nothing is written for it.
@@ -44,10 +54,12 @@
 //!   the transaction itself fails (I/O error, disk full, a constraint), it
 //!   is rolled back and each event is retried in a transaction of its own,
 //!   so only the events that cannot be stored get
-//!   [`ObserverError::Failed`].
-//! - **Cancel safety.** Dropping an `observe` future (a pipeline deadline)
-//!   never half-applies anything: the event is either committed whole by
-//!   the writer or not at all, and offering it again is `Ok` either way.
+//!   [`ObserverError::Failed`] (a batch is retried whole, in one
+//!   transaction of its own).
+//! - **Cancel safety.** Dropping an `observe` or `observe_batch` future (a
+//!   pipeline deadline) never half-applies anything: the event (the batch,
+//!   up to its first refusal) is either committed whole by the writer or
+//!   not at all, and offering it again is `Ok` either way.
 //! - **Shutdown.** [`SqliteJournal::close`] (or dropping the journal)
 //!   stops taking events, lets the writer commit and acknowledge everything
 //!   already queued, then closes the connection, which checkpoints the WAL.
@@ -130,6 +142,7 @@
 mod hosts;
 mod reader;
 mod recover;
+mod request;
 mod schema;
 mod writer;
 
@@ -137,7 +150,9 @@ pub use reader::{JournalReader, RunSummary, RunTotals};
 pub use recover::{RecoveredRun, RecoveryReport, SkipReason, SkippedRun};
 pub use schema::SCHEMA_VERSION;
 
-use crate::observer::{ObserveFuture, ObserverError, RequiredObserver};
+use crate::observer::{
+    BatchError, ObserveBatchFuture, ObserveFuture, ObserverError, RequiredObserver,
+};
 use keel_eventlog::{Event, Terminal};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
@@ -145,7 +160,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// How hard each commit syncs. See the module's durability contract.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -178,9 +193,9 @@ pub struct JournalConfig {
     pub max_batch: usize,
     /// A batch closes once its lines reach this many bytes. Default 16 MiB.
     pub max_batch_bytes: usize,
-    /// Events that may wait for the writer; past it `observe` waits for
-    /// room (backpressure, bounded by the pipeline's deadline). Default
-    /// 4096.
+    /// Requests (an `observe`'s event, or an `observe_batch`'s whole
+    /// batch) that may wait for the writer; past it they wait for room
+    /// (backpressure, bounded by the pipeline's deadline). Default 4096.
     pub queue_capacity: usize,
     /// How long SQLite waits for a lock held by another connection (a
     /// second process, a checkpoint). Default 5 s.
@@ -350,8 +365,10 @@ pub enum JournalError {
 pub struct JournalStats {
     /// Transactions committed.
     pub transactions: u64,
-    /// Requests answered from committed transactions (stored, duplicate
-    /// or refused). `requests / transactions` is the average batch.
+    /// Events answered from committed transactions (stored, duplicate
+    /// or refused; an `observe_batch` counts each event up to and
+    /// including its first refusal). `requests / transactions` is the
+    /// average batch.
     pub requests: u64,
     /// Events inserted.
     pub stored: u64,
@@ -362,7 +379,7 @@ pub struct JournalStats {
     /// Events answered with [`ObserverError::Failed`] because their
     /// transaction could not commit.
     pub failed: u64,
-    /// The largest batch committed.
+    /// The most events answered by one committed transaction.
     pub largest_batch: u64,
 }
 
@@ -397,7 +414,7 @@ pub(crate) struct StatsCell {
 #[derive(Debug)]
 pub struct SqliteJournal {
     path: PathBuf,
-    queue: Option<mpsc::Sender<writer::Request>>,
+    queue: Option<mpsc::Sender<request::Request>>,
     writer: Option<JoinHandle<Result<(), JournalError>>>,
     stats: Arc<StatsCell>,
     /// This host's lock file; released after the writer stopped.
@@ -519,19 +536,35 @@ impl SqliteJournal {
         result
     }
 
-    async fn append(&self, event: &Arc<Event>) -> Result<(), ObserverError> {
+    /// Queues `request` for the writer (waiting for room).
+    async fn enqueue(&self, request: request::Request) -> Result<(), ObserverError> {
         let queue = self.queue.as_ref().ok_or(ObserverError::Closed)?;
-        let (ack, answer) = oneshot::channel();
-        queue
-            .send(writer::Request {
-                event: Arc::clone(event),
-                ack,
-            })
-            .await
-            .map_err(|_| ObserverError::Closed)?;
+        queue.send(request).await.map_err(|_| ObserverError::Closed)
+    }
+
+    async fn append(&self, event: &Arc<Event>) -> Result<(), ObserverError> {
+        let (request, answer) = request::Request::one(event);
+        self.enqueue(request).await?;
         // The writer answers only after the transaction committed (or
         // failed); a dropped answer means the writer is gone.
         answer.await.map_err(|_| ObserverError::Closed)?
+    }
+
+    /// The whole batch as one request: one transaction, one answer.
+    async fn append_batch(&self, events: &[Arc<Event>]) -> Result<(), BatchError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let closed = |_| BatchError {
+            acknowledged: 0,
+            source: ObserverError::Closed,
+        };
+        let (request, answer) = request::Request::batch(events);
+        self.enqueue(request).await.map_err(|source| BatchError {
+            acknowledged: 0,
+            source,
+        })?;
+        answer.await.map_err(closed)?
     }
 }
 
@@ -550,6 +583,16 @@ impl RequiredObserver for SqliteJournal {
     /// configured `synchronous` level. See the module's durability contract.
     fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
         Box::pin(self.append(event))
+    }
+
+    /// The whole batch in one transaction (joining whatever other runs
+    /// have queued): events applied in order with `observe`'s checks;
+    /// the first refused one at index `k` leaves the `k` before it
+    /// committed and is `BatchError { acknowledged: k, .. }`; a
+    /// transaction that fails acknowledges none. `Ok` or `Err` only after
+    /// the commit. See the module's durability contract.
+    fn observe_batch<'a>(&'a self, events: &'a [Arc<Event>]) -> ObserveBatchFuture<'a> {
+        Box::pin(self.append_batch(events))
     }
 }
 

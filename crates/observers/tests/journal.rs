@@ -11,8 +11,8 @@ use keel_eventlog::{
 use keel_message::{ModelName, OperationId, RunId};
 use keel_observers::journal::SCHEMA_VERSION;
 use keel_observers::{
-    JournalConfig, JournalError, JournalReader, ObserverError, RequiredObserver, RunStatus,
-    SqliteJournal,
+    BatchError, JournalConfig, JournalError, JournalReader, ObserverError, RequiredObserver,
+    RunStatus, SqliteJournal,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -981,4 +981,282 @@ fn run_totals_are_kept_across_batches_reopens_and_duplicates() {
     );
     assert_eq!(totals["run_other"], keel_observers::RunTotals::default());
     assert_eq!(totals, reader.summed_totals().unwrap());
+}
+
+// ------------------------------------------------------- observe_batch
+
+fn notes(run: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<Arc<Event>> {
+    seqs.map(|seq| note(run, seq, &format!("{run} {seq}")))
+        .collect()
+}
+
+fn batch_error(got: Result<(), BatchError>) -> (usize, ObserverError) {
+    let e = got.expect_err("the batch should be refused");
+    (e.acknowledged, e.source)
+}
+
+#[test]
+fn a_batch_is_one_transaction_acknowledged_after_its_commit() {
+    let dir = TempDir::new("batch-one-txn");
+    let journal = Arc::new(open(&dir.db()));
+    let batch = notes("run_b", 1..=64);
+    let before = journal.stats();
+    // Held lock: the batch queues; nothing may be acknowledged before the
+    // commit, and a reader must never see part of it.
+    let lock = WriteLock::take(&dir.db());
+    let writer = {
+        let (journal, batch) = (Arc::clone(&journal), batch.clone());
+        std::thread::spawn(move || rt().block_on(journal.observe_batch(&batch)))
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (path, stop) = (dir.db(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let reader = JournalReader::open(&path).unwrap();
+            let mut seen = std::collections::BTreeSet::new();
+            while !stop.load(Ordering::Relaxed) {
+                seen.insert(reader.events_after("run_b", 0, usize::MAX).unwrap().len());
+            }
+            seen.insert(reader.events_after("run_b", 0, usize::MAX).unwrap().len());
+            seen
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!writer.is_finished(), "acknowledged before its commit");
+    lock.release_after(Duration::ZERO).join().unwrap();
+    writer.join().unwrap().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let seen = watcher.join().unwrap();
+    assert!(
+        seen.iter().all(|n| *n == 0 || *n == 64),
+        "a reader saw part of the batch: {seen:?}"
+    );
+    let after = journal.stats();
+    assert_eq!(after.transactions - before.transactions, 1, "{after:?}");
+    assert_eq!(after.stored - before.stored, 64);
+    assert_eq!(after.largest_batch, 64);
+    let want: Vec<String> = batch.iter().map(|e| e.line().to_owned()).collect();
+    assert_eq!(lines(&journal.reader().unwrap(), "run_b"), want);
+    // A batch larger than `max_batch` is still one transaction.
+    let mut config = JournalConfig::default();
+    config.max_batch = 8;
+    drop(journal);
+    let small = SqliteJournal::open(dir.db(), config).unwrap();
+    let before = small.stats();
+    rt().block_on(small.observe_batch(&notes("run_b", 65..=128)))
+        .unwrap();
+    assert_eq!(small.stats().transactions - before.transactions, 1);
+    small.close().unwrap();
+}
+
+#[test]
+fn a_batch_keeps_what_precedes_its_first_refusal() {
+    let dir = TempDir::new("batch-partial");
+    let journal = open(&dir.db());
+    let rt = rt();
+    let stored = notes("run_p", 1..=3);
+    rt.block_on(journal.observe_batch(&stored)).unwrap();
+    // Conflict in the middle: seq 2 is a retry, seq 3 has other bytes.
+    let conflicting = vec![
+        stored[1].clone(),
+        note("run_p", 3, "other bytes"),
+        note("run_p", 4, "p4"),
+        note("run_p", 5, "p5"),
+    ];
+    let (acknowledged, source) = batch_error(rt.block_on(journal.observe_batch(&conflicting)));
+    assert_eq!(acknowledged, 1);
+    assert_want("conflict", "run_p", 3, &Err(source), Want::Conflict);
+    let reader = journal.reader().unwrap();
+    let want: Vec<String> = stored.iter().map(|e| e.line().to_owned()).collect();
+    assert_eq!(lines(&reader, "run_p"), want, "nothing after the conflict");
+    // New events, then a gap: the new ones commit, the rest is refused.
+    let gapped = vec![
+        note("run_p", 4, "p4"),
+        note("run_p", 5, "p5"),
+        note("run_p", 7, "p7"),
+        note("run_p", 8, "p8"),
+    ];
+    let (acknowledged, source) = batch_error(rt.block_on(journal.observe_batch(&gapped)));
+    assert_eq!(acknowledged, 2);
+    assert_want("gap", "run_p", 7, &Err(source), Want::Gap(5));
+    assert_eq!(reader.run_status("run_p").unwrap().unwrap().last_seq, 5);
+    assert_eq!(
+        lines(&reader, "run_p")[3..],
+        [gapped[0].line(), gapped[1].line()]
+    );
+    // The engine's re-offer from the first unacknowledged event goes on.
+    rt.block_on(journal.observe_batch(&notes("run_p", 6..=8)))
+        .unwrap();
+    assert_eq!(reader.run_status("run_p").unwrap().unwrap().last_seq, 8);
+    journal.close().unwrap();
+}
+
+#[test]
+fn a_batch_with_a_gap_at_its_start_acknowledges_nothing() {
+    let dir = TempDir::new("batch-gap");
+    let journal = open(&dir.db());
+    let rt = rt();
+    let (acknowledged, source) =
+        batch_error(rt.block_on(journal.observe_batch(&notes("run_new", 2..=4))));
+    assert_eq!(acknowledged, 0);
+    assert_want("new run", "run_new", 2, &Err(source), Want::Gap(0));
+    rt.block_on(journal.observe_batch(&notes("run_g", 1..=3)))
+        .unwrap();
+    let (acknowledged, source) =
+        batch_error(rt.block_on(journal.observe_batch(&notes("run_g", 5..=9))));
+    assert_eq!(acknowledged, 0);
+    assert_want("existing run", "run_g", 5, &Err(source), Want::Gap(3));
+    let reader = journal.reader().unwrap();
+    assert!(lines(&reader, "run_new").is_empty());
+    assert_eq!(reader.run_status("run_new").unwrap(), None);
+    assert_eq!(lines(&reader, "run_g").len(), 3);
+    journal.close().unwrap();
+}
+
+#[test]
+fn an_identical_batch_offered_again_is_accepted() {
+    let dir = TempDir::new("batch-retry");
+    let journal = open(&dir.db());
+    let rt = rt();
+    let batch = notes("run_r", 1..=10);
+    rt.block_on(journal.observe_batch(&batch)).unwrap();
+    let before = journal.stats();
+    rt.block_on(journal.observe_batch(&batch)).unwrap();
+    let after = journal.stats();
+    assert_eq!(after.duplicates - before.duplicates, 10);
+    assert_eq!(after.stored, before.stored);
+    // Overlapping the stored tail: the known part is a retry, the rest new.
+    rt.block_on(journal.observe_batch(&notes("run_r", 8..=15)))
+        .unwrap();
+    let reader = journal.reader().unwrap();
+    let want: Vec<String> = notes("run_r", 1..=15)
+        .iter()
+        .map(|e| e.line().to_owned())
+        .collect();
+    assert_eq!(lines(&reader, "run_r"), want);
+    journal.close().unwrap();
+}
+
+#[test]
+fn a_batch_continues_a_run_and_keeps_its_bookkeeping() {
+    let dir = TempDir::new("batch-run");
+    let journal = open(&dir.db());
+    let rt = rt();
+    let run = "run_life";
+    let started = event(run, 1, 1000, "run.started", "{}");
+    rt.block_on(journal.observe(&started)).unwrap();
+    rt.block_on(journal.observe(&turn(run, 2, 1))).unwrap();
+    let owner = |journal: &SqliteJournal| -> Option<String> {
+        let admin = rusqlite::Connection::open(journal.path()).unwrap();
+        admin
+            .query_row("SELECT host FROM owners WHERE run_id = ?1", [run], |r| {
+                r.get(0)
+            })
+            .ok()
+    };
+    assert_eq!(owner(&journal).as_deref(), Some(journal.host_id()));
+    let rest = vec![
+        completed(run, 3, Some((10, 4))),
+        note(run, 4, "between turns"),
+        turn(run, 5, 2),
+        completed(run, 6, Some((1, 2))),
+        event(run, 7, 7000, "run.completed", "{}"),
+    ];
+    rt.block_on(journal.observe_batch(&rest)).unwrap();
+    let reader = journal.reader().unwrap();
+    let summary = reader.run_status(run).unwrap().unwrap();
+    assert_eq!(
+        (
+            summary.status,
+            summary.last_seq,
+            summary.started_ts,
+            summary.updated_ts
+        ),
+        (RunStatus::Completed, 7, 1000, 7000)
+    );
+    assert_eq!(owner(&journal), None, "the terminal removes the owner");
+    let totals = reader.totals().unwrap();
+    assert_eq!(
+        totals[run],
+        keel_observers::RunTotals {
+            turns: 2,
+            input_tokens: 11,
+            output_tokens: 6
+        }
+    );
+    assert_eq!(totals, reader.summed_totals().unwrap());
+    // Offered again after the run ended: still a retry, counted once.
+    rt.block_on(journal.observe_batch(&rest)).unwrap();
+    assert_eq!(reader.totals().unwrap()[run], totals[run]);
+    journal.close().unwrap();
+}
+
+#[test]
+fn a_batch_shares_the_grouped_transaction_and_fails_alone() {
+    let dir = TempDir::new("batch-group");
+    let journal = open(&dir.db());
+    let rt = rt();
+    let admin = rusqlite::Connection::open(dir.db()).unwrap();
+    admin
+        .execute_batch(
+            "CREATE TRIGGER poison BEFORE INSERT ON runs WHEN NEW.run_id = 'run_poison' \
+             BEGIN SELECT RAISE(ABORT, 'injected fault'); END;",
+        )
+        .unwrap();
+    let good = notes("run_good", 1..=5);
+    let poisoned = notes("run_poison", 1..=4);
+    let single = note("run_single", 1, "s");
+    let partial = vec![note("run_x", 1, "x1"), note("run_x", 3, "x3")];
+    // Everything queues behind the lock, then goes into one transaction;
+    // the poisoned batch takes it down, so each request is retried alone.
+    let lock = WriteLock::take(&dir.db());
+    let release = lock.release_after(Duration::from_millis(300));
+    let before = journal.stats();
+    let (a, b, c, d) = rt.block_on(async {
+        tokio::join!(
+            journal.observe_batch(&good),
+            journal.observe_batch(&poisoned),
+            journal.observe(&single),
+            journal.observe_batch(&partial),
+        )
+    });
+    release.join().unwrap();
+    a.unwrap();
+    c.unwrap();
+    let (acknowledged, source) = batch_error(b);
+    assert_eq!(acknowledged, 0, "a failed transaction acknowledges none");
+    assert!(matches!(source, ObserverError::Failed(_)), "{source:?}");
+    let (acknowledged, source) = batch_error(d);
+    assert_eq!(acknowledged, 1);
+    assert_want("partial", "run_x", 3, &Err(source), Want::Gap(1));
+    let after = journal.stats();
+    assert_eq!(after.failed - before.failed, 4);
+    let reader = journal.reader().unwrap();
+    assert_eq!(lines(&reader, "run_good").len(), 5);
+    assert!(lines(&reader, "run_poison").is_empty());
+    assert_eq!(lines(&reader, "run_x").len(), 1);
+    // Without the fault, the same batch goes through.
+    admin.execute_batch("DROP TRIGGER poison").unwrap();
+    rt.block_on(journal.observe_batch(&poisoned)).unwrap();
+    assert_eq!(lines(&reader, "run_poison").len(), 4);
+    journal.close().unwrap();
+}
+
+#[test]
+fn a_cancelled_batch_is_committed_whole_or_not_at_all() {
+    let dir = TempDir::new("batch-cancel");
+    let journal = open(&dir.db());
+    let batch = notes("run_c", 1..=30);
+    let lock = WriteLock::take(&dir.db());
+    // Queued, then dropped before the answer (a pipeline deadline).
+    assert!(journal.observe_batch(&batch).now_or_never().is_none());
+    let release = lock.release_after(Duration::from_millis(100));
+    journal.close().unwrap();
+    release.join().unwrap();
+    let reader = JournalReader::open(dir.db()).unwrap();
+    assert_eq!(lines(&reader, "run_c").len(), 30);
+    let journal = open(&dir.db());
+    rt().block_on(journal.observe_batch(&batch)).unwrap();
+    assert_eq!(journal.stats().duplicates, 30);
+    journal.close().unwrap();
 }

@@ -3,7 +3,7 @@
 //! [`SqliteJournal::recover_abandoned`]: super::SqliteJournal::recover_abandoned
 
 use super::hosts::{self, Liveness};
-use super::{JournalError, SqliteJournal, writer};
+use super::{JournalError, SqliteJournal};
 use crate::observer::ObserverError;
 use keel_eventlog::{ENTRY_OVERHEAD_BYTES, Event, LogConfig, RunLog, SystemClock, recovery};
 use keel_message::RunId;
@@ -14,7 +14,6 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
-use tokio::sync::oneshot;
 
 /// What [`SqliteJournal::recover_abandoned`] did, run by run.
 ///
@@ -240,37 +239,13 @@ impl SqliteJournal {
         }))
     }
 
-    /// Queues every event on the writer, in order, before waiting for the
-    /// first acknowledgement, so they share a transaction (one fsync for
-    /// the run's terminals, not one each). `Err` names how many were
+    /// Journals the terminals as one batch: one transaction (one fsync
+    /// for the run's terminals, not one each). `Err` names how many were
     /// acknowledged before the first refusal.
     async fn journal_all(&self, events: &[Arc<Event>]) -> Result<(), (usize, ObserverError)> {
-        let queue = self.queue.as_ref().ok_or((0, ObserverError::Closed))?;
-        let mut answers = Vec::with_capacity(events.len());
-        for event in events {
-            let (ack, answer) = oneshot::channel();
-            let request = writer::Request {
-                event: Arc::clone(event),
-                ack,
-            };
-            if queue.send(request).await.is_err() {
-                break;
-            }
-            answers.push(answer);
-        }
-        let sent = answers.len();
-        for (i, answer) in answers.into_iter().enumerate() {
-            match answer.await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => return Err((i, error)),
-                // The writer is gone.
-                Err(_) => return Err((i, ObserverError::Closed)),
-            }
-        }
-        if sent < events.len() {
-            return Err((sent, ObserverError::Closed));
-        }
-        Ok(())
+        self.append_batch(events)
+            .await
+            .map_err(|e| (e.acknowledged, e.source))
     }
 }
 

@@ -1,8 +1,9 @@
 //! The writer thread: owns the read-write connection, turns everything
 //! queued into one transaction, commits, then acknowledges.
 
+use super::request::{Applied, Request};
 use super::{RunStatus, RunTotals, StatsCell};
-use crate::observer::ObserverError;
+use crate::observer::{BatchError, ObserverError};
 use keel_eventlog::{Event, Payload, Phase, Scope};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
@@ -10,17 +11,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
-use tokio::sync::{mpsc, oneshot};
 
 /// How long the writer polls for the next request before parking.
 const SPIN: Duration = Duration::from_micros(50);
-
-/// One event waiting for its transaction, and where to send the outcome.
-pub(crate) struct Request {
-    pub(crate) event: Arc<Event>,
-    pub(crate) ack: oneshot::Sender<Result<(), ObserverError>>,
-}
 
 /// Above this many cached runs the cache is dropped and reloaded lazily.
 const CACHE_MAX_RUNS: usize = 65_536;
@@ -108,7 +103,7 @@ fn at(op: &'static str) -> impl FnOnce(rusqlite::Error) -> TxError {
     }
 }
 
-/// The fate of one request inside a transaction that commits.
+/// The fate of one event inside a transaction that commits.
 enum Outcome {
     /// Inserted.
     Stored,
@@ -162,12 +157,15 @@ impl Writer {
     pub(crate) fn run(mut self) -> Result<(), super::JournalError> {
         let mut batch: Vec<Request> = Vec::with_capacity(self.max_batch.min(4096));
         while let Some(first) = self.next_request() {
-            let mut bytes = first.event.line().len();
+            // A request is never split: one `observe_batch` is one
+            // transaction, even past the bounds.
+            let (mut events, mut bytes) = (first.events.len(), first.bytes());
             batch.push(first);
-            while batch.len() < self.max_batch && bytes < self.max_batch_bytes {
+            while events < self.max_batch && bytes < self.max_batch_bytes {
                 match self.rx.try_recv() {
                     Ok(request) => {
-                        bytes += request.event.line().len();
+                        events += request.events.len();
+                        bytes += request.bytes();
                         batch.push(request);
                     }
                     Err(_) => break,
@@ -206,55 +204,66 @@ impl Writer {
     /// Commits `batch` in one transaction and acknowledges every request,
     /// only after the commit. If the transaction fails as a whole, each
     /// request is retried in a transaction of its own, so one poisonous
-    /// event cannot take the others down with it.
+    /// request cannot take the others down with it; a request whose own
+    /// transaction fails is refused whole (a batch acknowledges nothing).
     fn process(&mut self, batch: &mut Vec<Request>) {
-        let first_try = self.transaction(batch.iter().map(|r| &*r.event));
-        match first_try {
-            Ok(outcomes) => {
-                self.count_commit(batch.len(), &outcomes);
-                for (request, outcome) in batch.drain(..).zip(outcomes) {
-                    let _ = request.ack.send(into_result(outcome));
+        match self.transaction(batch) {
+            Ok(applied) => {
+                self.count_commit(&applied);
+                for (request, applied) in batch.drain(..).zip(applied) {
+                    request.ack.send(applied.into_result());
                 }
             }
             Err(error) => {
                 self.abort();
                 if batch.len() == 1 {
                     for request in batch.drain(..) {
-                        self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                        let _ = request.ack.send(Err(self.failure(&error)));
+                        self.refuse(request, &error);
                     }
                     return;
                 }
                 for request in batch.drain(..) {
-                    let result = match self.transaction(std::iter::once(&*request.event)) {
-                        Ok(outcomes) => {
-                            self.count_commit(1, &outcomes);
-                            outcomes.into_iter().next().map_or(Ok(()), into_result)
+                    match self.transaction(std::slice::from_ref(&request)) {
+                        Ok(applied) => {
+                            self.count_commit(&applied);
+                            let result = applied
+                                .into_iter()
+                                .next()
+                                .map_or(Ok(()), Applied::into_result);
+                            request.ack.send(result);
                         }
                         Err(error) => {
                             self.abort();
-                            self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                            Err(self.failure(&error))
+                            self.refuse(request, &error);
                         }
-                    };
-                    let _ = request.ack.send(result);
+                    }
                 }
             }
         }
     }
 
-    fn count_commit(&self, requests: usize, outcomes: &[Outcome]) {
+    /// Answers a request whose transaction failed: nothing of it committed.
+    fn refuse(&self, request: Request, error: &TxError) {
+        self.stats
+            .failed
+            .fetch_add(request.events.len() as u64, Ordering::Relaxed);
+        request.ack.send(Err(BatchError {
+            acknowledged: 0,
+            source: self.failure(error),
+        }));
+    }
+
+    fn count_commit(&self, applied: &[Applied]) {
         let s = &self.stats;
+        let answered: u64 = applied.iter().map(Applied::answered).sum();
         s.transactions.fetch_add(1, Ordering::Relaxed);
-        s.requests.fetch_add(requests as u64, Ordering::Relaxed);
-        s.largest_batch
-            .fetch_max(requests as u64, Ordering::Relaxed);
-        for outcome in outcomes {
-            match outcome {
-                Outcome::Stored => s.stored.fetch_add(1, Ordering::Relaxed),
-                Outcome::Duplicate => s.duplicates.fetch_add(1, Ordering::Relaxed),
-                Outcome::Refused(_) => s.refused.fetch_add(1, Ordering::Relaxed),
-            };
+        s.requests.fetch_add(answered, Ordering::Relaxed);
+        s.largest_batch.fetch_max(answered, Ordering::Relaxed);
+        for a in applied {
+            s.stored.fetch_add(a.stored, Ordering::Relaxed);
+            s.duplicates.fetch_add(a.duplicates, Ordering::Relaxed);
+            s.refused
+                .fetch_add(u64::from(a.refused.is_some()), Ordering::Relaxed);
         }
     }
 
@@ -277,12 +286,9 @@ impl Writer {
         self.data_version = None;
     }
 
-    /// One `BEGIN IMMEDIATE … COMMIT` over `events`. `Ok` means committed;
-    /// the outcomes are in request order.
-    fn transaction<'e>(
-        &mut self,
-        events: impl Iterator<Item = &'e Event>,
-    ) -> Result<Vec<Outcome>, TxError> {
+    /// One `BEGIN IMMEDIATE … COMMIT` over `requests`. `Ok` means
+    /// committed; the outcomes are in request order.
+    fn transaction<'e>(&mut self, requests: &'e [Request]) -> Result<Vec<Applied>, TxError> {
         self.conn
             .execute_batch("BEGIN IMMEDIATE")
             .map_err(at("begin transaction"))?;
@@ -296,9 +302,9 @@ impl Writer {
             self.data_version = Some(version);
         }
         let mut pending: HashMap<&'e str, RunState> = HashMap::new();
-        let mut outcomes = Vec::new();
-        for event in events {
-            outcomes.push(self.apply(event, &mut pending)?);
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for request in requests {
+            outcomes.push(self.apply_request(&request.events, &mut pending)?);
         }
         {
             let mut upsert = self
@@ -333,6 +339,28 @@ impl Writer {
             self.cache.clear();
         }
         Ok(outcomes)
+    }
+
+    /// Applies a request's events in order until the first refusal: the
+    /// ones before it stay in the transaction, the ones after it are not
+    /// looked at.
+    fn apply_request<'e>(
+        &mut self,
+        events: &'e [Arc<Event>],
+        pending: &mut HashMap<&'e str, RunState>,
+    ) -> Result<Applied, TxError> {
+        let mut applied = Applied::default();
+        for event in events {
+            match self.apply(event, pending)? {
+                Outcome::Stored => applied.stored += 1,
+                Outcome::Duplicate => applied.duplicates += 1,
+                Outcome::Refused(error) => {
+                    applied.refused = Some(error);
+                    break;
+                }
+            }
+        }
+        Ok(applied)
     }
 
     /// Checks one event against its run's stored state and inserts it.
@@ -496,13 +524,6 @@ impl Writer {
                     .map_err(|_| corrupt("output_tokens"))?,
             },
         })
-    }
-}
-
-fn into_result(outcome: Outcome) -> Result<(), ObserverError> {
-    match outcome {
-        Outcome::Stored | Outcome::Duplicate => Ok(()),
-        Outcome::Refused(error) => Err(error),
     }
 }
 
