@@ -4,8 +4,10 @@
 //! `crash_consistency` re-executes this test binary as a child that runs
 //! only `crash_child` (a normal test that returns at once unless
 //! `KEEL_CRASH_CHILD=<db path>:<seed>` is set). The child writes several
-//! runs concurrently through the journal and prints `ack <run> <seq>`
-//! after each `Ok`. The parent kills it with SIGKILL after a seed-derived
+//! runs concurrently through the journal, in `observe_batch` calls of
+//! seed-derived sizes (1..=64) mixed with single `observe` calls, and
+//! prints `ack <run> <seq>` for each event only after the answer that
+//! acknowledges it (for a refused batch, only its acknowledged prefix). The parent kills it with SIGKILL after a seed-derived
 //! delay, then checks the file: every acknowledged event is present, each
 //! run is a contiguous prefix from seq 1 of exactly what the child wrote
 //! (byte for byte, every line canonical, no torn row), the database passes
@@ -178,20 +180,9 @@ fn crash_child() {
                     let mut rng = Rng::new(seed ^ (task + 1) << 40);
                     for k in 0..RUNS_PER_TASK {
                         let events = script(seed, task, k);
-                        for (i, event) in events.iter().enumerate() {
-                            journal.observe(event).await.unwrap();
-                            {
-                                let mut out = std::io::stdout().lock();
-                                out.write_all(
-                                    format!("ack {} {}\n", event.run_id(), event.seq()).as_bytes(),
-                                )
-                                .unwrap();
-                                out.flush().unwrap();
-                            }
-                            // Now and then, a retry of an acknowledged event.
-                            if rng.below(16) == 0 {
-                                journal.observe(&events[i]).await.unwrap();
-                            }
+                        let mut next = 0;
+                        while next < events.len() {
+                            next += offer(&journal, &events, next, &mut rng).await;
                         }
                     }
                 })
@@ -201,6 +192,48 @@ fn crash_child() {
             task.await.unwrap();
         }
     });
+}
+
+/// Prints `ack <run> <seq>` for each of `events`, in one write.
+fn print_acks(events: &[Arc<Event>]) {
+    let mut text = String::new();
+    for event in events {
+        text.push_str(&format!("ack {} {}\n", event.run_id(), event.seq()));
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).unwrap();
+    out.flush().unwrap();
+}
+
+/// Offers the events from `next` on: one `observe` now and then, else an
+/// `observe_batch` of a seed-derived size (1..=64), printing each event's
+/// ack only after the answer covers it. Returns how many were acked.
+async fn offer(
+    journal: &SqliteJournal,
+    events: &[Arc<Event>],
+    next: usize,
+    rng: &mut Rng,
+) -> usize {
+    let acked = if rng.below(4) == 0 {
+        journal.observe(&events[next]).await.unwrap();
+        &events[next..=next]
+    } else {
+        let size = 1 + rng.below(64) as usize;
+        let batch = &events[next..events.len().min(next + size)];
+        match journal.observe_batch(batch).await {
+            Ok(()) => batch,
+            Err(e) => {
+                print_acks(&batch[..e.acknowledged]);
+                panic!("batch at {} refused: {e}", batch[0].seq());
+            }
+        }
+    };
+    print_acks(acked);
+    // Now and then, a retry of what was just acknowledged.
+    if rng.below(16) == 0 {
+        journal.observe_batch(acked).await.unwrap();
+    }
+    acked.len()
 }
 
 // -------------------------------------------------------------- the parent
