@@ -34,16 +34,16 @@ impl ErrorText {
     /// and tab become spaces, so the escaped JSON form is at most twice
     /// the bound.
     pub fn new(text: &str) -> ErrorText {
-        let cleaned: String = text
-            .chars()
-            .map(|c| {
-                if c.is_control() && c != '\n' && c != '\t' {
-                    ' '
-                } else {
-                    c
-                }
-            })
-            .collect();
+        let blanked = |c: char| c.is_control() && c != '\n' && c != '\t';
+        // Most texts have nothing to blank: screen them without a copy.
+        let cleaned: std::borrow::Cow<'_, str> = if text.chars().any(blanked) {
+            text.chars()
+                .map(|c| if blanked(c) { ' ' } else { c })
+                .collect::<String>()
+                .into()
+        } else {
+            text.into()
+        };
         ErrorText(keel_stream::secrets::screen_and_bound(&cleaned, ERROR_TEXT_MAX_BYTES).0)
     }
 
@@ -737,9 +737,12 @@ impl Payload {
         self.check()?;
         // The token stream's hot path: written directly in RFC 8785 key
         // order (`operation_id` < `text` < `turn`); the generic path below
-        // gives the same bytes (tested), through an intermediate value.
+        // gives the same bytes (tested), through an intermediate value. A
+        // turn over 2^53 − 1 takes the generic path, which refuses it as
+        // an unsafe integer like every other payload's.
         if let Payload::TextDelta(p) = self
             && p.extra.is_empty()
+            && p.turn <= MAX_SAFE
         {
             use std::fmt::Write;
             let mut out = String::with_capacity(p.text.len() + p.operation_id.as_str().len() + 48);
