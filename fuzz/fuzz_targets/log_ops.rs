@@ -428,6 +428,7 @@ fuzz_target!(|data: &[u8]| {
                 let bounds = SubscriptionBounds {
                     max_events: u.int_in_range(1..=8).unwrap_or(1),
                     max_bytes: u.int_in_range(1..=20_000).unwrap_or(1),
+                    ..Default::default()
                 };
                 match log.subscribe(after, bounds) {
                     Ok(sub) => {

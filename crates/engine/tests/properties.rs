@@ -629,6 +629,7 @@ fn one_engine_hosts_a_thousand_concurrent_runs() {
                     SubscriptionBounds {
                         max_events: 1 << 20,
                         max_bytes: usize::MAX,
+                        ..Default::default()
                     },
                 )
                 .unwrap();

@@ -36,7 +36,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
-use keel_eventlog::{ErrorText, SubscriptionError};
+use keel_eventlog::{Durability, ErrorText, SubscriptionError};
 use keel_eventlog::{
     Event, Extra, LogConfig, ModelStarted, Payload, RunLog, RunStarted, Subscription,
     SubscriptionBounds, SystemClock, TextDelta, ToolFailed, ToolOutcome, ToolRef, ToolRetry,
@@ -55,6 +55,7 @@ const DELTA_TEXT: &str = "Hello there, world! "; // 20 bytes
 const HUGE: SubscriptionBounds = SubscriptionBounds {
     max_events: usize::MAX / 4,
     max_bytes: usize::MAX / 4,
+    durability: Durability::Committed,
 };
 
 fn op() -> OperationId {
@@ -503,6 +504,7 @@ impl Setup {
                 SubscriptionBounds {
                     max_events: 4096,
                     max_bytes: 8 << 20,
+                    ..SubscriptionBounds::default()
                 },
             )
             .unwrap();
@@ -513,6 +515,7 @@ impl Setup {
                 SubscriptionBounds {
                     max_events: 16,
                     max_bytes: 4096,
+                    ..SubscriptionBounds::default()
                 },
             )
             .unwrap()

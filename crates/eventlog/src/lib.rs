@@ -73,5 +73,5 @@ pub use log::{
 pub use payload::*;
 pub use snapshot::{ImportError, Snapshot};
 pub use subscription::{
-    SubscribeError, Subscription, SubscriptionBounds, SubscriptionError, TryRecvError,
+    Durability, SubscribeError, Subscription, SubscriptionBounds, SubscriptionError, TryRecvError,
 };

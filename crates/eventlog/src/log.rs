@@ -223,6 +223,9 @@ pub struct LogStats {
     pub evicted: u64,
     /// Live subscriptions.
     pub subscribers: usize,
+    /// The durable watermark ([`RunLog::durable_seq`]): every event up to
+    /// it is durable (0 when none is).
+    pub durable_seq: u64,
 }
 
 pub(crate) struct Entry {
@@ -244,7 +247,13 @@ pub(crate) struct State {
     pub(crate) last_ts: u64,
     pub(crate) tracker: LifecycleTracker,
     pub(crate) ended: Option<EndReason>,
+    /// Wakers of `Committed` subscriptions, woken by commits and the end.
     pub(crate) waiters: Vec<(u64, Waker)>,
+    /// The durable watermark: never lowered, never above the last commit.
+    pub(crate) durable_seq: u64,
+    /// Wakers of `Durable` subscriptions, woken when the watermark rises
+    /// and at the end.
+    pub(crate) durable_waiters: Vec<(u64, Waker)>,
     pub(crate) next_subscriber: u64,
     pub(crate) subscribers: usize,
 }
@@ -265,8 +274,26 @@ impl State {
             .map(|e| e.cum_bytes)
     }
 
+    /// `cum_bytes` at `seq`, or at the window's start when `seq` was
+    /// evicted: exact within the window, a floor before it. `seq` is at
+    /// most the last committed sequence.
+    pub(crate) fn cum_floor(&self, seq: u64) -> u64 {
+        match self.cum_at(seq) {
+            Some(cum) => cum,
+            None if seq >= self.last_seq() => self.cum_bytes,
+            None => self.cum_at(self.first_seq - 1).unwrap_or(0),
+        }
+    }
+
     pub(crate) fn last_seq(&self) -> u64 {
         self.next_seq - 1
+    }
+}
+
+/// Wakes and forgets every waker in `waiters`.
+fn wake_all(waiters: &mut Vec<(u64, Waker)>) {
+    for (_, waker) in waiters.drain(..) {
+        waker.wake();
     }
 }
 
@@ -283,6 +310,16 @@ pub(crate) struct Shared {
 /// one lock, checks the lifecycle, appends, evicts oldest-first past the
 /// bounds, and wakes waiting subscribers. It never waits for a subscriber.
 /// Cloning a `RunLog` gives another handle to the same log.
+///
+/// **Durability.** The log also keeps a durable watermark
+/// ([`durable_seq`](Self::durable_seq)) for
+/// [`Durability::Durable`](crate::Durability::Durable) subscriptions. A
+/// commit never raises it: the engine calls
+/// [`mark_durable`](Self::mark_durable), right after the commit when the
+/// run has no required observers, or when its required observers have
+/// acknowledged the event. A fresh log starts at 0; a restored or imported
+/// log starts with every restored event durable (they were read back from
+/// where they were kept).
 ///
 /// ```
 /// use keel_eventlog::*;
@@ -346,6 +383,10 @@ impl RunLog {
                     tracker,
                     ended: None,
                     waiters: Vec::new(),
+                    // Restored events (a snapshot window starts here) are
+                    // durable by definition.
+                    durable_seq: next_seq - 1,
+                    durable_waiters: Vec::new(),
                     next_subscriber: 0,
                     subscribers: 0,
                 }),
@@ -446,6 +487,12 @@ impl RunLog {
             });
         }
         self.append_locked(&mut state, std::sync::Arc::clone(event));
+        // Restored and imported events are durable by definition (they
+        // were read back from where they were kept).
+        if state.durable_seq + 1 == event.seq() {
+            state.durable_seq = event.seq();
+            wake_all(&mut state.durable_waiters);
+        }
         Ok(std::sync::Arc::clone(event))
     }
 
@@ -491,9 +538,29 @@ impl RunLog {
                 None => break,
             }
         }
-        for (_, waker) in state.waiters.drain(..) {
-            waker.wake();
+        wake_all(&mut state.waiters);
+    }
+
+    /// Raises the durable watermark to `min(seq, last committed seq)`:
+    /// every event up to it is durable (the caller acknowledges in
+    /// sequence order). It never lowers the watermark; a lower or equal
+    /// `seq` changes nothing. Wakes the
+    /// [`Durable`](crate::Durability::Durable) subscriptions waiting for
+    /// it. It works after [`close`](Self::close) too: acknowledgements of
+    /// events committed before the close may still arrive.
+    pub fn mark_durable(&self, seq: u64) {
+        let mut state = lock(&self.shared.state);
+        let target = seq.min(state.last_seq());
+        if target > state.durable_seq {
+            state.durable_seq = target;
+            wake_all(&mut state.durable_waiters);
         }
+    }
+
+    /// The durable watermark: every event up to it is durable (0 when
+    /// none is). See [`mark_durable`](Self::mark_durable).
+    pub fn durable_seq(&self) -> u64 {
+        lock(&self.shared.state).durable_seq
     }
 
     /// Subscribes to every event after sequence `after` (0 for all).
@@ -511,8 +578,9 @@ impl RunLog {
         Subscription::new(self.clone(), after, bounds)
     }
 
-    /// Stops taking commits. Subscribers receive what was committed, then a
-    /// typed end (unless they already saw the run's terminal).
+    /// Stops taking commits. Subscribers receive what was committed (a
+    /// `Durable` one: what is durable when it sees the end), then a typed
+    /// end (unless they already saw the run's terminal).
     pub fn close(&self) {
         self.end(EndReason::Closed);
     }
@@ -527,9 +595,8 @@ impl RunLog {
         if state.ended.is_none() {
             state.ended = Some(reason);
         }
-        for (_, waker) in state.waiters.drain(..) {
-            waker.wake();
-        }
+        wake_all(&mut state.waiters);
+        wake_all(&mut state.durable_waiters);
     }
 
     /// Counters and positions.
@@ -542,6 +609,7 @@ impl RunLog {
             retained_bytes: state.retained_bytes,
             evicted: state.evicted,
             subscribers: state.subscribers,
+            durable_seq: state.durable_seq,
         }
     }
 

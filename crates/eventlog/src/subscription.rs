@@ -8,15 +8,41 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// How far behind the live tail one subscription may fall before it is
-/// terminated. Events captured at subscribe time (the replay) do not
-/// count; events committed after it that the consumer has not taken do.
+/// Which events a subscription may see: everything committed, or only
+/// what is durable.
+///
+/// The log's **durable watermark** ([`RunLog::durable_seq`]) is the highest
+/// sequence the engine declared durable with [`RunLog::mark_durable`], all
+/// lower sequences included (it acknowledges in sequence order). The log
+/// never raises it by itself on commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Durability {
+    /// Every committed event, as soon as it is committed. A crash may
+    /// take back events not yet durable: a client resuming from such a
+    /// cursor after a restart may find it ahead of the restored log.
+    #[default]
+    Committed,
+    /// Only events at or below the durable watermark: nothing a crash
+    /// could take back. The subscription waits for
+    /// [`RunLog::mark_durable`] as a `Committed` one waits for commits.
+    Durable,
+}
+
+/// How far behind one subscription may fall before it is terminated, and
+/// which events it sees ([`Durability`]).
+///
+/// Events captured at subscribe time (the replay) do not count toward the
+/// bounds; events that became visible after it (committed, or for a
+/// [`Durability::Durable`] subscription durable) that the consumer has not
+/// taken do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SubscriptionBounds {
     /// Most undelivered live events. Default 4,096.
     pub max_events: usize,
     /// Most undelivered live bytes (retained bytes). Default 8 MiB.
     pub max_bytes: usize,
+    /// Committed (default) or durable events only.
+    pub durability: Durability,
 }
 
 impl Default for SubscriptionBounds {
@@ -24,6 +50,7 @@ impl Default for SubscriptionBounds {
         SubscriptionBounds {
             max_events: 4096,
             max_bytes: 8 << 20,
+            durability: Durability::Committed,
         }
     }
 }
@@ -100,13 +127,19 @@ pub enum SubscriptionError {
         /// Where to resubscribe (`earliest - 1`).
         recovery_cursor: u64,
     },
-    /// The log was closed or shut down before the run ended; every event
-    /// committed before that was delivered.
+    /// The log was closed or shut down before the run ended (or, for a
+    /// [`Durability::Durable`] subscription, before the run's terminal was
+    /// durable); every event this subscription could be given was
+    /// delivered.
     #[error("log {reason} after seq {last_seq}")]
     Ended {
         /// Closed or shut down.
         reason: EndReason,
-        /// The last committed (and delivered) sequence.
+        /// The last sequence this subscription could be given: the last
+        /// committed one for a `Committed` subscription, the durable
+        /// watermark when it saw the end for a `Durable` one (events after
+        /// it were committed but not durable, and were not delivered). A
+        /// resubscription after it, on the restored log, continues.
         last_seq: u64,
     },
 }
@@ -174,7 +207,7 @@ impl Subscription {
         after: u64,
         bounds: SubscriptionBounds,
     ) -> Result<Subscription, SubscribeError> {
-        let (id, buffer, latest) = {
+        let (id, buffer, taken) = {
             let mut state = lock(&log.shared.state);
             let latest = state.last_seq();
             if after > latest {
@@ -191,17 +224,22 @@ impl Subscription {
                     recovery_cursor: state.first_seq - 1,
                 });
             }
+            // A durable subscription replays up to the watermark; with a
+            // cursor above it, nothing until the watermark passes it.
+            let taken = visible(&state, bounds.durability).max(after);
             let skip = usize::try_from(after + 1 - state.first_seq).unwrap_or(usize::MAX);
+            let count = usize::try_from(taken - after).unwrap_or(usize::MAX);
             let buffer: VecDeque<Arc<Event>> = state
                 .entries
                 .iter()
                 .skip(skip)
+                .take(count)
                 .map(|e| Arc::clone(&e.event))
                 .collect();
             let id = state.next_subscriber;
             state.next_subscriber += 1;
             state.subscribers += 1;
-            (id, buffer, latest)
+            (id, buffer, taken)
         };
         Ok(Subscription {
             log,
@@ -209,7 +247,7 @@ impl Subscription {
                 id,
                 bounds,
                 buffer,
-                taken: latest,
+                taken,
                 delivered: after,
                 pending: None,
                 finished: false,
@@ -229,58 +267,24 @@ impl Subscription {
 }
 
 impl Cursor {
-    /// Moves newly committed events into the buffer, or records why the
+    /// Moves newly visible events into the buffer, or records why the
     /// subscription must end. Returns whether anything changed.
     fn refill(&mut self, state: &State) -> bool {
         let latest = state.last_seq();
-        if self.taken == latest && self.pending.is_none() && state.tracker.run_ended() {
-            // Caught up on a run that has ended: its terminal was at or
-            // before the cursor, and nothing can follow it.
+        let limit = visible(state, self.bounds.durability);
+        if self.taken == latest
+            && limit == latest
+            && self.pending.is_none()
+            && state.tracker.run_ended()
+        {
+            // Caught up on a run that has ended (and, for a durable
+            // subscription, whose terminal is durable): its terminal was at
+            // or before the cursor, and nothing can follow it.
             self.finished = true;
             return true;
         }
-        if self.taken < latest {
-            // Live lag counts from the last event taken: the replay
-            // captured at subscribe time is not part of it.
-            let base = self.taken;
-            let lag_events = latest - base;
-            let lag_bytes = match state.cum_at(base) {
-                Some(cum) => state.cum_bytes - cum,
-                // The next event was already evicted: the retained bytes
-                // are a lower bound of the lag.
-                None => state.cum_bytes - state.cum_at(state.first_seq - 1).unwrap_or(0),
-            };
-            if lag_events > self.bounds.max_events as u64
-                || lag_bytes > self.bounds.max_bytes as u64
-            {
-                self.pending = Some(SubscriptionError::SlowConsumer {
-                    last_delivered: self.delivered,
-                    recovery_cursor: self.delivered,
-                    lag_events,
-                    lag_bytes,
-                    max_events: self.bounds.max_events,
-                    max_bytes: self.bounds.max_bytes,
-                });
-                // Take nothing more from the log.
-                self.taken = u64::MAX;
-                return true;
-            }
-            if self.taken + 1 < state.first_seq {
-                // Within its bounds, but the log's retention is smaller
-                // than them and the next event is already gone.
-                self.pending = Some(SubscriptionError::Evicted {
-                    last_delivered: self.delivered,
-                    earliest: state.first_seq,
-                    recovery_cursor: state.first_seq - 1,
-                });
-                self.taken = u64::MAX;
-                return true;
-            }
-            let start = usize::try_from(self.taken + 1 - state.first_seq).unwrap_or(usize::MAX);
-            for entry in state.entries.iter().skip(start).take(BATCH) {
-                self.buffer.push_back(Arc::clone(&entry.event));
-                self.taken = entry.event.seq();
-            }
+        if self.taken < limit {
+            self.take(state, limit);
             return true;
         }
         if let Some(reason) = state.ended
@@ -289,12 +293,53 @@ impl Cursor {
         {
             self.pending = Some(SubscriptionError::Ended {
                 reason,
-                last_seq: latest,
+                last_seq: limit,
             });
             self.taken = u64::MAX;
             return true;
         }
         false
+    }
+
+    /// Takes the events after `taken` up to `limit` (at most a batch), or
+    /// ends the subscription if they are over its bounds or evicted.
+    fn take(&mut self, state: &State, limit: u64) {
+        // Live lag counts from the last event taken: the replay captured
+        // at subscribe time is not part of it.
+        let base = self.taken;
+        let lag_events = limit - base;
+        // Evicted positions count from the window's start: a lower bound.
+        let lag_bytes = state.cum_floor(limit) - state.cum_floor(base);
+        if lag_events > self.bounds.max_events as u64 || lag_bytes > self.bounds.max_bytes as u64 {
+            self.pending = Some(SubscriptionError::SlowConsumer {
+                last_delivered: self.delivered,
+                recovery_cursor: self.delivered,
+                lag_events,
+                lag_bytes,
+                max_events: self.bounds.max_events,
+                max_bytes: self.bounds.max_bytes,
+            });
+            // Take nothing more from the log.
+            self.taken = u64::MAX;
+            return;
+        }
+        if self.taken + 1 < state.first_seq {
+            // Within its bounds, but the log's retention is smaller than
+            // them and the next event is already gone.
+            self.pending = Some(SubscriptionError::Evicted {
+                last_delivered: self.delivered,
+                earliest: state.first_seq,
+                recovery_cursor: state.first_seq - 1,
+            });
+            self.taken = u64::MAX;
+            return;
+        }
+        let start = usize::try_from(self.taken + 1 - state.first_seq).unwrap_or(usize::MAX);
+        let count = usize::try_from(lag_events).unwrap_or(usize::MAX).min(BATCH);
+        for entry in state.entries.iter().skip(start).take(count) {
+            self.buffer.push_back(Arc::clone(&entry.event));
+            self.taken = entry.event.seq();
+        }
     }
 
     fn next_ready(&mut self) -> Option<Result<Arc<Event>, TryRecvError>> {
@@ -354,12 +399,17 @@ impl Subscription {
         match self.cursor.next_ready() {
             Some(ready) => Poll::Ready(convert(ready)),
             None => {
-                // Registered under the same lock the commit takes: a
-                // commit after our check necessarily sees this waker.
+                // Registered under the same lock the commit (or, for a
+                // durable subscription, `mark_durable`) takes: one after
+                // our check necessarily sees this waker.
                 let id = self.cursor.id;
-                match state.waiters.iter_mut().find(|(w, _)| *w == id) {
+                let waiters = match self.cursor.bounds.durability {
+                    Durability::Committed => &mut state.waiters,
+                    Durability::Durable => &mut state.durable_waiters,
+                };
+                match waiters.iter_mut().find(|(w, _)| *w == id) {
                     Some((_, waker)) => waker.clone_from(cx.waker()),
-                    None => state.waiters.push((id, cx.waker().clone())),
+                    None => waiters.push((id, cx.waker().clone())),
                 }
                 Poll::Pending
             }
@@ -380,6 +430,18 @@ impl Drop for Subscription {
         let mut state = lock(&self.log.shared.state);
         state.subscribers = state.subscribers.saturating_sub(1);
         let id = self.cursor.id;
-        state.waiters.retain(|(w, _)| *w != id);
+        match self.cursor.bounds.durability {
+            Durability::Committed => state.waiters.retain(|(w, _)| *w != id),
+            Durability::Durable => state.durable_waiters.retain(|(w, _)| *w != id),
+        }
+    }
+}
+
+/// The last sequence a subscription of `durability` may be given now.
+fn visible(state: &State, durability: Durability) -> u64 {
+    match durability {
+        Durability::Committed => state.last_seq(),
+        // Never above the last commit (`mark_durable` clamps).
+        Durability::Durable => state.durable_seq.min(state.last_seq()),
     }
 }

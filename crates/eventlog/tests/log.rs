@@ -276,6 +276,7 @@ fn slow_consumer_is_cut_off_and_never_blocks_a_commit() {
     let bounds = SubscriptionBounds {
         max_events: 3,
         max_bytes: 1 << 20,
+        ..Default::default()
     };
     let mut slow = log.subscribe(0, bounds).unwrap();
     let mut fast = log.subscribe(0, bounds).unwrap();
@@ -324,6 +325,7 @@ fn byte_bound_cuts_off_too() {
             SubscriptionBounds {
                 max_events: 1000,
                 max_bytes: 2048,
+                ..Default::default()
             },
         )
         .unwrap();
@@ -589,7 +591,7 @@ proptest! {
         let cfg = LogConfig { max_events, max_bytes: 48 << 10, ..small() };
         let (log, _) = log_with(cfg.clone());
         started_model(&log);
-        let mut sub = log.subscribe(0, SubscriptionBounds { max_events: 100_000, max_bytes: usize::MAX }).unwrap();
+        let mut sub = log.subscribe(0, SubscriptionBounds { max_events: 100_000, max_bytes: usize::MAX, ..Default::default() }).unwrap();
         let mut seen = Vec::new();
         for (i, n) in sizes.iter().enumerate() {
             log.commit(&delta(1, "op_1", &"q".repeat(*n))).unwrap();
@@ -640,6 +642,7 @@ fn events_evicted_before_they_were_taken_end_the_subscription_typed() {
             SubscriptionBounds {
                 max_events: 1000,
                 max_bytes: usize::MAX,
+                ..Default::default()
             },
         )
         .unwrap();

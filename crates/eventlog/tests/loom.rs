@@ -13,11 +13,15 @@
 //! ```
 //!
 //! Each model sets its own preemption bound (4 for the two-thread models,
-//! 3 for the three-thread one) unless `LOOM_MAX_PREEMPTIONS` is set, which
-//! then applies to all of them. With the defaults the whole file runs in
-//! about 1.5 s (after a ~3 min first release build of loom and deps);
-//! `LOOM_MAX_PREEMPTIONS=4` takes about 5 s (the three-thread model grows
-//! fastest: 47k iterations at 4, 640k and 70 s at 6). Each model prints
+//! 3 for `close_racing_commit_drained_concurrently`, 2 for the spinning
+//! marker of `durable_stream_racing_commit_and_mark`, 420k iterations and
+//! 40 s at 3) unless `LOOM_MAX_PREEMPTIONS` is set, which then applies to
+//! all of them. With the defaults the whole file runs in
+//! about 2.5 s (after a ~3 min first release build of loom and deps);
+//! `LOOM_MAX_PREEMPTIONS=4` takes about 5 s without
+//! `durable_stream_racing_commit_and_mark` (skip it with `--skip`; it is
+//! the fastest growing) (`close_racing_commit_drained_concurrently` grows
+//! next fastest: 47k iterations at 4, 640k and 70 s at 6). Each model prints
 //! its iteration count and run time (visible with `--nocapture`).
 //!
 //! To see the interleaving of a failure, rerun the one model with
@@ -38,12 +42,17 @@
 //!   (a lost wakeup is a loom deadlock);
 //! - `drop_pending_stream_racing_commit`: a subscription dropped with its
 //!   waker registered, racing a commit that wakes it, leaves no waker,
-//!   subscriber count or loom `Arc` behind.
+//!   subscriber count or loom `Arc` behind;
+//! - `durable_stream_wakeup_mark`, `durable_stream_wakeup_close`: a
+//!   `Durable` stream is woken by `mark_durable` (and by a close after
+//!   it), never shows an event above the watermark, and ends at it;
+//! - `durable_stream_racing_commit_and_mark`: commits and marks racing on
+//!   two threads; the durable stream sees 2, 3 in order and finishes.
 
 use futures_util::StreamExt;
 use keel_eventlog::{
-    CommitError, EndReason, EventKind, LogConfig, Payload, RunCompleted, RunLog, RunStarted,
-    SubscriptionBounds, SubscriptionError, SystemClock, TryRecvError,
+    CommitError, Durability, EndReason, EventKind, LogConfig, Payload, RunCompleted, RunLog,
+    RunStarted, SubscriptionBounds, SubscriptionError, SystemClock, TryRecvError,
 };
 use keel_message::{CanonicalJson, RunId};
 use loom::sync::atomic::AtomicBool;
@@ -194,6 +203,7 @@ fn slow_consumer_racing_commit() {
         let bounds = SubscriptionBounds {
             max_events: 1,
             max_bytes: 1 << 20,
+            ..SubscriptionBounds::default()
         };
         let mut sub = log.subscribe(1, bounds).unwrap();
         let done = Done::new(AtomicBool::new(false));
@@ -459,5 +469,118 @@ fn drop_pending_stream_racing_commit() {
             "{first:?}"
         );
         assert_eq!(log.stats().subscribers, 0);
+    });
+}
+
+fn durable() -> SubscriptionBounds {
+    SubscriptionBounds {
+        durability: Durability::Durable,
+        ..SubscriptionBounds::default()
+    }
+}
+
+/// Drains a durable stream under `block_on`, checking each event against
+/// the watermark (which never goes down, so reading it after delivery
+/// bounds the one at delivery).
+fn follow_durable(log: RunLog) -> Vec<Result<u64, SubscriptionError>> {
+    let mut sub = log.subscribe(1, durable()).unwrap();
+    loom::future::block_on(async move {
+        let mut items = Vec::new();
+        while let Some(item) = sub.next().await {
+            if let Ok(e) = &item {
+                assert!(e.seq() <= log.durable_seq(), "above the watermark");
+            }
+            items.push(item.map(|e| e.seq()));
+        }
+        assert!(sub.next().await.is_none());
+        items
+    })
+}
+
+/// Seq 2 and 3 are committed; A marks them durable (and then, with
+/// `close`, closes the log after marking only 2). A waker registered after
+/// the consumer's check but missed by `mark_durable` would park it
+/// forever: a loom deadlock.
+fn durable_stream_wakeup(close: bool) {
+    let log = started_log();
+    log.mark_durable(1);
+    log.commit(&note()).unwrap();
+    log.commit(&run_completed()).unwrap();
+    let marker = {
+        let log = log.clone();
+        thread::spawn(move || {
+            log.mark_durable(2);
+            if close {
+                log.close();
+            } else {
+                log.mark_durable(3);
+            }
+        })
+    };
+    let consumer = {
+        let log = log.clone();
+        thread::spawn(move || follow_durable(log))
+    };
+    marker.join().unwrap();
+    let items = consumer.join().unwrap();
+    if close {
+        let end = Err(SubscriptionError::Ended {
+            reason: EndReason::Closed,
+            last_seq: 2,
+        });
+        assert_eq!(items, vec![Ok(2), end]);
+    } else {
+        assert_eq!(items, vec![Ok(2), Ok(3)]);
+    }
+    assert_eq!(log.stats().subscribers, 0);
+}
+
+#[test]
+fn durable_stream_wakeup_mark() {
+    check("durable_stream_wakeup_mark", 4, || {
+        durable_stream_wakeup(false)
+    });
+}
+
+#[test]
+fn durable_stream_wakeup_close() {
+    check("durable_stream_wakeup_close", 4, || {
+        durable_stream_wakeup(true)
+    });
+}
+
+/// A commits seq 2 and 3 (the terminal); B marks each durable once it is
+/// committed (as an acknowledging observer would); C follows the durable
+/// stream. C sees exactly 2, 3 and the stream ends.
+#[test]
+fn durable_stream_racing_commit_and_mark() {
+    check("durable_stream_racing_commit_and_mark", 2, || {
+        let log = started_log();
+        log.mark_durable(1);
+        let committer = {
+            let log = log.clone();
+            thread::spawn(move || {
+                log.commit(&note()).unwrap();
+                log.commit(&run_completed()).unwrap();
+            })
+        };
+        let marker = {
+            let log = log.clone();
+            thread::spawn(move || {
+                while log.durable_seq() < 3 {
+                    // Clamped to what is committed: never ahead of it.
+                    log.mark_durable(log.durable_seq() + 1);
+                    assert!(log.durable_seq() <= log.stats().last_seq);
+                    thread::yield_now();
+                }
+            })
+        };
+        let consumer = {
+            let log = log.clone();
+            thread::spawn(move || follow_durable(log))
+        };
+        committer.join().unwrap();
+        marker.join().unwrap();
+        assert_eq!(consumer.join().unwrap(), vec![Ok(2), Ok(3)]);
     });
 }

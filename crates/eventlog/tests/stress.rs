@@ -330,10 +330,12 @@ impl Kind {
             Kind::TinyEvents => SubscriptionBounds {
                 max_events: 2,
                 max_bytes: 1 << 20,
+                ..SubscriptionBounds::default()
             },
             Kind::TinyBytes => SubscriptionBounds {
                 max_events: 4096,
                 max_bytes: 1024,
+                ..SubscriptionBounds::default()
             },
         }
     }

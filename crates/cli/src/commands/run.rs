@@ -256,6 +256,7 @@ impl LiveView {
         let bounds = SubscriptionBounds {
             max_events: usize::MAX,
             max_bytes: usize::MAX,
+            ..Default::default()
         };
         let log = handle.log().clone();
         let mut subscription = handle

@@ -35,6 +35,7 @@ use std::time::Duration;
 pub const DEFAULT_BOUNDS: SubscriptionBounds = SubscriptionBounds {
     max_events: 4096,
     max_bytes: 8 << 20,
+    durability: keel_eventlog::Durability::Committed,
 };
 /// Smallest `max_bytes` a client may ask for.
 const MIN_BYTES: usize = 4096;
@@ -148,6 +149,7 @@ impl EventsRequest {
                     .max_bytes
                     .unwrap_or(DEFAULT_BOUNDS.max_bytes)
                     .clamp(MIN_BYTES, DEFAULT_BOUNDS.max_bytes),
+                ..Default::default()
             },
         })
     }
