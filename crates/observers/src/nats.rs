@@ -16,12 +16,17 @@
 //!   already stored under the same run and seq). What a `PubAck` means for
 //!   durability depends on the stream's storage, replicas and the server's
 //!   sync settings: see `docs/rfc/implemented/2026-11-30-jetstream.md`.
-//! - **Deduplication.** Each message carries `Nats-Msg-Id: <run_id>:<seq>`.
-//!   A retried publish (e.g. after the pipeline's deadline dropped a
-//!   future whose publish did land) is answered by the server as a
-//!   duplicate; the observer then reads the stored message and returns
+//! - **Deduplication.** Each message carries `Nats-Msg-Id:
+//!   <run_id>:<seq>:<writer>`, `<writer>` a NUID drawn when the observer
+//!   is created. A retried publish (e.g. after the pipeline's deadline
+//!   dropped a future whose publish did land) is answered by the server as
+//!   a duplicate; the observer then reads the stored message and returns
 //!   `Ok` only if its bytes are identical, [`ObserverError::Conflict`]
-//!   otherwise.
+//!   otherwise. A retry the duplicate window does not cover (another
+//!   observer's, or a late one) is recognised by the expected sequence
+//!   below: the same bytes just after the run's known tail, or at the
+//!   tail, are `Ok`. (Recovery, [`crate::nats_recovery`], publishes with
+//!   `<run_id>:<seq>`.)
 //! - **One writer per run.** Each publish carries
 //!   `Nats-Expected-Last-Subject-Sequence`: the stream sequence of the
 //!   run's previous event as this observer last saw it acked (0 for seq 1).
@@ -34,6 +39,28 @@
 //!   retries the event that failed, which is the tail).
 //! - **Contiguity.** An event more than one past the run's last stored seq
 //!   is [`ObserverError::Gap`] and nothing is published.
+//! - **Batches.** [`observe_batch`](RequiredObserver::observe_batch)
+//!   publishes a run's consecutive events back to back (up to 256 in
+//!   flight) and then awaits the `PubAck`s in order; the first refusal at
+//!   index `k` is `BatchError { acknowledged: k, .. }` and nothing after it
+//!   counts. The expected last *subject* sequence cannot be computed ahead:
+//!   the stream is shared by every run, so the stream sequence an event
+//!   will get depends on what other runs publish meanwhile, and a guessed
+//!   value that happened to match after a refused message would let the
+//!   next one in behind a gap. So only the first message of a batch
+//!   carries `Nats-Expected-Last-Subject-Sequence` (the run's known tail,
+//!   as for one event); each next one carries `Nats-Expected-Last-Msg-Id`
+//!   = the id of the message before it in the batch, which names this
+//!   observer (`<writer>`), so the server stores it only if the stream's
+//!   last message is this observer's previous event of the run. By
+//!   induction every stored message of a batch directly follows the
+//!   previous one on the run's subject, with nothing of another writer in
+//!   between, and once one is refused none after it can be stored (its id
+//!   was never stored). The price: any other message stored in between
+//!   (another host's run; a concurrent run on this connection is held off
+//!   by a lock while a batch is sent) breaks the chain at that point; that
+//!   is not a refusal: the acknowledged prefix is kept and the rest is
+//!   published again as a new batch, from the known tail.
 //! - **Server down.** Publishes wait for the client to reconnect; the
 //!   pipeline's deadline (or the observer's own ack timeout) bounds the
 //!   wait and the event is refused with a typed error. Nothing is ever
@@ -50,7 +77,9 @@
 //!   [`JetStreamRecovery`](crate::nats_recovery::JetStreamRecovery).
 
 use crate::nats_recovery::{HostHeartbeat, Ownership};
-use crate::observer::{ObserveFuture, ObserverError, RequiredObserver};
+use crate::observer::{
+    BatchError, ObserveBatchFuture, ObserveFuture, ObserverError, RequiredObserver,
+};
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -63,6 +92,10 @@ use std::time::Duration;
 pub const DEFAULT_STREAM: &str = "KEEL_EVENTS";
 /// The default subject prefix; run `R` publishes to `<prefix>.R`.
 pub const DEFAULT_SUBJECT_PREFIX: &str = "keel.runs";
+
+/// Most messages one batch has in flight before it waits for their acks
+/// (the client's default ack window is 5,000, shared by every run).
+const MAX_IN_FLIGHT: usize = 256;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -222,6 +255,41 @@ pub(crate) enum Published {
     WrongLastSequence,
 }
 
+/// What ties a published message to what precedes it on the stream.
+pub(crate) enum Expect {
+    /// `Nats-Expected-Last-Subject-Sequence`: the run's subject ends at
+    /// this stream sequence (0: the subject is empty).
+    SubjectSequence(u64),
+    /// `Nats-Expected-Last-Msg-Id`: the stream's last stored message
+    /// carries this id (a message of the same batch, just before).
+    LastMessageId(String),
+}
+
+/// The server's answer to a publish whose ack was awaited.
+pub(crate) enum Answer {
+    /// Stored, deduplicated, or the subject moved.
+    Published(Published),
+    /// The stream's last message is not the one named by
+    /// [`Expect::LastMessageId`]: nothing was stored.
+    ChainBroken,
+}
+
+/// Classifies the server's answer to one publish.
+pub(crate) fn answer(
+    ack: Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
+) -> Result<Answer, String> {
+    use jetstream::context::PublishErrorKind;
+    match ack {
+        Ok(ack) if ack.duplicate => Ok(Answer::Published(Published::Duplicate(ack.sequence))),
+        Ok(ack) => Ok(Answer::Published(Published::Stored(ack.sequence))),
+        Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+            Ok(Answer::Published(Published::WrongLastSequence))
+        }
+        Err(e) if e.kind() == PublishErrorKind::WrongLastMessageId => Ok(Answer::ChainBroken),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 impl JetStreamHandle {
     /// Publishes `event`'s line to its run's subject with `Nats-Msg-Id:
     /// <run_id>:<seq>` and `Nats-Expected-Last-Subject-Sequence:
@@ -232,25 +300,62 @@ impl JetStreamHandle {
         event: &Event,
         expected: u64,
     ) -> Result<Published, String> {
-        let run_id = event.run_id().as_str();
+        let id = format!("{}:{}", event.run_id(), event.seq());
+        self.publish_as(event, id, Expect::SubjectSequence(expected))
+            .await
+    }
+
+    /// [`publish_event`](Self::publish_event) with the given message id and
+    /// tie.
+    pub(crate) async fn publish_as(
+        &self,
+        event: &Event,
+        id: String,
+        expect: Expect,
+    ) -> Result<Published, String> {
+        let ack = self.send_event(event, id, expect).await;
+        match ack {
+            Ok(ack) => match answer(ack.await)? {
+                Answer::Published(published) => Ok(published),
+                Answer::ChainBroken => Err("wrong last message id".to_owned()),
+            },
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Sends `event`'s line with `Nats-Msg-Id: id` and the `expect` header,
+    /// without waiting for the ack: the future yields it.
+    pub(crate) async fn send_event(
+        &self,
+        event: &Event,
+        id: String,
+        expect: Expect,
+    ) -> Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError> {
         let msg = jetstream::message::PublishMessage::build()
             .payload(Bytes::copy_from_slice(event.line().as_bytes()))
-            .message_id(format!("{run_id}:{}", event.seq()))
-            .expected_last_subject_sequence(expected);
-        let ack = match self
-            .context
-            .send_publish(self.config.subject(run_id), msg)
+            .message_id(id);
+        let msg = match expect {
+            Expect::SubjectSequence(seq) => msg.expected_last_subject_sequence(seq),
+            Expect::LastMessageId(last) => msg.expected_last_message_id(last),
+        };
+        self.context
+            .send_publish(self.config.subject(event.run_id().as_str()), msg)
+            .await
+    }
+
+    /// The first message on `run_id`'s subject at or after `stream_seq`.
+    pub(crate) async fn first_from(
+        &self,
+        run_id: &str,
+        stream_seq: u64,
+    ) -> Result<Option<(u64, Bytes)>, String> {
+        match self
+            .stream
+            .get_first_raw_message_by_subject(&self.config.subject(run_id), stream_seq)
             .await
         {
-            Ok(fut) => fut.await,
-            Err(e) => Err(e),
-        };
-        match ack {
-            Ok(ack) if ack.duplicate => Ok(Published::Duplicate(ack.sequence)),
-            Ok(ack) => Ok(Published::Stored(ack.sequence)),
-            Err(e) if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
-                Ok(Published::WrongLastSequence)
-            }
+            Ok(m) => Ok(Some((m.sequence, m.payload))),
+            Err(e) if e.kind() == stream::RawMessageErrorKind::NoMessageFound => Ok(None),
             Err(e) => Err(e.to_string()),
         }
     }
@@ -276,6 +381,11 @@ struct RunState {
 pub struct JetStreamObserver {
     handle: JetStreamHandle,
     name: String,
+    /// This observer's own token in its message ids (a NUID).
+    writer: String,
+    /// Held while one batch sends, so that batches of concurrent runs do
+    /// not interleave on the connection (which would break their chains).
+    sending: tokio::sync::Mutex<()>,
     runs: Mutex<HashMap<String, RunState>>,
     /// The host this observer records as the owner of the runs it starts
     /// (started on the first `run.started` unless given).
@@ -323,8 +433,12 @@ impl JetStreamObserver {
     /// buckets' defaults) on the current tokio runtime; the heartbeat
     /// stops when the observer is dropped.
     pub fn new(handle: JetStreamHandle) -> JetStreamObserver {
+        let inbox = handle.context.client().new_inbox();
+        let writer = inbox.rsplit('.').next().unwrap_or(&inbox).to_owned();
         JetStreamObserver {
             name: format!("jetstream:{}", handle.config.stream),
+            writer,
+            sending: tokio::sync::Mutex::new(()),
             handle,
             runs: Mutex::new(HashMap::new()),
             host: tokio::sync::OnceCell::new(),
@@ -448,8 +562,11 @@ impl JetStreamObserver {
         if is_run_start(event) {
             self.own(event).await?;
         }
-        let answer = self.handle.publish_event(event, expected).await;
-        self.settle(event, answer).await?;
+        let answer = self
+            .handle
+            .publish_as(event, self.id(event), Expect::SubjectSequence(expected))
+            .await;
+        self.settle(event, answer, expected).await?;
         if is_run_terminal(event)
             && let Some(host) = self.host.get()
         {
@@ -459,12 +576,19 @@ impl JetStreamObserver {
         Ok(())
     }
 
+    /// `<run_id>:<seq>:<writer>`: deduplicates this observer's retries,
+    /// and names a message no other writer can have stored.
+    fn id(&self, event: &Event) -> String {
+        format!("{}:{}:{}", event.run_id(), event.seq(), self.writer)
+    }
+
     /// `Ok` when the server's answer shows `event`'s bytes stored at its
-    /// seq.
+    /// seq. `expected` is the subject sequence the publish expected.
     async fn settle(
         &self,
         event: &Event,
         answer: Result<Published, String>,
+        expected: u64,
     ) -> Result<(), ObserverError> {
         let line = event.line().as_bytes();
         match answer {
@@ -485,21 +609,147 @@ impl JetStreamObserver {
                 Ok(())
             }
             Ok(Published::WrongLastSequence) => {
-                // Someone else wrote this run, or this is a retry outside
-                // the duplicate window: same bytes at the tail is a retry.
-                match self.handle.last_of(event.run_id().as_str()).await {
-                    Ok(Some((stream_seq, stored)))
-                        if stored == line && seq_of(&stored) == Some(event.seq()) =>
+                // Someone else wrote this run, or this is a retry that the
+                // duplicate window no longer covers (or of another
+                // observer's message): the same bytes just after the
+                // expected message, or at the tail, is a retry.
+                let run_id = event.run_id().as_str();
+                let next = if expected > 0 || event.seq() == 1 {
+                    self.handle.first_from(run_id, expected + 1).await
+                } else {
+                    Ok(None)
+                };
+                for found in [next, self.handle.last_of(run_id).await] {
+                    if let Ok(Some((stream_seq, stored))) = found
+                        && stored == line
+                        && seq_of(&stored) == Some(event.seq())
                     {
                         self.remember(event, stream_seq);
-                        Ok(())
+                        return Ok(());
                     }
-                    _ => Err(self.conflict(event)),
                 }
+                Err(self.conflict(event))
             }
             Err(e) => Err(ObserverError::Failed(format!("jetstream publish: {e}"))),
         }
     }
+}
+
+impl JetStreamObserver {
+    /// Publishes the batch chain by chain until every event is
+    /// acknowledged or one is refused.
+    async fn publish_batch(&self, events: &[Arc<Event>]) -> Result<(), BatchError> {
+        let mut done = 0;
+        while done < events.len() {
+            let at = done;
+            done += self
+                .publish_chain(&events[at..])
+                .await
+                .map_err(|(k, source)| BatchError {
+                    acknowledged: at + k,
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Publishes a chain from `events[0]` without waiting for each ack and
+    /// returns how many leading events are acknowledged (at least one), or
+    /// how many were before the refused one. A chain is the longest run of
+    /// consecutive seqs of one run (at most [`MAX_IN_FLIGHT`]) starting
+    /// just after the run's known tail; anything else (a retry of a known
+    /// event, a gap, a lone event) goes the one-event way.
+    async fn publish_chain(&self, events: &[Arc<Event>]) -> Result<usize, (usize, ObserverError)> {
+        let first = &events[0];
+        let state = self.state(first).await.map_err(|e| (0, e))?;
+        let len = chain_len(events);
+        if first.seq() != state.seq + 1 || len == 1 {
+            self.publish(first).await.map_err(|e| (0, e))?;
+            return Ok(1);
+        }
+        let chain = &events[..len];
+        if is_run_start(first) {
+            self.own(first).await.map_err(|e| (0, e))?;
+        }
+        let acks = self.send_chain(chain, state.stream_seq).await;
+        let acked = self.collect(chain, acks, state.stream_seq).await?;
+        if chain[..acked].iter().any(|e| is_run_terminal(e))
+            && let Some(host) = self.host.get()
+        {
+            // Best effort: a stale record of an ended run is harmless.
+            let _ = host.release(first.run_id()).await;
+        }
+        Ok(acked)
+    }
+
+    /// Sends the chain's messages back to back: the first expects the
+    /// subject to end at `tail`, each next one that the stream's last
+    /// message is the one before it. Stops at the first send that fails.
+    async fn send_chain(
+        &self,
+        chain: &[Arc<Event>],
+        tail: u64,
+    ) -> Vec<Result<jetstream::context::PublishAckFuture, String>> {
+        let _sending = self.sending.lock().await;
+        let mut acks = Vec::with_capacity(chain.len());
+        let mut expect = Expect::SubjectSequence(tail);
+        for event in chain {
+            let id = self.id(event);
+            let sent = self.handle.send_event(event, id.clone(), expect).await;
+            let failed = sent.is_err();
+            acks.push(sent.map_err(|e| e.to_string()));
+            if failed {
+                break;
+            }
+            expect = Expect::LastMessageId(id);
+        }
+        acks
+    }
+
+    /// Awaits the acks in order. A broken chain at index `k` (another
+    /// message got in between) is not a refusal: `Ok(k)`, and the caller
+    /// goes on from there; nothing after `k` was stored by this chain.
+    async fn collect(
+        &self,
+        chain: &[Arc<Event>],
+        acks: Vec<Result<jetstream::context::PublishAckFuture, String>>,
+        tail: u64,
+    ) -> Result<usize, (usize, ObserverError)> {
+        for (i, (event, ack)) in chain.iter().zip(acks).enumerate() {
+            let answer = match ack {
+                Ok(ack) => answer(ack.await),
+                Err(e) => Err(e),
+            };
+            let published = match answer {
+                Ok(Answer::ChainBroken) if i > 0 => return Ok(i),
+                Ok(Answer::ChainBroken) => Err("wrong last message id".to_owned()),
+                Ok(Answer::Published(published)) => Ok(published),
+                Err(e) => Err(e),
+            };
+            let expected = if i == 0 { tail } else { 0 };
+            self.settle(event, published, expected)
+                .await
+                .map_err(|e| (i, e))?;
+        }
+        Ok(chain.len())
+    }
+}
+
+/// How many leading events form one chain: consecutive seqs of one run,
+/// no second `run.started` (its owner record comes first), at most
+/// [`MAX_IN_FLIGHT`].
+fn chain_len(events: &[Arc<Event>]) -> usize {
+    let first = &events[0];
+    let next = events
+        .iter()
+        .enumerate()
+        .skip(1)
+        .take(MAX_IN_FLIGHT - 1)
+        .find(|(i, e)| {
+            e.run_id() != first.run_id() || e.seq() != first.seq() + *i as u64 || is_run_start(e)
+        })
+        .map(|(i, _)| i);
+    next.unwrap_or(events.len().min(MAX_IN_FLIGHT))
 }
 
 impl RequiredObserver for JetStreamObserver {
@@ -509,6 +759,13 @@ impl RequiredObserver for JetStreamObserver {
 
     fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
         Box::pin(self.publish(event))
+    }
+
+    /// Publishes the batch without waiting for each `PubAck`, then awaits
+    /// them in order: `BatchError { acknowledged: k, .. }` at the first
+    /// refusal, nothing after it counted. See the module docs ("Batches").
+    fn observe_batch<'a>(&'a self, events: &'a [Arc<Event>]) -> ObserveBatchFuture<'a> {
+        Box::pin(self.publish_batch(events))
     }
 }
 

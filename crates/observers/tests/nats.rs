@@ -1042,3 +1042,178 @@ async fn local_copies_take_the_terminals_another_gateway_wrote() {
     a.close().unwrap();
     c.close().unwrap();
 }
+
+// ------------------------------------------------------- observe_batch
+
+/// The stream messages of a run's subject: (stream seq, headers, line).
+async fn subject_messages(
+    handle: &JetStreamHandle,
+    run_id: &str,
+) -> Vec<(u64, async_nats::HeaderMap, String)> {
+    let stream = handle.context().get_stream("KEEL_EVENTS").await.unwrap();
+    let subject = handle.config().subject(run_id);
+    let mut out = Vec::new();
+    let mut from = 1;
+    while let Ok(m) = stream
+        .get_first_raw_message_by_subject(&subject, from)
+        .await
+    {
+        from = m.sequence + 1;
+        let line = String::from_utf8(m.payload.to_vec()).unwrap();
+        out.push((m.sequence, m.headers, line));
+    }
+    out
+}
+
+fn header(headers: &async_nats::HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).map(|v| v.as_str().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_published_without_waiting_per_event_and_acked_in_order() {
+    if !have_nats_server() {
+        return;
+    }
+    let server = NatsServer::start("batch");
+    let observer = JetStreamObserver::connect(server.config()).await.unwrap();
+    let run = Run::new("run_batch");
+    let events = run.whole(300);
+    // Two batches: the second continues where the first ended (the
+    // engine's window), the first crosses the 256-in-flight bound.
+    observer.observe_batch(&events[..280]).await.unwrap();
+    observer.observe_batch(&events[280..]).await.unwrap();
+    let stored = subject_messages(observer.handle(), "run_batch").await;
+    let lines: Vec<&str> = stored.iter().map(|(_, _, l)| l.as_str()).collect();
+    let want: Vec<&str> = events.iter().map(|e| e.line()).collect();
+    assert_eq!(lines, want, "every event once, in order, byte for byte");
+    // The chain: the first of a batch expects the subject's tail, each
+    // next one the id of the message before it (nothing waited between).
+    let ids: Vec<String> = stored
+        .iter()
+        .map(|(_, h, _)| header(h, "Nats-Msg-Id").unwrap())
+        .collect();
+    let chained = stored
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(i, (_, h, _))| {
+            header(h, "Nats-Expected-Last-Msg-Id").as_deref() == Some(ids[i - 1].as_str())
+        })
+        .count();
+    assert!(chained >= 250, "only {chained} of {} chained", stored.len());
+    assert_eq!(
+        header(&stored[0].1, "Nats-Expected-Last-Subject-Sequence").as_deref(),
+        Some("0")
+    );
+    // An identical batch offered again: Ok, no copy.
+    observer.observe_batch(&events[270..290]).await.unwrap();
+    observer.observe_batch(&events[..10]).await.unwrap();
+    assert_eq!(
+        subject_messages(observer.handle(), "run_batch").await.len(),
+        events.len()
+    );
+    // The run's owner record went with its terminal.
+    let mut sub = RemoteSubscription::open(observer.handle(), "run_batch", 0)
+        .await
+        .unwrap();
+    assert_eq!(read_all(&mut sub).await.len(), events.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_stops_at_its_first_refusal() {
+    if !have_nats_server() {
+        return;
+    }
+    let server = NatsServer::start("batch-refused");
+    let a = JetStreamObserver::connect(server.config()).await.unwrap();
+    let run = Run::new("run_refused");
+    let events = run.whole(10);
+    a.observe_batch(&events[..3]).await.unwrap();
+    // A second writer appends its own seq 4 behind A's back.
+    let other = Run::new("run_refused");
+    let other_events = other.whole(10);
+    let b = JetStreamObserver::connect(server.config()).await.unwrap();
+    b.observe(&other_events[3]).await.unwrap();
+    // A re-offers 2 and 3 (retries, acknowledged), then 4..8: refused at
+    // index 2, and nothing after it lands.
+    match a.observe_batch(&events[1..8]).await {
+        Err(e) => {
+            assert_eq!(e.acknowledged, 2, "{e}");
+            assert!(
+                matches!(e.source, ObserverError::Conflict { seq: 4, .. }),
+                "{e}"
+            );
+        }
+        Ok(()) => panic!("the second writer's seq 4 was overwritten"),
+    }
+    let stored = subject_messages(a.handle(), "run_refused").await;
+    let lines: Vec<&str> = stored.iter().map(|(_, _, l)| l.as_str()).collect();
+    assert_eq!(
+        lines,
+        [
+            events[0].line(),
+            events[1].line(),
+            events[2].line(),
+            other_events[3].line()
+        ]
+    );
+
+    // A failure inside a chain: the event at index 3 is too large for the
+    // server; the three before it (in the same chain) are acknowledged, nothing after it is.
+    let big = Run::new("run_big");
+    let mut batch = big.start();
+    batch.push(big.delta(0));
+    let huge = big.commit(Payload::TextDelta(TextDelta {
+        turn: 1,
+        operation_id: big.op.clone(),
+        text: "x".repeat(1_100_000),
+        extra: Extra::new(),
+    }));
+    batch.push(huge);
+    batch.push(big.delta(2));
+    a.observe_batch(&batch[..1]).await.unwrap();
+    match a.observe_batch(&batch[1..]).await {
+        Err(e) => {
+            assert_eq!(e.acknowledged, 3, "{e}");
+            assert!(matches!(e.source, ObserverError::Failed(_)), "{e}");
+        }
+        Ok(()) => panic!("a message over max_payload was accepted"),
+    }
+    let stored = subject_messages(a.handle(), "run_big").await;
+    assert_eq!(stored.len(), 4, "only the acknowledged prefix is stored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batches_of_many_runs_and_hosts_stay_contiguous() {
+    if !have_nats_server() {
+        return;
+    }
+    let server = NatsServer::start("batch-concurrent");
+    // Two observers (two connections, as two hosts): their batches
+    // interleave on the stream, which breaks chains; the rest of a broken
+    // chain is published again, never stored out of order.
+    let observers = [
+        Arc::new(JetStreamObserver::connect(server.config()).await.unwrap()),
+        Arc::new(JetStreamObserver::connect(server.config()).await.unwrap()),
+    ];
+    let mut tasks = Vec::new();
+    for r in 0..8 {
+        let observer = Arc::clone(&observers[r % 2]);
+        tasks.push(tokio::spawn(async move {
+            let name = format!("run_many_{r}");
+            let run = Run::new(&name);
+            let events = run.whole(200);
+            for chunk in events.chunks(17 + r) {
+                observer.observe_batch(chunk).await.unwrap();
+            }
+            (name, events)
+        }));
+    }
+    for task in tasks {
+        let (name, events) = task.await.unwrap();
+        let stored = subject_messages(observers[0].handle(), &name).await;
+        let lines: Vec<&str> = stored.iter().map(|(_, _, l)| l.as_str()).collect();
+        let want: Vec<&str> = events.iter().map(|e| e.line()).collect();
+        assert_eq!(lines, want, "{name}");
+    }
+}
