@@ -1,5 +1,9 @@
 //! Fuzzes `Event::decode` on arbitrary lines.
 //!
+//! Every line: `Event::decode` (with its text-delta fast path and its
+//! envelope shortcut) returns exactly what `Event::decode_generic`, the
+//! reference path, returns: the same event, or the same error.
+//!
 //! Properties, on success (`Ok(e)`):
 //! - the line is its own encoding: `e.line()` is the input, byte for byte,
 //!   and the independent RFC 8785 canonicalizer agrees that it is
@@ -36,7 +40,13 @@ fuzz_target!(|data: &[u8]| {
     let Ok(line) = std::str::from_utf8(data) else {
         return;
     };
-    match Event::decode(line) {
+    let decoded = Event::decode(line);
+    assert_eq!(
+        decoded,
+        Event::decode_generic(line),
+        "the decode shortcuts disagree with the generic path\n{line}"
+    );
+    match decoded {
         Ok(event) => {
             assert_eq!(event.line(), line, "a decoded line is not its own encoding");
             let canonical = CanonicalJson::parse(line)
