@@ -21,6 +21,9 @@
 //! - `encode_decode/{text_delta,tool_failed}/...`: keel's canonical
 //!   encoding and checked decoding against plain `serde_json` on
 //!   equivalent derived structs (whose output is asserted byte-identical).
+//!   `decode_event/keel_decode_generic` is `Event::decode` without its
+//!   shortcuts (the text-delta fast path, the borrowed envelope): the
+//!   reference path, the whole decode before they existed.
 //! - `stalled_subscriber/{healthy_only,with_stalled}`: per-commit latency,
 //!   each commit timed alone (`iter_custom`); p50/p99/p99.9 printed, over
 //!   every commit criterion ran and over a fixed interleaved pass of 200k
@@ -421,6 +424,9 @@ where
     });
     g.bench_function("decode_event/keel_decode", |b| {
         b.iter(|| black_box(Event::decode(black_box(&line)).unwrap()))
+    });
+    g.bench_function("decode_event/keel_decode_generic", |b| {
+        b.iter(|| black_box(Event::decode_generic(black_box(&line)).unwrap()))
     });
     g.bench_function("decode_event/serde_from_str", |b| {
         b.iter(|| black_box(serde_json::from_str::<PlainEvent<P>>(black_box(&line)).unwrap()))
