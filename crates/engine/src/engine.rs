@@ -92,7 +92,7 @@ pub(crate) struct EngineInner {
     pub(crate) providers: HashMap<String, Arc<dyn ModelProvider>>,
     pub(crate) tools: Arc<ToolSet>,
     pub(crate) definitions: Arc<[ToolDefinition]>,
-    pub(crate) pipeline: Pipeline,
+    pub(crate) pipeline: Arc<Pipeline>,
     pub(crate) shared: Shared,
     registry: Mutex<Registry>,
     /// Set by shutdown: closing runs may re-offer their terminals until
@@ -115,7 +115,7 @@ impl EngineInner {
             providers,
             definitions: tools.definitions(),
             tools,
-            pipeline,
+            pipeline: Arc::new(pipeline),
             shared,
             registry: Mutex::new(Registry::default()),
             shutdown_until: Mutex::new(None),

@@ -4,19 +4,23 @@
 mod observer;
 mod pipeline;
 mod queue;
+mod run_window;
 #[cfg(feature = "tracing")]
 mod tracing_bridge;
+mod window;
 
 pub use observer::{
     BatchError, BestEffortObserver, ObserveBatchFuture, ObserveFuture, ObserverError,
     RequiredObserver,
 };
 pub use pipeline::{
-    BestEffortStats, DispatchError, Pipeline, PipelineBuilder, PipelineConfig, PipelineStats,
-    ShutdownReport,
+    BatchOutcome, BestEffortStats, DispatchError, Pipeline, PipelineBuilder, PipelineConfig,
+    PipelineStats, ShutdownReport,
 };
+pub use run_window::RunWindow;
 #[cfg(feature = "tracing")]
 pub use tracing_bridge::TracingObserver;
+pub use window::{Admission, Take, WindowCore, WindowError};
 
 #[cfg(feature = "sqlite")]
 pub mod journal;

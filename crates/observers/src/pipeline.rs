@@ -1,10 +1,12 @@
 //! The dispatch pipeline: required observers in order, then best-effort
 //! observers through bounded queues.
 
-use crate::observer::{BestEffortObserver, ObserverError, RequiredObserver};
+use crate::observer::{BatchError, BestEffortObserver, ObserverError, RequiredObserver};
 use crate::queue::{Receiver, Sender, TrySendError, bounded};
+use crate::run_window::RunWindow;
+use crate::window::{WindowBounds, WindowCore};
 use futures_util::FutureExt;
-use keel_eventlog::Event;
+use keel_eventlog::{Event, RunLog};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +31,16 @@ pub struct PipelineConfig {
     pub required_deadline: Duration,
     /// Queue capacity of each best-effort observer. Default 1,024.
     pub best_effort_capacity: usize,
+    /// Most committed events one run may have in flight to the required
+    /// observers before its next commit waits (see [`RunWindow`]).
+    /// Default 256; 0 is taken as 1, which acknowledges one event at a
+    /// time. Keep it below the run log's `max_events`: the closing
+    /// re-offer reads unacknowledged events from the log.
+    pub window_events: usize,
+    /// Most bytes (event lines) one run may have in flight to the required
+    /// observers. Default 1 MiB; an event larger than this is admitted
+    /// alone.
+    pub window_bytes: usize,
 }
 
 impl Default for PipelineConfig {
@@ -36,6 +48,28 @@ impl Default for PipelineConfig {
         PipelineConfig {
             required_deadline: Duration::from_secs(10),
             best_effort_capacity: 1024,
+            window_events: 256,
+            window_bytes: 1 << 20,
+        }
+    }
+}
+
+/// What one batch achieved across every required observer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// How many leading events of the batch every required observer
+    /// acknowledged.
+    pub acknowledged: usize,
+    /// The first refusal, when not all of them were.
+    pub error: Option<DispatchError>,
+}
+
+impl BatchOutcome {
+    /// Every one of `len` events acknowledged.
+    pub fn all(len: usize) -> BatchOutcome {
+        BatchOutcome {
+            acknowledged: len,
+            error: None,
         }
     }
 }
@@ -255,6 +289,27 @@ fn spawn_worker(mut observer: Box<dyn BestEffortObserver>, capacity: usize) -> B
     }
 }
 
+/// Like [`observe_guarded`], for a batch: a panic refuses the whole batch.
+async fn observe_batch_guarded(
+    observer: &dyn RequiredObserver,
+    events: &[Arc<Event>],
+) -> Result<(), BatchError> {
+    let call = async move { observer.observe_batch(events).await };
+    match AssertUnwindSafe(call).catch_unwind().await {
+        Ok(result) => result,
+        Err(_panic) => Err(BatchError {
+            acknowledged: 0,
+            source: ObserverError::Panicked,
+        }),
+    }
+}
+
+fn deadline_error(deadline: Duration) -> ObserverError {
+    ObserverError::DeadlineExceeded {
+        deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
 /// Calls `observer.observe(event)` and awaits the future it returns, with
 /// both parts under one unwind guard: a panic in the synchronous call that
 /// builds the future and a panic while the future is polled both become
@@ -325,11 +380,7 @@ impl Pipeline {
                 continue;
             }
             let outcome = tokio::time::timeout(deadline, observe_guarded(&**observer, event)).await;
-            let result = outcome.unwrap_or_else(|_elapsed| {
-                Err(ObserverError::DeadlineExceeded {
-                    deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
-                })
-            });
+            let result = outcome.unwrap_or_else(|_elapsed| Err(deadline_error(deadline)));
             if let Err(source) = result {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 return Err(DispatchError {
@@ -348,8 +399,85 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Opens the window through which one run's events reach the
+    /// observers: group commit within the run, bounded by
+    /// [`PipelineConfig::window_events`] and
+    /// [`window_bytes`](PipelineConfig::window_bytes). `log` is the run's
+    /// log, marked durable as acknowledgements come back.
+    pub fn window(self: &Arc<Self>, log: RunLog) -> RunWindow {
+        let run_id = log.run_id().to_string();
+        RunWindow::new(self.new_core(run_id, Some(log)))
+    }
+
+    /// The window's state machine alone, without the flusher task or a
+    /// log to mark durable: what [`window`](Self::window) wraps, for
+    /// driving it by hand (the loom model does).
+    pub fn window_core(self: &Arc<Self>, run_id: String) -> WindowCore {
+        self.new_core(run_id, None)
+    }
+
+    fn new_core(self: &Arc<Self>, run_id: String, log: Option<RunLog>) -> WindowCore {
+        let bounds = WindowBounds {
+            events: self.config.window_events.max(1),
+            bytes: self.config.window_bytes.max(1),
+        };
+        WindowCore::new(Arc::clone(self), run_id, log, bounds)
+    }
+
+    /// How many required observers the pipeline has.
+    pub fn required_count(&self) -> usize {
+        self.required.len()
+    }
+
+    /// Offers consecutive events of one run to every required observer in
+    /// construction order with [`RequiredObserver::observe_batch`], each
+    /// call within the configured deadline. A later observer is offered
+    /// only the prefix every earlier one acknowledged, so a refused event
+    /// reaches no observer after the one that refused it. Best-effort
+    /// observers are not offered anything here (the window does that).
+    pub async fn acknowledge_batch(&self, batch: &[Arc<Event>]) -> BatchOutcome {
+        let deadline = self.config.required_deadline;
+        let mut limit = batch.len();
+        let mut error = None;
+        for (index, observer) in self.required.iter().enumerate() {
+            if limit == 0 {
+                break;
+            }
+            let offered = &batch[..limit];
+            let outcome =
+                tokio::time::timeout(deadline, observe_batch_guarded(&**observer, offered)).await;
+            let result = outcome.unwrap_or_else(|_elapsed| {
+                Err(BatchError {
+                    acknowledged: 0,
+                    source: deadline_error(deadline),
+                })
+            });
+            let Err(refusal) = result else { continue };
+            // An error that claims the whole offer was accepted is taken as
+            // refusing its last event: fewer acknowledged is always safe.
+            // Each refusal lowers the limit, so the last one names the
+            // first seq that is not acknowledged.
+            limit = refusal.acknowledged.min(limit - 1);
+            error = Some(DispatchError {
+                observer: observer.name().to_owned(),
+                index,
+                run_id: batch[limit].run_id().to_string(),
+                seq: batch[limit].seq(),
+                source: refusal.source,
+            });
+        }
+        if error.is_some() {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        self.acknowledged.fetch_add(limit as u64, Ordering::Relaxed);
+        BatchOutcome {
+            acknowledged: limit,
+            error,
+        }
+    }
+
     /// Puts `event` on every best-effort queue without waiting.
-    fn offer_best_effort(&self, event: &Arc<Event>) {
+    pub(crate) fn offer_best_effort(&self, event: &Arc<Event>) {
         for slot in &self.best_effort {
             let guard = lock(&slot.sender);
             let counter = match guard.as_ref() {

@@ -157,6 +157,7 @@ fn config(deadline_ms: u64, capacity: usize) -> PipelineConfig {
     PipelineConfig {
         required_deadline: Duration::from_millis(deadline_ms),
         best_effort_capacity: capacity,
+        ..PipelineConfig::default()
     }
 }
 

@@ -1,13 +1,17 @@
-//! Recording: commit, then dispatch, one event at a time per run; the
-//! acknowledged cursor; and closing (terminals for every open scope, then
-//! the observers re-offered what they had not acknowledged).
+//! Recording: commit, then hand the event to the run's window (group
+//! commit within the run, waiting only when the window is full); the
+//! barriers that wait for the durable watermark; and closing (terminals
+//! for every open scope, then the observers re-offered what they had not
+//! acknowledged).
 
 use super::{Interrupt, Step};
 use crate::engine::EngineInner;
 use crate::request::RunOutcome;
 use keel_eventlog::{
-    Cause, ErrorText, Event, Extra, Payload, RunFailed, RunLog, ScopeKey, TurnFailed,
+    Cause, CommitError, EndReason, ErrorText, Event, Extra, Payload, RunFailed, RunLog, ScopeKey,
+    TurnFailed,
 };
+use keel_observers::{RunWindow, WindowError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,11 +26,14 @@ pub(crate) struct Failure {
 pub(crate) struct Recorder {
     engine: Arc<EngineInner>,
     log: RunLog,
-    /// Serializes commit + dispatch, so observers see each run's events in
+    /// Serializes commit + submit, so the window gets each run's events in
     /// sequence order even while tools run in parallel.
     gate: tokio::sync::Mutex<()>,
-    /// The last sequence every required observer acknowledged.
-    acked: AtomicU64,
+    /// Committed events on their way to the required observers.
+    window: RunWindow,
+    /// The last sequence the closing re-offer got acknowledged by every
+    /// required observer (the window's watermark covers the rest).
+    reoffered: AtomicU64,
     /// Set once the run's terminal is committed: the outcome the log records.
     final_outcome: Mutex<Option<RunOutcome>>,
     closing_deadline: Duration,
@@ -34,26 +41,34 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     pub(crate) fn new(engine: Arc<EngineInner>, log: RunLog, closing_deadline: Duration) -> Self {
+        let window = engine.pipeline.window(log.clone());
         Recorder {
             engine,
             log,
             gate: tokio::sync::Mutex::new(()),
-            acked: AtomicU64::new(0),
+            window,
+            reoffered: AtomicU64::new(0),
             final_outcome: Mutex::new(None),
             closing_deadline,
         }
     }
 
-    /// Commits to the log, then dispatches to the observers.
+    /// Commits to the log, then hands the event to the window. It returns
+    /// once the event is admitted, not once it is durable; an earlier
+    /// refusal surfaces here.
     pub(crate) async fn record(&self, payload: Payload) -> Step<Arc<Event>> {
         let _turn = self.gate.lock().await;
         let event = self.log.commit(&payload).map_err(Interrupt::Log)?;
-        self.engine
-            .pipeline
-            .dispatch(&event)
-            .await
-            .map_err(Interrupt::Observer)?;
-        self.acked.store(event.seq(), Ordering::SeqCst);
+        self.window.submit(&event).await.map_err(interrupt)?;
+        Ok(event)
+    }
+
+    /// Records, then waits until the event is durable: the barrier before
+    /// anything that depends on it (a tool's side effect after its
+    /// `tool.started`, a question after its `interaction.started`).
+    pub(crate) async fn record_durable(&self, payload: Payload) -> Step<Arc<Event>> {
+        let event = self.record(payload).await?;
+        self.window.durable(event.seq()).await.map_err(interrupt)?;
         Ok(event)
     }
 
@@ -66,12 +81,19 @@ impl Recorder {
         outcome: RunOutcome,
     ) -> Step<RunOutcome> {
         let _turn = self.gate.lock().await;
+        // Everything before the terminal is durable first, so a refusal of
+        // any earlier event fails the run as it did when each event was
+        // awaited, instead of hiding behind a committed terminal.
+        let last = self.log.stats().last_seq;
+        self.window.durable(last).await.map_err(interrupt)?;
         let event = self.log.commit(&payload).map_err(Interrupt::Log)?;
         // From here on the log says how the run ended; a cancellation
         // during the dispatch below must not report otherwise.
         *self.final_slot() = Some(outcome.clone());
-        if self.engine.pipeline.dispatch(&event).await.is_ok() {
-            self.acked.store(event.seq(), Ordering::SeqCst);
+        // The outcome goes back to the caller once the terminal is durable.
+        // A refusal leaves it to `close` to re-offer.
+        if self.window.submit(&event).await.is_ok() {
+            let _ = self.window.durable(event.seq()).await;
         }
         Ok(outcome)
     }
@@ -92,9 +114,17 @@ impl Recorder {
         self.log.run_ended()
     }
 
+    /// The last sequence every required observer acknowledged, all lower
+    /// ones included.
+    fn acked(&self) -> u64 {
+        self.window
+            .watermark()
+            .max(self.reoffered.load(Ordering::SeqCst))
+    }
+
     /// Whether every required observer acknowledged every committed event.
     pub(crate) fn acknowledged(&self) -> bool {
-        self.acked.load(Ordering::SeqCst) >= self.log.stats().last_seq
+        self.acked() >= self.log.stats().last_seq
     }
 
     /// Cancelled terminals, recorded innermost first, for every scope still
@@ -139,18 +169,22 @@ impl Recorder {
         self.reoffer(failed_observer).await;
     }
 
-    /// Offers observers everything they have not acknowledged, in order.
-    /// An observer that fails here is skipped for the rest, so the others
-    /// (the local journal, say) still get the whole history, closing
-    /// terminals included.
+    /// Lets the window acknowledge what it was given, then offers
+    /// observers everything still not acknowledged, in order. An observer
+    /// that fails here is skipped for the rest, so the others (the local
+    /// journal, say) still get the whole history, closing terminals
+    /// included.
     async fn reoffer(&self, failed_observer: Option<usize>) {
         let until = self.engine.closing_until(self.closing_deadline);
+        // The window's batch in flight must settle first: re-offering past
+        // it would reach an observer out of order.
+        let _ = tokio::time::timeout_at(until, self.window.finish()).await;
         // Each offer gets at most the pipeline's per-observer deadline, so
         // one hanging observer cannot use up the closing time the others
         // (the local journal, say) need.
         let per_offer = self.engine.pipeline.config().required_deadline;
         let mut skip: Vec<usize> = failed_observer.into_iter().collect();
-        let pending = self.log.retained_after(self.acked.load(Ordering::SeqCst));
+        let pending = self.log.retained_after(self.acked());
         for event in pending {
             loop {
                 let left = until.saturating_duration_since(tokio::time::Instant::now());
@@ -165,7 +199,8 @@ impl Recorder {
                 {
                     Ok(()) => {
                         if skip.is_empty() {
-                            self.acked.store(event.seq(), Ordering::SeqCst);
+                            self.reoffered.store(event.seq(), Ordering::SeqCst);
+                            self.log.mark_durable(event.seq());
                         }
                         break;
                     }
@@ -174,6 +209,14 @@ impl Recorder {
                 }
             }
         }
+    }
+}
+
+/// A refusal is the observer's; a closed window only follows a closed log.
+fn interrupt(error: WindowError) -> Interrupt {
+    match error {
+        WindowError::Refused(e) => Interrupt::Observer(e),
+        _ => Interrupt::Log(CommitError::Closed(EndReason::Closed)),
     }
 }
 

@@ -156,8 +156,10 @@ impl Runner {
                 ends_run: None,
             });
         }
+        // Durable before the side effect: a crash after the tool acted
+        // must not leave a history that says it never started.
         self.rec
-            .record(Payload::ToolStarted(ToolRef {
+            .record_durable(Payload::ToolStarted(ToolRef {
                 turn,
                 call_id: call.call_id().clone(),
                 tool: call.name().clone(),
@@ -188,8 +190,9 @@ impl Runner {
         };
         let interaction_id = InteractionId::parse(&format!("i_{n}"))
             .map_err(|e| Interrupt::Message(MessageError::from(e)))?;
+        // Durable before the question reaches a person.
         self.rec
-            .record(Payload::InteractionStarted(InteractionStarted {
+            .record_durable(Payload::InteractionStarted(InteractionStarted {
                 turn,
                 interaction_id: interaction_id.clone(),
                 request: "approval".into(),
