@@ -61,12 +61,10 @@ pub trait RequiredObserver: Send + Sync + 'static {
     fn observe_batch<'a>(&'a self, events: &'a [Arc<Event>]) -> ObserveBatchFuture<'a> {
         Box::pin(async move {
             for (acknowledged, event) in events.iter().enumerate() {
-                self.observe(event)
-                    .await
-                    .map_err(|source| BatchError {
-                        acknowledged,
-                        source,
-                    })?;
+                self.observe(event).await.map_err(|source| BatchError {
+                    acknowledged,
+                    source,
+                })?;
             }
             Ok(())
         })
