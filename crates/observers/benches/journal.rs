@@ -19,6 +19,11 @@
 //! - `8 runs`: the journal groups concurrent runs' events into one
 //!   transaction. Baselines: raw batched by the journal's achieved average
 //!   batch, and raw batched by 512.
+//! - `batch 64`, `batch 256` (one run): the run hands the journal its
+//!   events in `observe_batch` calls of that size, awaiting each (what the
+//!   pipeline's window does for a run that streams faster than fsync);
+//!   the baseline is raw with transactions of the same size, over the
+//!   same lines (the same 300 events cut at the same points).
 //!
 //! Before each criterion group the bench runs `KEEL_BENCH_PAIRED` (default
 //! 8) paired rounds, journal then raw at the batch size the journal
@@ -116,9 +121,15 @@ impl JournalSide {
         }
     }
 
-    /// Writes `runs` fresh runs concurrently; returns the time and the
-    /// average batch of this round.
-    fn round(&mut self, rt: &tokio::runtime::Runtime, runs: usize) -> (Duration, f64) {
+    /// Writes `runs` fresh runs concurrently, each event on its own
+    /// (`batch` 1) or in `observe_batch` calls of `batch` events; returns
+    /// the time and the average transaction of this round.
+    fn round(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        runs: usize,
+        batch: usize,
+    ) -> (Duration, f64) {
         let events = events(runs, &mut self.next_run);
         let before = self.journal.stats();
         let start = Instant::now();
@@ -128,8 +139,14 @@ impl JournalSide {
                 .map(|run| {
                     let journal = Arc::clone(&self.journal);
                     tokio::spawn(async move {
-                        for event in &run {
-                            journal.observe(event).await.unwrap();
+                        if batch == 1 {
+                            for event in &run {
+                                journal.observe(event).await.unwrap();
+                            }
+                        } else {
+                            for chunk in run.chunks(batch) {
+                                journal.observe_batch(chunk).await.unwrap();
+                            }
                         }
                     })
                 })
@@ -215,20 +232,27 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Alternates journal and raw rounds so that both see the same machine;
 /// raw uses the batch the journal achieved in the same round. Prints the
-/// medians and returns the mean achieved batch.
+/// medians and returns the mean achieved batch. `offered` is the size of
+/// the journal's `observe_batch` calls (1: one `observe` per event).
 fn paired(
     rt: &tokio::runtime::Runtime,
     journal: &mut JournalSide,
     raw: &mut RawSide,
-    runs: usize,
+    (runs, offered): (usize, usize),
     rounds: usize,
 ) -> f64 {
     let n = (runs as u64 * EVENTS_PER_RUN) as f64;
     let (mut j_rate, mut r_rate, mut ratio, mut batches) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let (j, batch) = journal.round(rt, runs);
-        let r = raw.round(runs, batch.round().max(1.0) as usize);
+        let (j, batch) = journal.round(rt, runs, offered);
+        // Batches offered: raw cuts the same lines at the same points.
+        let same = if offered > 1 {
+            offered
+        } else {
+            batch.round().max(1.0) as usize
+        };
+        let r = raw.round(runs, same);
         j_rate.push(n / j.as_secs_f64());
         r_rate.push(n / r.as_secs_f64());
         ratio.push(j.as_secs_f64() / r.as_secs_f64());
@@ -236,7 +260,7 @@ fn paired(
     }
     let mean_batch = batches.iter().sum::<f64>() / batches.len().max(1) as f64;
     eprintln!(
-        "paired x{rounds}, {runs} run(s): journal {:.0} events/s (average batch {mean_batch:.2}), raw at the same batch {:.0} events/s; journal/raw time ratio, median of rounds: {:.2}",
+        "paired x{rounds}, {runs} run(s), offered {offered} at a time: journal {:.0} events/s (average batch {mean_batch:.2}), raw at the same batch {:.0} events/s; journal/raw time ratio, median of rounds: {:.2}",
         median(j_rate),
         median(r_rate),
         median(ratio)
@@ -253,28 +277,36 @@ fn bench(c: &mut Criterion) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
-    for runs in [1usize, 8] {
+    for (runs, offered) in [(1usize, 1usize), (8, 1), (1, 64), (1, 256)] {
         let mut journal = JournalSide::new();
         let mut raw = RawSide::new();
         let achieved = if rounds > 0 {
-            paired(&rt, &mut journal, &mut raw, runs, rounds)
+            paired(&rt, &mut journal, &mut raw, (runs, offered), rounds)
         } else {
-            journal.round(&rt, runs).1
+            journal.round(&rt, runs, offered).1
         };
         let achieved = achieved.round().max(1.0) as usize;
-        let name = format!("journal_{runs}_run{}", if runs > 1 { "s" } else { "" });
+        let name = match (runs, offered) {
+            (1, 1) => "journal_1_run".to_owned(),
+            (runs, 1) => format!("journal_{runs}_runs"),
+            (_, offered) => format!("journal_batch_{offered}"),
+        };
         let mut group = c.benchmark_group(name);
         group.sampling_mode(SamplingMode::Flat);
         group.sample_size(10);
         group.throughput(Throughput::Elements(runs as u64 * EVENTS_PER_RUN));
         let (requests0, transactions0) = (journal.requests, journal.transactions);
         group.bench_function("journal", |b| {
-            b.iter_custom(|iters| (0..iters).map(|_| journal.round(&rt, runs).0).sum())
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| journal.round(&rt, runs, offered).0)
+                    .sum()
+            })
         });
-        let sizes = if runs == 1 {
-            vec![1, 512]
-        } else {
-            vec![achieved, 512]
+        let sizes = match (runs, offered) {
+            (1, 1) => vec![1, 512],
+            (_, 1) => vec![achieved, 512],
+            (_, offered) => vec![offered],
         };
         for batch in sizes {
             group.bench_function(format!("raw_batch_{batch}"), |b| {
@@ -287,7 +319,7 @@ fn bench(c: &mut Criterion) {
             journal.transactions - transactions0,
         );
         eprintln!(
-            "journal {runs} run(s), criterion iterations: average batch {:.2} ({requests} events in {transactions} transactions)",
+            "journal {runs} run(s) offered {offered} at a time, criterion iterations: average batch {:.2} ({requests} events in {transactions} transactions)",
             requests as f64 / transactions.max(1) as f64
         );
         Arc::try_unwrap(journal.journal)
