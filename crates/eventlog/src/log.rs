@@ -6,9 +6,10 @@ use crate::kind::{Phase, Scope};
 use crate::lifecycle::{LifecycleError, LifecycleTracker, OpenScope, ScopeKey, Transition};
 use crate::payload::{Payload, PayloadError};
 use crate::subscription::{SubscribeError, Subscription, SubscriptionBounds};
-use crate::sync::{Arc, Mutex, lock};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, lock};
 use keel_message::{RunId, ToolName};
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::task::Waker;
 
 /// The smallest allowed `max_terminal_bytes`: the worst-case line of a
@@ -302,6 +303,31 @@ pub(crate) struct Shared {
     pub(crate) config: LogConfig,
     pub(crate) clock: std::sync::Arc<dyn Clock>,
     pub(crate) state: Mutex<State>,
+    pub(crate) signal: Signal,
+}
+
+/// Lock-free copies of what a polling subscriber looks for, written under
+/// the state lock right after the state changed and read without it, so
+/// that `try_recv` with nothing new answers `Empty` without locking. A
+/// stale read is a poll that came just before the change.
+pub(crate) struct Signal {
+    /// `State::last_seq()`.
+    pub(crate) last_seq: AtomicU64,
+    /// `State::durable_seq`.
+    pub(crate) durable_seq: AtomicU64,
+    /// The log ended or the run's terminal is committed: a caught-up
+    /// subscriber must look under the lock (to finish or end).
+    pub(crate) settled: AtomicBool,
+}
+
+impl Signal {
+    fn publish(&self, state: &State) {
+        self.last_seq.store(state.last_seq(), Ordering::Release);
+        self.durable_seq.store(state.durable_seq, Ordering::Release);
+        if state.ended.is_some() || state.tracker.run_ended() {
+            self.settled.store(true, Ordering::Release);
+        }
+    }
 }
 
 /// The authoritative event log of one run.
@@ -367,11 +393,17 @@ impl RunLog {
         next_seq: u64,
         last_ts: u64,
     ) -> RunLog {
+        let settled = tracker.run_ended();
         RunLog {
             shared: Arc::new(Shared {
                 run_id,
                 config,
                 clock,
+                signal: Signal {
+                    last_seq: AtomicU64::new(next_seq - 1),
+                    durable_seq: AtomicU64::new(next_seq - 1),
+                    settled: AtomicBool::new(settled),
+                },
                 state: Mutex::new(State {
                     entries: VecDeque::new(),
                     first_seq: next_seq,
@@ -491,6 +523,7 @@ impl RunLog {
         // were read back from where they were kept).
         if state.durable_seq + 1 == event.seq() {
             state.durable_seq = event.seq();
+            self.shared.signal.publish(&state);
             wake_all(&mut state.durable_waiters);
         }
         Ok(std::sync::Arc::clone(event))
@@ -538,6 +571,7 @@ impl RunLog {
                 None => break,
             }
         }
+        self.shared.signal.publish(state);
         wake_all(&mut state.waiters);
     }
 
@@ -553,6 +587,7 @@ impl RunLog {
         let target = seq.min(state.last_seq());
         if target > state.durable_seq {
             state.durable_seq = target;
+            self.shared.signal.publish(&state);
             wake_all(&mut state.durable_waiters);
         }
     }
@@ -565,11 +600,17 @@ impl RunLog {
 
     /// Subscribes to every event after sequence `after` (0 for all).
     ///
-    /// Under the log lock, this captures the retained events after the
-    /// cursor and joins the live tail: the subscriber sees every later
+    /// Under the log lock, this checks the cursor and records where the
+    /// replay (what is visible now) ends; nothing is copied. The
+    /// subscriber then reads the replay and the live tail alike, straight
+    /// from the retained events, a batch per lock: it sees every later
     /// event exactly once, in order. A cursor older than the retained
     /// window is [`SubscribeError::CursorExpired`]; one past the last
-    /// commit is [`SubscribeError::CursorAhead`].
+    /// commit is [`SubscribeError::CursorAhead`]. A replay evicted before
+    /// the subscriber reached it ends the subscription with
+    /// [`SubscriptionError::Evicted`](crate::SubscriptionError::Evicted)
+    /// (with the default retention of 100,000 events, a consumer far
+    /// behind an active run).
     pub fn subscribe(
         &self,
         after: u64,
@@ -595,6 +636,7 @@ impl RunLog {
         if state.ended.is_none() {
             state.ended = Some(reason);
         }
+        self.shared.signal.publish(&state);
         wake_all(&mut state.waiters);
         wake_all(&mut state.durable_waiters);
     }

@@ -1,11 +1,12 @@
 //! Subscriptions: a cursor into one run's log, with its own bounds.
 
 use crate::event::Event;
-use crate::log::{EndReason, RunLog, State};
+use crate::log::{EndReason, RunLog, Signal, State};
 use crate::sync::lock;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 /// Which events a subscription may see: everything committed, or only
@@ -31,8 +32,8 @@ pub enum Durability {
 /// How far behind one subscription may fall before it is terminated, and
 /// which events it sees ([`Durability`]).
 ///
-/// Events captured at subscribe time (the replay) do not count toward the
-/// bounds; events that became visible after it (committed, or for a
+/// Events already visible at subscribe time (the replay) do not count
+/// toward the bounds; events that became visible after it (committed, or for a
 /// [`Durability::Durable`] subscription durable) that the consumer has not
 /// taken do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,8 +113,10 @@ pub enum SubscriptionError {
         max_bytes: usize,
     },
     /// The events after this subscriber's position were evicted from the
-    /// log before it took them (its bounds are larger than the log's
-    /// retention). The events between `last_delivered` and
+    /// log before it took them: its bounds are larger than the log's
+    /// retention, or it was still reading its replay (which is read from
+    /// the log as it goes, not copied at subscribe time) when the log
+    /// evicted it. The events between `last_delivered` and
     /// `recovery_cursor` are lost to it; resubscribe after
     /// `recovery_cursor`.
     #[error(
@@ -179,13 +182,20 @@ pub struct Subscription {
 struct Cursor {
     id: u64,
     bounds: SubscriptionBounds,
-    /// Events handed over by the log but not yet to the consumer: the
-    /// replay captured at subscribe time, then live batches.
+    /// Events taken from the log but not yet handed to the consumer (at
+    /// most a batch).
     buffer: VecDeque<Arc<Event>>,
     /// Last sequence moved into `buffer` (the log-side cursor).
     taken: u64,
-    /// Last sequence handed to the consumer.
+    /// The last sequence of the replay: what was visible at subscribe
+    /// time. Replayed events do not count toward the bounds.
+    replay_end: u64,
+    /// Last sequence handed to the consumer. The buffer holds
+    /// `delivered + 1 ..= taken`, contiguous.
     delivered: u64,
+    /// The run's terminal, once taken into the buffer: finding it by
+    /// sequence spares the hot path a look into every event.
+    terminal: Option<u64>,
     /// An end to report once the buffer is drained.
     pending: Option<SubscriptionError>,
     finished: bool,
@@ -207,7 +217,7 @@ impl Subscription {
         after: u64,
         bounds: SubscriptionBounds,
     ) -> Result<Subscription, SubscribeError> {
-        let (id, buffer, taken) = {
+        let (id, replay_end) = {
             let mut state = lock(&log.shared.state);
             let latest = state.last_seq();
             if after > latest {
@@ -224,31 +234,25 @@ impl Subscription {
                     recovery_cursor: state.first_seq - 1,
                 });
             }
-            // A durable subscription replays up to the watermark; with a
-            // cursor above it, nothing until the watermark passes it.
-            let taken = visible(&state, bounds.durability).max(after);
-            let skip = usize::try_from(after + 1 - state.first_seq).unwrap_or(usize::MAX);
-            let count = usize::try_from(taken - after).unwrap_or(usize::MAX);
-            let buffer: VecDeque<Arc<Event>> = state
-                .entries
-                .iter()
-                .skip(skip)
-                .take(count)
-                .map(|e| Arc::clone(&e.event))
-                .collect();
+            // The replay is read in chunks like the live tail; it ends at
+            // what is visible now (for a durable subscription the
+            // watermark, which a cursor above it waits for).
+            let replay_end = visible(&state, bounds.durability).max(after);
             let id = state.next_subscriber;
             state.next_subscriber += 1;
             state.subscribers += 1;
-            (id, buffer, taken)
+            (id, replay_end)
         };
         Ok(Subscription {
             log,
             cursor: Cursor {
                 id,
                 bounds,
-                buffer,
-                taken,
+                buffer: VecDeque::new(),
+                taken: after,
+                replay_end,
                 delivered: after,
+                terminal: None,
                 pending: None,
                 finished: false,
             },
@@ -304,9 +308,9 @@ impl Cursor {
     /// Takes the events after `taken` up to `limit` (at most a batch), or
     /// ends the subscription if they are over its bounds or evicted.
     fn take(&mut self, state: &State, limit: u64) {
-        // Live lag counts from the last event taken: the replay captured
-        // at subscribe time is not part of it.
-        let base = self.taken;
+        // Live lag counts from the last event taken, or from the end of
+        // the replay while replaying: the replay is not part of it.
+        let base = self.taken.max(self.replay_end).min(limit);
         let lag_events = limit - base;
         // Evicted positions count from the window's start: a lower bound.
         let lag_bytes = state.cum_floor(limit) - state.cum_floor(base);
@@ -334,25 +338,68 @@ impl Cursor {
             self.taken = u64::MAX;
             return;
         }
+        // `taken + 1` is retained (checked above) and `limit` is at most
+        // the last commit, so both ends are within the window.
         let start = usize::try_from(self.taken + 1 - state.first_seq).unwrap_or(usize::MAX);
-        let count = usize::try_from(lag_events).unwrap_or(usize::MAX).min(BATCH);
-        for entry in state.entries.iter().skip(start).take(count) {
-            self.buffer.push_back(Arc::clone(&entry.event));
-            self.taken = entry.event.seq();
+        let count = usize::try_from(limit - self.taken)
+            .unwrap_or(usize::MAX)
+            .min(BATCH);
+        let end = start.saturating_add(count).min(state.entries.len());
+        if start < end {
+            self.buffer.extend(
+                state
+                    .entries
+                    .range(start..end)
+                    .map(|e| Arc::clone(&e.event)),
+            );
+            self.taken += (end - start) as u64;
         }
+        // Nothing is committed after the run's terminal: once the run has
+        // ended it is the last event, if the last event is a terminal.
+        if self.taken == state.last_seq()
+            && state.tracker.run_ended()
+            && state
+                .entries
+                .back()
+                .is_some_and(|e| RunLog::is_run_terminal(&e.event))
+        {
+            self.terminal = Some(self.taken);
+        }
+    }
+
+    /// Whether a look under the lock would find nothing: nothing visible
+    /// past `taken`, and the log neither ended nor at the run's terminal.
+    fn nothing_new(&self, signal: &Signal) -> bool {
+        if signal.settled.load(Ordering::Acquire) {
+            return false;
+        }
+        let visible = match self.bounds.durability {
+            Durability::Committed => signal.last_seq.load(Ordering::Acquire),
+            Durability::Durable => signal.durable_seq.load(Ordering::Acquire),
+        };
+        self.taken >= visible
+    }
+
+    /// The next buffered event (the hot path: small enough to return in
+    /// registers). The buffer is empty once the subscription finished.
+    #[inline]
+    fn pop(&mut self) -> Option<Arc<Event>> {
+        let event = self.buffer.pop_front()?;
+        self.delivered += 1;
+        debug_assert_eq!(event.seq(), self.delivered);
+        if self.terminal == Some(self.delivered) {
+            self.finished = true;
+            self.buffer.clear();
+            self.pending = None;
+        }
+        Some(event)
     }
 
     fn next_ready(&mut self) -> Option<Result<Arc<Event>, TryRecvError>> {
         if self.finished {
             return Some(Err(TryRecvError::Finished));
         }
-        if let Some(event) = self.buffer.pop_front() {
-            self.delivered = event.seq();
-            if RunLog::is_run_terminal(&event) {
-                self.finished = true;
-                self.buffer.clear();
-                self.pending = None;
-            }
+        if let Some(event) = self.pop() {
             return Some(Ok(event));
         }
         if let Some(end) = self.pending.take() {
@@ -366,8 +413,14 @@ impl Cursor {
 impl Subscription {
     /// The next event without waiting.
     pub fn try_recv(&mut self) -> Result<Arc<Event>, TryRecvError> {
+        if let Some(event) = self.cursor.pop() {
+            return Ok(event);
+        }
         if let Some(ready) = self.cursor.next_ready() {
             return ready;
+        }
+        if self.cursor.nothing_new(&self.log.shared.signal) {
+            return Err(TryRecvError::Empty);
         }
         {
             let state = lock(&self.log.shared.state);
@@ -391,6 +444,9 @@ impl Subscription {
             Err(TryRecvError::Ended(e)) => Some(Err(e)),
             Err(_) => None,
         };
+        if let Some(event) = self.cursor.pop() {
+            return Poll::Ready(Some(Ok(event)));
+        }
         if let Some(ready) = self.cursor.next_ready() {
             return Poll::Ready(convert(ready));
         }

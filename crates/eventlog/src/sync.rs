@@ -2,7 +2,11 @@
 //! models in `tests/loom.rs` explore every interleaving of the real code.
 
 #[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64};
+#[cfg(loom)]
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -663,3 +663,48 @@ fn events_evicted_before_they_were_taken_end_the_subscription_typed() {
     let mut again = log.subscribe(11, SubscriptionBounds::default()).unwrap();
     assert_eq!(drain(&mut again).0, (12..=21).collect::<Vec<_>>());
 }
+
+/// The replay is read from the log in batches as the subscriber goes, not
+/// copied at subscribe time: a replay longer than a batch arrives whole
+/// and uncounted by the bounds when the log keeps it, and a replay the log
+/// evicts before the subscriber reached it ends with `Evicted`.
+#[test]
+fn a_replay_is_read_as_it_goes_and_its_eviction_ends_typed() {
+    let config = LogConfig {
+        max_events: 1000,
+        max_open_scopes: 2,
+        ..LogConfig::default()
+    };
+    let (log, _) = log_with(config);
+    log.commit(&run_started()).unwrap();
+    for _ in 1..1000 {
+        log.commit(&note()).unwrap();
+    }
+    // Bounds far below the replay: it does not count.
+    let tight = SubscriptionBounds {
+        max_events: 2,
+        max_bytes: 1024,
+        ..SubscriptionBounds::default()
+    };
+    let mut whole = log.subscribe(0, tight).unwrap();
+    assert_eq!(drain(&mut whole), ((1..=1000).collect(), None));
+    // Took one batch, then the log moved on by its whole retention.
+    let mut behind = log.subscribe(0, SubscriptionBounds::default()).unwrap();
+    assert_eq!(behind.try_recv().unwrap().seq(), 1);
+    for _ in 0..1000 {
+        log.commit(&note()).unwrap();
+    }
+    let (seqs, end) = drain(&mut behind);
+    let last = 1 + seqs.len() as u64;
+    assert_eq!(seqs, (2..=last).collect::<Vec<_>>());
+    assert!(last < 1000, "read {last} of the replay before the eviction");
+    assert_eq!(
+        end,
+        Some(TryRecvError::Ended(SubscriptionError::Evicted {
+            last_delivered: last,
+            earliest: 1001,
+            recovery_cursor: 1000,
+        }))
+    );
+    assert_eq!(behind.try_recv(), Err(TryRecvError::Finished));
+}

@@ -179,6 +179,9 @@ struct Collected {
     /// Missed ranges (inclusive) because a cursor expired.
     gaps: Vec<(u64, u64)>,
     slow: usize,
+    /// `Evicted` ends: a replay (read as the subscriber goes) that the
+    /// evicting log dropped before it was read.
+    evicted: usize,
     expired: usize,
     subscriptions: usize,
     /// Times the `Stream` was polled with nothing ready (it then had to be
@@ -244,7 +247,8 @@ impl Collected {
         }
     }
 
-    /// Checks an early end: only `SlowConsumer`, with truthful fields.
+    /// Checks an early end: `SlowConsumer`, or `Evicted` (a replay the
+    /// evicting log dropped before it was read), with truthful fields.
     fn cut_off(&mut self, err: &SubscriptionError, bounds: SubscriptionBounds) {
         match *err {
             SubscriptionError::SlowConsumer {
@@ -267,6 +271,17 @@ impl Collected {
                 );
                 assert!(last_delivered + lag_events <= EVENTS);
                 self.slow += 1;
+            }
+            SubscriptionError::Evicted {
+                last_delivered,
+                earliest,
+                recovery_cursor,
+            } => {
+                assert_eq!(last_delivered, self.cursor());
+                assert!(earliest > last_delivered + 1, "{err}");
+                assert_eq!(recovery_cursor, earliest - 1);
+                self.evicted += 1;
+                self.gaps.push((last_delivered + 1, recovery_cursor));
             }
             SubscriptionError::Ended { .. } => {
                 assert_eq!(Some(err), None, "the log is never closed here");
@@ -291,9 +306,10 @@ impl Collected {
             "{who}: events plus gaps cover start..=end"
         );
         if evicting {
-            assert_eq!(self.expired, self.gaps.len());
+            assert_eq!(self.expired + self.evicted, self.gaps.len());
         } else {
             assert_eq!(self.expired, 0, "{who}: nothing is evicted");
+            assert_eq!(self.evicted, 0, "{who}: nothing is evicted");
             let retained: Vec<String> = log
                 .retained_after(self.start)
                 .iter()
@@ -319,9 +335,9 @@ impl Kind {
     fn bounds(self, evicting: bool) -> SubscriptionBounds {
         match self {
             // In a log that evicts, even the roomy subscribers stay below
-            // its retention, so falling out of the window is always over
-            // the bounds. (Within the bounds, a subscriber after cursor 0
-            // whose seq 1 was evicted underflows in `refill`.)
+            // its retention, so falling out of the live window is over the
+            // bounds; a replay (not counted by them, read as the subscriber
+            // goes) the log evicts first ends with `Evicted`, a gap.
             Kind::Eager | Kind::Late if evicting => SubscriptionBounds {
                 max_events: SMALL_RETENTION / 2,
                 ..SubscriptionBounds::default()
@@ -428,6 +444,7 @@ struct Totals {
     events: usize,
     slow: usize,
     expired: usize,
+    evicted: usize,
     subscriptions: usize,
     waits: usize,
 }
@@ -438,6 +455,7 @@ impl Totals {
         self.events += c.events.len();
         self.slow += c.slow;
         self.expired += c.expired;
+        self.evicted += c.evicted;
         self.subscriptions += c.subscriptions;
         self.waits += c.waits;
     }
