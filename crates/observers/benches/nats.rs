@@ -12,6 +12,12 @@
 //! pipeline drives a required observer for one run. The observer adds the
 //! `Nats-Msg-Id` and expected-last-subject-sequence headers and its per-run
 //! bookkeeping; raw sends the line with no headers to the same stream.
+//!
+//! Group `jetstream_batch`: the observer gets the run's 200 events in one
+//! `observe_batch` (published back to back, acks awaited in order, each
+//! message chained to the one before by `Nats-Expected-Last-Msg-Id`);
+//! raw publishes the same lines back to back with no headers and then
+//! awaits the acks in order.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::Bytes;
@@ -130,6 +136,32 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let context = observer.handle().context().clone();
     let counter = AtomicU64::new(0);
+    let setup = Setup {
+        rt: &rt,
+        observer: &observer,
+        context: &context,
+        counter: &counter,
+    };
+    one_by_one(c, &setup);
+    batched(c, &setup);
+}
+
+/// What both groups share.
+struct Setup<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    observer: &'a JetStreamObserver,
+    context: &'a async_nats::jetstream::Context,
+    counter: &'a AtomicU64,
+}
+
+/// Each event awaited before the next.
+fn one_by_one(c: &mut Criterion, setup: &Setup<'_>) {
+    let Setup {
+        rt,
+        observer,
+        context,
+        counter,
+    } = *setup;
     let mut group = c.benchmark_group("jetstream_publish");
     group.throughput(Throughput::Elements(EVENTS_PER_RUN as u64));
     group.sample_size(10);
@@ -169,6 +201,58 @@ fn bench(c: &mut Criterion) {
                             .unwrap()
                             .await
                             .unwrap();
+                    }
+                });
+                total += t.elapsed();
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+/// The whole run in one batch; raw awaits its acks in order after sending all.
+fn batched(c: &mut Criterion, setup: &Setup<'_>) {
+    let Setup {
+        rt,
+        observer,
+        context,
+        counter,
+    } = *setup;
+    let mut group = c.benchmark_group("jetstream_batch");
+    group.throughput(Throughput::Elements(EVENTS_PER_RUN as u64));
+    group.sample_size(10);
+    group.bench_function("observer", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let run = format!("run_obsb_{}", counter.fetch_add(1, Ordering::Relaxed));
+                let evs = events(&run);
+                let t = Instant::now();
+                rt.block_on(observer.observe_batch(&evs)).unwrap();
+                total += t.elapsed();
+            }
+            total
+        })
+    });
+    group.bench_function("raw_async_nats", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let run = format!("run_rawb_{}", counter.fetch_add(1, Ordering::Relaxed));
+                let subject = format!("keel.runs.{run}");
+                let payloads: Vec<Bytes> = events(&run)
+                    .iter()
+                    .map(|e| Bytes::copy_from_slice(e.line().as_bytes()))
+                    .collect();
+                let t = Instant::now();
+                rt.block_on(async {
+                    let mut acks = Vec::with_capacity(payloads.len());
+                    for p in payloads {
+                        acks.push(context.publish(subject.clone(), p).await.unwrap());
+                    }
+                    for ack in acks {
+                        ack.await.unwrap();
                     }
                 });
                 total += t.elapsed();
