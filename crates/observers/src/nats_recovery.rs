@@ -29,9 +29,11 @@
 //!
 //! [`JetStreamRecovery::recover`] reads an abandoned run's history from the
 //! stream, imports it into a [`RunLog`] (every commit rule checked),
-//! commits [`recovery::terminals`] and publishes them in order exactly as
-//! the [`JetStreamObserver`] publishes events: `Nats-Msg-Id:
-//! <run_id>:<seq>` and `Nats-Expected-Last-Subject-Sequence` of the event
+//! commits [`recovery::terminals`] and publishes them in order, one at a
+//! time, with the headers the [`JetStreamObserver`] puts on a single
+//! event: `Nats-Msg-Id: <run_id>:<seq>` (without the observer's writer
+//! token: every recoverer of a run uses the same id, so their terminals
+//! deduplicate) and `Nats-Expected-Last-Subject-Sequence` of the event
 //! before. Of two recoverers racing on one run, both read the same tail and
 //! publish their first terminal against the same expected sequence: the
 //! server appends one, and the other's is refused (the subject moved on) or
