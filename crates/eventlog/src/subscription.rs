@@ -165,7 +165,16 @@ pub enum TryRecvError {
 const BATCH: usize = 256;
 
 /// One subscriber's view of a run log: every event after its cursor,
-/// once, in order, ending after the run's terminal event.
+/// once, in order, ending after the run's terminal event. A
+/// [`Durability::Durable`] subscription sees only events at or below the
+/// log's durable watermark, and ends after the terminal once it is
+/// durable.
+///
+/// It holds no copy of the log: it takes the events it has not delivered
+/// from the retained window a batch (256) at a time, one lock per batch,
+/// the replay after its cursor the same way as the live tail. `try_recv`
+/// with nothing new answers `Empty` from lock-free counters, without
+/// taking the log's lock.
 ///
 /// It implements [`futures_core::Stream`] (items are
 /// `Result<Arc<Event>, SubscriptionError>`; after an `Err` or the run's

@@ -548,3 +548,36 @@ fn check_delivery(log: &RunLog, next: &mut u64, seq: u64) {
         "delivered {seq} above watermark {watermark}"
     );
 }
+
+/// A restored run that had ended finishes a caught-up subscriber of either
+/// durability at once (the lock-free `Empty` answer must not hide it).
+#[test]
+fn a_restored_ended_run_finishes_caught_up_subscribers() {
+    let config = LogConfig {
+        max_events: 3,
+        max_open_scopes: 2,
+        ..LogConfig::default()
+    };
+    let (log, _) = log_with(config.clone());
+    commit_all(&log, &[run_started(), note(), note(), run_completed()]);
+    let snapshot = log.snapshot();
+    assert_eq!(snapshot.earliest_seq(), 2, "a window");
+    let restored = RunLog::restore(&snapshot, config, Arc::new(SystemClock)).unwrap();
+    for durability in [Durability::Committed, Durability::Durable] {
+        let bounds = SubscriptionBounds {
+            durability,
+            ..SubscriptionBounds::default()
+        };
+        let mut at_end = restored.subscribe(4, bounds).unwrap();
+        assert_eq!(
+            at_end.try_recv(),
+            Err(TryRecvError::Finished),
+            "{durability:?}"
+        );
+        let mut before = restored.subscribe(2, bounds).unwrap();
+        assert_eq!(
+            drain(&mut before),
+            (vec![3, 4], Some(TryRecvError::Finished))
+        );
+    }
+}

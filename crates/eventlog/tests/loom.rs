@@ -16,12 +16,13 @@
 //! 3 for `close_racing_commit_drained_concurrently`, 2 for the spinning
 //! marker of `durable_stream_racing_commit_and_mark`, 420k iterations and
 //! 40 s at 3) unless `LOOM_MAX_PREEMPTIONS` is set, which then applies to
-//! all of them. With the defaults the whole file runs in
-//! about 2.5 s (after a ~3 min first release build of loom and deps);
-//! `LOOM_MAX_PREEMPTIONS=4` takes about 5 s without
-//! `durable_stream_racing_commit_and_mark` (skip it with `--skip`; it is
-//! the fastest growing) (`close_racing_commit_drained_concurrently` grows
-//! next fastest: 47k iterations at 4, 640k and 70 s at 6). Each model prints
+//! all of them. With the defaults the whole file runs in about 12 s
+//! (after a ~3 min first release build of loom and deps); most of it is
+//! `close_racing_commit_drained_concurrently` (66k iterations at 3) and
+//! `durable_stream_racing_commit_and_mark` (34k at 2), which grow fastest
+//! with `LOOM_MAX_PREEMPTIONS`. Since `try_recv` answers `Empty` from
+//! atomics (loom's, under `cfg(loom)`) without the lock, the models also
+//! explore those loads against every commit, mark and close. Each model prints
 //! its iteration count and run time (visible with `--nocapture`).
 //!
 //! To see the interleaving of a failure, rerun the one model with
