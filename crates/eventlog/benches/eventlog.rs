@@ -296,7 +296,7 @@ fn catch_up(c: &mut Criterion) {
     let events: Vec<Arc<Event>> = log.retained_after(0);
     assert_eq!(events.len() as u64, N);
 
-    // Subscribe after 0 (the replay is captured under the lock), then
+    // Subscribe after 0 (the replay is then read in batches), then
     // `try_recv` until `Empty`; the subscription is dropped untimed.
     let keel = || {
         let mut sub = log.subscribe(0, HUGE).unwrap();

@@ -425,6 +425,13 @@ impl Subscription {
         if let Some(event) = self.cursor.pop() {
             return Ok(event);
         }
+        self.try_recv_slow()
+    }
+
+    /// `try_recv` with an empty buffer: an end to report, nothing new
+    /// (lock-free), or a refill under the lock.
+    #[inline(never)]
+    fn try_recv_slow(&mut self) -> Result<Arc<Event>, TryRecvError> {
         if let Some(ready) = self.cursor.next_ready() {
             return ready;
         }
@@ -434,6 +441,9 @@ impl Subscription {
         {
             let state = lock(&self.log.shared.state);
             self.cursor.refill(&state);
+        }
+        if let Some(event) = self.cursor.pop() {
+            return Ok(event);
         }
         self.cursor.next_ready().unwrap_or(Err(TryRecvError::Empty))
     }
