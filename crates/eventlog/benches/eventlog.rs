@@ -576,6 +576,11 @@ fn pct(sorted: &[u64], p: f64) -> u64 {
 }
 
 fn summary(label: &str, mut v: Vec<u64>) -> (u64, u64, u64, f64) {
+    if v.is_empty() {
+        // A filtered run skips the criterion benches: nothing was timed.
+        println!("stalled_subscriber {label}: no samples (filtered out)");
+        return (0, 0, 0, 0.0);
+    }
     v.sort_unstable();
     let mean = v.iter().sum::<u64>() as f64 / v.len() as f64;
     let (p50, p99, p999) = (pct(&v, 0.50), pct(&v, 0.99), pct(&v, 0.999));
@@ -588,6 +593,9 @@ fn summary(label: &str, mut v: Vec<u64>) -> (u64, u64, u64, f64) {
 }
 
 fn print_ratio(what: &str, a: (u64, u64, u64, f64), b: (u64, u64, u64, f64)) {
+    if a.0 == 0 || b.0 == 0 {
+        return;
+    }
     println!(
         "stalled_subscriber {what}: with_stalled/healthy_only p50 {:.3}  p99 {:.3}  p99.9 {:.3}  mean {:.3}",
         b.0 as f64 / a.0 as f64,
@@ -630,8 +638,12 @@ fn stalled(c: &mut Criterion) {
             bch.iter_custom(|iters| setup.borrow_mut().run(iters, &mut samples.borrow_mut()))
         });
         let mut setup = setup.into_inner();
-        let s = summary(&format!("criterion-run {label}"), samples.into_inner());
-        if with_stalled {
+        let samples = samples.into_inner();
+        // A filtered run times nothing here, and commits nothing that could
+        // cut the stalled subscriber off.
+        let ran = !samples.is_empty();
+        let s = summary(&format!("criterion-run {label}"), samples);
+        if with_stalled && ran {
             println!(
                 "stalled_subscriber criterion-run: log subscribers={} ; stalled sees: {}",
                 setup.log.stats().subscribers,

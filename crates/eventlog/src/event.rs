@@ -1,10 +1,12 @@
 //! The event envelope and its canonical line encoding.
 
 use crate::kind::{EventKind, KindError};
-use crate::payload::{Payload, PayloadError};
+use crate::payload::{Encoded, Payload, PayloadError};
 use keel_message::{IdError, RunId};
 use std::fmt;
 
+#[cfg(test)]
+mod line_tests;
 #[cfg(test)]
 mod tests;
 mod text_delta;
@@ -80,11 +82,149 @@ pub enum EventDecodeError {
 /// The largest `seq` and `ts`: 2^53 − 1, so lines stay I-JSON.
 pub(crate) const MAX_SAFE: u64 = (1 << 53) - 1;
 
-/// `{"kind":"","payload":,"run_id":"","seq":,"ts":}` without its variable parts.
-const ENVELOPE_FIXED_BYTES: usize = 47;
+/// `{"kind":"","payload":` without the kind name.
+const HEAD_FIXED_BYTES: usize = 21;
+/// `,"run_id":"","seq":,"ts":}` without its variable parts.
+const TAIL_FIXED_BYTES: usize = 26;
 
-fn digits(n: u64) -> usize {
+/// The number of decimal digits of `n` (1 for 0): `n.to_string().len()`.
+pub(crate) fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// Appends `n` in decimal, exactly as `format!("{n}")` writes it, without
+/// going through `core::fmt` (on the commit path for `turn`, `seq`, `ts`).
+pub(crate) fn push_u64(out: &mut String, n: u64) {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    let mut n = n;
+    while n >= 100 {
+        let pair = usize::try_from(n % 100).unwrap_or(0) * 2;
+        n /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        let pair = usize::try_from(n).unwrap_or(0) * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
+        i -= 1;
+        buf[i] = b'0' + n as u8;
+    }
+    // ASCII digits: one byte each, nothing to validate.
+    out.extend(buf[i..].iter().map(|&b| char::from(b)));
+}
+
+/// The head of an event line, `{"kind":…,"payload":{…}`, written before
+/// the log's lock into an allocation of the whole line's final size for
+/// the sequence and timestamp the commit expects; [`LineHead::finish`]
+/// writes the tail (run id, `seq`, `ts`) under the lock. Only when the
+/// actual `seq` or `ts` has another number of digits than expected (a
+/// racing commit crossed a power of ten, or the clock is behind the log's
+/// last `ts`) is the line copied once more, so it is always allocated at
+/// exactly its length (no spare capacity, no shrinking reallocation).
+pub(crate) struct LineHead {
+    line: String,
+    kind: EventKind,
+    seq_digits: usize,
+    ts_digits: usize,
+}
+
+impl LineHead {
+    /// `payload` is the checked payload of `kind`; `seq` and `ts` are the
+    /// expected ones, for the capacity only.
+    pub(crate) fn new(
+        kind: EventKind,
+        payload: &Encoded<'_>,
+        run_id: &RunId,
+        seq: u64,
+        ts: u64,
+    ) -> LineHead {
+        let (seq_digits, ts_digits) = (digits(seq), digits(ts));
+        let name = kind.name();
+        let len = HEAD_FIXED_BYTES
+            + name.len()
+            + payload.len()
+            + TAIL_FIXED_BYTES
+            + run_id.as_str().len()
+            + seq_digits
+            + ts_digits;
+        let mut line = String::with_capacity(len);
+        // Members in RFC 8785 order: kind < payload < run_id < seq < ts.
+        // Kind names and run ids are restricted to characters that need no
+        // escaping, so they are written as they are.
+        line.push_str("{\"kind\":\"");
+        line.push_str(&name);
+        line.push_str("\",\"payload\":");
+        payload.write(&mut line);
+        LineHead {
+            line,
+            kind,
+            seq_digits,
+            ts_digits,
+        }
+    }
+
+    /// The length of the finished line with these members.
+    pub(crate) fn line_len(&self, tail: &RunTail, seq: u64, ts: u64) -> usize {
+        self.line.len() + tail.0.len() + TS_FIXED_BYTES + digits(seq) + digits(ts)
+    }
+
+    /// The event of `tail`'s run, with its tail written.
+    pub(crate) fn finish(self, run_id: RunId, tail: &RunTail, seq: u64, ts: u64) -> Event {
+        debug_assert_eq!(*tail.0, *RunTail::new(&run_id).0);
+        let len = self.line_len(tail, seq, ts);
+        let mut line = self.line;
+        if digits(seq) != self.seq_digits || digits(ts) != self.ts_digits {
+            let mut exact = String::with_capacity(len);
+            exact.push_str(&line);
+            line = exact;
+        }
+        line.push_str(&tail.0);
+        push_u64(&mut line, seq);
+        line.push_str(",\"ts\":");
+        push_u64(&mut line, ts);
+        line.push('}');
+        debug_assert_eq!(line.len(), len);
+        debug_assert_eq!(line.capacity(), len);
+        Event {
+            run_id,
+            seq,
+            ts,
+            kind: self.kind,
+            line: line.into_boxed_str(),
+        }
+    }
+}
+
+/// `,"ts":}`.
+const TS_FIXED_BYTES: usize = 7;
+
+/// `,"run_id":"…","seq":` of one run, written once per log: the start of
+/// every line's tail.
+pub(crate) struct RunTail(Box<str>);
+
+impl RunTail {
+    pub(crate) fn new(run_id: &RunId) -> RunTail {
+        RunTail(format!(",\"run_id\":\"{}\",\"seq\":", run_id.as_str()).into_boxed_str())
+    }
+}
+
+/// `,"run_id":"…","seq":N,"ts":T}`.
+fn push_tail(line: &mut String, run_id: &RunId, seq: u64, ts: u64) {
+    line.push_str(",\"run_id\":\"");
+    line.push_str(run_id.as_str());
+    line.push_str("\",\"seq\":");
+    push_u64(line, seq);
+    line.push_str(",\"ts\":");
+    push_u64(line, ts);
+    line.push('}');
 }
 
 impl Event {
@@ -97,28 +237,23 @@ impl Event {
         kind: EventKind,
         payload_json: &str,
     ) -> Event {
-        use std::fmt::Write;
         let name = kind.name();
         // The exact length, so the line is allocated once at its final size
         // (an estimate that grows and then shrinks leaves a heap hole after
         // every retained line).
-        let len = ENVELOPE_FIXED_BYTES
+        let len = HEAD_FIXED_BYTES
             + name.len()
             + payload_json.len()
+            + TAIL_FIXED_BYTES
             + run_id.as_str().len()
             + digits(seq)
             + digits(ts);
         let mut line = String::with_capacity(len);
-        // Members in RFC 8785 order: kind < payload < run_id < seq < ts.
-        // Kind names and run ids are restricted to characters that need no
-        // escaping, so they are written as they are.
         line.push_str("{\"kind\":\"");
         line.push_str(&name);
         line.push_str("\",\"payload\":");
         line.push_str(payload_json);
-        line.push_str(",\"run_id\":\"");
-        line.push_str(run_id.as_str());
-        let _ = write!(line, "\",\"seq\":{seq},\"ts\":{ts}}}");
+        push_tail(&mut line, &run_id, seq, ts);
         debug_assert_eq!(line.len(), len);
         Event {
             run_id,
@@ -213,12 +348,9 @@ impl Event {
     }
     /// The canonical payload text, a slice of the line.
     pub fn payload_json(&self) -> &str {
-        let head = "{\"kind\":\"".len() + self.kind.name().len() + "\",\"payload\":".len();
-        let tail = format!(
-            ",\"run_id\":\"{}\",\"seq\":{},\"ts\":{}}}",
-            self.run_id, self.seq, self.ts
-        )
-        .len();
+        let head = HEAD_FIXED_BYTES + self.kind.name().len();
+        let tail =
+            TAIL_FIXED_BYTES + self.run_id.as_str().len() + digits(self.seq) + digits(self.ts);
         self.line
             .get(head..self.line.len().saturating_sub(tail))
             .unwrap_or("")

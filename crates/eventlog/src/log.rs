@@ -1,7 +1,7 @@
 //! `RunLog`: the authoritative, bounded, per-run event log.
 
 use crate::clock::Clock;
-use crate::event::{ENTRY_OVERHEAD_BYTES, Event};
+use crate::event::{ENTRY_OVERHEAD_BYTES, Event, LineHead, RunTail};
 use crate::kind::{Phase, Scope};
 use crate::lifecycle::{LifecycleError, LifecycleTracker, OpenScope, ScopeKey, Transition};
 use crate::payload::{Payload, PayloadError};
@@ -300,6 +300,8 @@ fn wake_all(waiters: &mut Vec<(u64, Waker)>) {
 
 pub(crate) struct Shared {
     pub(crate) run_id: RunId,
+    /// The start of every line's tail (`,"run_id":"…","seq":`).
+    pub(crate) tail: RunTail,
     pub(crate) config: LogConfig,
     pub(crate) clock: std::sync::Arc<dyn Clock>,
     pub(crate) state: Mutex<State>,
@@ -396,6 +398,7 @@ impl RunLog {
         let settled = tracker.run_ended();
         RunLog {
             shared: Arc::new(Shared {
+                tail: RunTail::new(&run_id),
                 run_id,
                 config,
                 clock,
@@ -436,41 +439,51 @@ impl RunLog {
         &self.shared.config
     }
 
-    /// Commits one event. The payload is encoded before the lock is taken;
-    /// sequence, timestamp, lifecycle check (the tool a tool terminal names
-    /// included), append and eviction happen under it.
+    /// Commits one event. The payload is checked and encoded, and the
+    /// line's head written into its final allocation, before the lock is
+    /// taken; sequence, timestamp, lifecycle check (the tool a tool
+    /// terminal names included), the line's tail, append and eviction
+    /// happen under it.
     pub fn commit(&self, payload: &Payload) -> Result<std::sync::Arc<Event>, CommitError> {
-        let payload_json = payload.to_canonical()?;
         let transition = payload.transition();
-        self.commit_encoded(
-            payload.kind(),
-            transition,
-            payload.tool_name(),
-            &payload_json,
-        )
+        let encoded = payload.encode(&transition)?;
+        // Saturates at 2^53 − 1 (a clock past it would make the line
+        // unreadable as I-JSON); still non-decreasing (under the lock).
+        let now = self.shared.clock.now_micros().min(crate::event::MAX_SAFE);
+        // The sequence this commit most likely gets, for the line's
+        // capacity only (a racing commit costs one copy of the line).
+        let seq = self.shared.signal.last_seq.load(Ordering::Relaxed) + 1;
+        let head = LineHead::new(payload.kind(), &encoded, &self.shared.run_id, seq, now);
+        self.commit_head(head, &transition, payload.tool_name(), now)
     }
 
-    pub(crate) fn commit_encoded(
+    fn commit_head(
         &self,
-        kind: crate::kind::EventKind,
-        transition: Transition,
+        head: LineHead,
+        transition: &Transition,
         tool: Option<&ToolName>,
-        payload_json: &str,
+        now: u64,
     ) -> Result<std::sync::Arc<Event>, CommitError> {
-        let now = self.shared.clock.now_micros();
         let mut state = lock(&self.shared.state);
         if let Some(reason) = state.ended {
             return Err(CommitError::Closed(reason));
         }
-        state.tracker.check_named(&transition, tool)?;
+        state.tracker.check_named(transition, tool)?;
         let seq = state.next_seq;
-        // Saturates at 2^53 − 1 (a clock past it would make the line
-        // unreadable as I-JSON); still non-decreasing.
-        let ts = now.min(crate::event::MAX_SAFE).max(state.last_ts);
-        let event = Event::assemble(self.shared.run_id.clone(), seq, ts, kind, payload_json);
-        self.check_size(&event, &transition)?;
-        state.tracker.apply_named(&transition, tool)?;
-        let event = std::sync::Arc::new(event);
+        let ts = now.max(state.last_ts);
+        self.check_size(head.line_len(&self.shared.tail, seq, ts), transition)?;
+        // Applying re-checks, then changes only what a lifecycle event
+        // changes: an event within a scope, or of no scope, was checked
+        // just above against this same state, so there is nothing to do.
+        if let Transition::Lifecycle(..) = transition {
+            state.tracker.apply_named(transition, tool)?;
+        }
+        let event = std::sync::Arc::new(head.finish(
+            self.shared.run_id.clone(),
+            &self.shared.tail,
+            seq,
+            ts,
+        ));
         self.append_locked(&mut state, std::sync::Arc::clone(&event));
         Ok(event)
     }
@@ -499,7 +512,7 @@ impl RunLog {
             });
         }
         if let Some((t, tool)) = &transition {
-            self.check_size(event, t)?;
+            self.check_size(event.line().len(), t)?;
             state.tracker.apply_named(t, *tool)?;
         } else if event.line().len()
             > self
@@ -529,7 +542,7 @@ impl RunLog {
         Ok(std::sync::Arc::clone(event))
     }
 
-    fn check_size(&self, event: &Event, transition: &Transition) -> Result<(), CommitError> {
+    fn check_size(&self, bytes: usize, transition: &Transition) -> Result<(), CommitError> {
         let reserved = matches!(
             transition,
             Transition::Lifecycle(_, Phase::Ended(t)) if *t != crate::kind::Terminal::Completed
@@ -539,12 +552,8 @@ impl RunLog {
         } else {
             (self.shared.config.max_event_bytes, "max_event_bytes")
         };
-        if event.line().len() > max {
-            return Err(CommitError::EventTooLarge {
-                bytes: event.line().len(),
-                max,
-                bound,
-            });
+        if bytes > max {
+            return Err(CommitError::EventTooLarge { bytes, max, bound });
         }
         Ok(())
     }

@@ -687,6 +687,12 @@ impl Payload {
 
     /// Checks the rules serde cannot express.
     pub fn check(&self) -> Result<(), PayloadError> {
+        self.check_with(&self.transition())
+    }
+
+    /// [`check`](Self::check), given this payload's
+    /// [`transition`](Self::transition) (the commit path computes it once).
+    fn check_with(&self, transition: &Transition) -> Result<(), PayloadError> {
         if let Payload::TextDelta(p) = self
             && p.text.is_empty()
         {
@@ -714,13 +720,13 @@ impl Payload {
         {
             return Err(PayloadError::ObserverName { len });
         }
-        let turn = match self.transition() {
+        let turn = match transition {
             Transition::Lifecycle(key, _) | Transition::Within(key) => match key {
                 ScopeKey::Run => None,
                 ScopeKey::Turn(t)
                 | ScopeKey::Model { turn: t, .. }
                 | ScopeKey::Tool { turn: t, .. }
-                | ScopeKey::Interaction { turn: t, .. } => Some(t),
+                | ScopeKey::Interaction { turn: t, .. } => Some(*t),
             },
             Transition::None => None,
         };
@@ -734,7 +740,21 @@ impl Payload {
 
     /// The canonical JSON text of this payload.
     pub fn to_canonical(&self) -> Result<String, PayloadError> {
-        self.check()?;
+        match self.encode(&self.transition())? {
+            Encoded::Text(text) => Ok(text),
+            fast => {
+                let mut out = String::with_capacity(fast.len());
+                fast.write(&mut out);
+                Ok(out)
+            }
+        }
+    }
+
+    /// Checks this payload (with its `transition`) and encodes it, ready
+    /// to be written into an event line: a text delta is written straight
+    /// into the line, any other payload through its canonical text.
+    pub(crate) fn encode(&self, transition: &Transition) -> Result<Encoded<'_>, PayloadError> {
+        self.check_with(transition)?;
         // The token stream's hot path: written directly in RFC 8785 key
         // order (`operation_id` < `text` < `turn`); the generic path below
         // gives the same bytes (tested), through an intermediate value. A
@@ -744,15 +764,13 @@ impl Payload {
             && p.extra.is_empty()
             && p.turn <= MAX_SAFE
         {
-            use std::fmt::Write;
-            let mut out = String::with_capacity(p.text.len() + p.operation_id.as_str().len() + 48);
-            out.push_str("{\"operation_id\":\"");
-            out.push_str(p.operation_id.as_str());
-            out.push_str("\",\"text\":");
-            keel_message::canonical::write_canonical_str(&p.text, &mut out);
-            let _ = write!(out, ",\"turn\":{}}}", p.turn);
-            return Ok(out);
+            return Ok(Encoded::TextDelta(p));
         }
+        self.canonical_generic().map(Encoded::Text)
+    }
+
+    /// The canonical text through an intermediate JSON value.
+    fn canonical_generic(&self) -> Result<String, PayloadError> {
         let kind = self.kind();
         let value = self.to_json().map_err(|e| PayloadError::Schema {
             kind: kind.to_string(),
@@ -765,4 +783,66 @@ impl Payload {
         }
         Ok(keel_message::canonical::to_canonical_string(&value)?)
     }
+}
+
+/// A checked payload, ready to be written as canonical JSON.
+pub(crate) enum Encoded<'a> {
+    /// A text delta without unknown members, written directly.
+    TextDelta(&'a TextDelta),
+    /// Any other payload's canonical text.
+    Text(String),
+}
+
+/// `{"operation_id":"","text":,"turn":}` without its variable parts.
+const TEXT_DELTA_FIXED_BYTES: usize = 35;
+
+impl Encoded<'_> {
+    /// The length of the canonical text.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Encoded::TextDelta(p) => {
+                TEXT_DELTA_FIXED_BYTES
+                    + p.operation_id.as_str().len()
+                    + canonical_str_len(&p.text)
+                    + crate::event::digits(p.turn)
+            }
+            Encoded::Text(text) => text.len(),
+        }
+    }
+
+    /// Appends the canonical text to `out`.
+    pub(crate) fn write(&self, out: &mut String) {
+        match self {
+            Encoded::TextDelta(p) => {
+                out.push_str("{\"operation_id\":\"");
+                out.push_str(p.operation_id.as_str());
+                out.push_str("\",\"text\":");
+                keel_message::canonical::write_canonical_str(&p.text, out);
+                out.push_str(",\"turn\":");
+                crate::event::push_u64(out, p.turn);
+                out.push('}');
+            }
+            Encoded::Text(text) => out.push_str(text),
+        }
+    }
+}
+
+/// The length of `s` as an RFC 8785 string, quotes included: `"` and `\`
+/// and the five control characters with a short form take two bytes, the
+/// other control characters six (`\u00xx`), everything else itself.
+fn canonical_str_len(s: &str) -> usize {
+    let escaped = |b: &u8| *b < 0x20 || *b == b'"' || *b == b'\\';
+    // Most texts have nothing to escape: a count the compiler vectorizes.
+    if s.bytes().filter(escaped).count() == 0 {
+        return s.len() + 2;
+    }
+    s.len()
+        + 2
+        + s.bytes()
+            .map(|b| match b {
+                b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 1,
+                0..0x20 => 5,
+                _ => 0,
+            })
+            .sum::<usize>()
 }
