@@ -276,3 +276,30 @@ async fn a_refusal_at_seq_n_fails_the_run_with_the_observer_as_cause() {
     assert_eq!(journal.seqs(), (1..30).collect::<Vec<_>>());
     assert_eq!(log.stats().durable_seq, 29);
 }
+
+/// The outcome comes back only once the run's terminal is durable, even
+/// when the observer takes longer than the closing deadline: the barrier
+/// is the observer's deadline, not the closing one.
+#[tokio::test(start_paused = true)]
+async fn the_outcome_waits_for_a_durable_terminal_past_the_closing_deadline() {
+    let journal = SlowJournal::new(800, None);
+    let engine = engine(&journal, vec![done()])
+        .limits(EngineLimits {
+            closing_deadline: MIN_CLOSING_DEADLINE,
+            ..EngineLimits::default()
+        })
+        .build()
+        .unwrap();
+    let run = engine
+        .start(request("run_slow_end").provider_named("scripted"))
+        .unwrap();
+    let log = run.log().clone();
+    assert!(matches!(run.join().await, RunOutcome::Completed { .. }));
+    let last = log.stats().last_seq;
+    assert_eq!(
+        log.stats().durable_seq,
+        last,
+        "returned before the terminal was durable"
+    );
+    assert_eq!(journal.seqs(), (1..=last).collect::<Vec<_>>());
+}
