@@ -35,6 +35,7 @@ struct Shared {
 /// admitted, then ends.
 ///
 /// [`observe_batch`]: crate::RequiredObserver::observe_batch
+/// [`RunLog::mark_durable`]: keel_eventlog::RunLog::mark_durable
 pub struct RunWindow {
     shared: Arc<Shared>,
 }
