@@ -171,6 +171,23 @@ fn flusher(core: Arc<WindowCore>, fail_from: Option<u64>) {
     }
 }
 
+/// The committer: admits each event in turn, yielding while the window is
+/// full; the last seq admitted, or that and why the window refused.
+fn admit_all(core: &WindowCore, events: &[Arc<Event>]) -> Result<u64, (u64, WindowError)> {
+    let mut admitted = 0;
+    for e in events {
+        loop {
+            match core.admit(e) {
+                Admission::Queued { .. } => break,
+                Admission::Full => loom::thread::yield_now(),
+                Admission::Refused(why) => return Err((admitted, why)),
+            }
+        }
+        admitted = e.seq();
+    }
+    Ok(admitted)
+}
+
 /// Commits racing acknowledgements and the close, with a window of 2 over
 /// 3 events: the window never holds more than its bound, every admitted
 /// event is acknowledged before the flusher ends (the close loses
@@ -184,30 +201,17 @@ fn window_commit_ack_close() {
         let events = three_events();
         let committer = {
             let core = core.clone();
-            loom::thread::spawn(move || {
-                let mut admitted = 0u64;
-                for e in &events {
-                    loop {
-                        match core.admit(e) {
-                            Admission::Queued { .. } => {
-                                admitted = e.seq();
-                                break;
-                            }
-                            Admission::Full => loom::thread::yield_now(),
-                            Admission::Refused(WindowError::Closed { .. }) => return admitted,
-                            Admission::Refused(other) => panic!("{other:?}"),
-                        }
-                    }
-                }
-                admitted
-            })
+            loom::thread::spawn(move || admit_all(&core, &events))
         };
         let flush = {
             let core = core.clone();
             loom::thread::spawn(move || flusher(core, None))
         };
         core.close();
-        let admitted = committer.join().unwrap();
+        let admitted = match committer.join().unwrap() {
+            Ok(last) | Err((last, WindowError::Closed { .. })) => last,
+            Err((_, other)) => panic!("{other:?}"),
+        };
         flush.join().unwrap();
         assert_eq!(
             core.watermark(),
@@ -232,20 +236,10 @@ fn window_refusal_stops_at_the_refused_seq() {
         let events = three_events();
         let committer = {
             let core = core.clone();
-            loom::thread::spawn(move || {
-                for e in &events {
-                    loop {
-                        match core.admit(e) {
-                            Admission::Queued { .. } => break,
-                            Admission::Full => loom::thread::yield_now(),
-                            Admission::Refused(WindowError::Refused(d)) => {
-                                assert_eq!(d.seq, 2);
-                                return;
-                            }
-                            other => panic!("{other:?}"),
-                        }
-                    }
-                }
+            loom::thread::spawn(move || match admit_all(&core, &events) {
+                Ok(_) => {}
+                Err((_, WindowError::Refused(d))) => assert_eq!(d.seq, 2),
+                Err((_, other)) => panic!("{other:?}"),
             })
         };
         let flush = {
