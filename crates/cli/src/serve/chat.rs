@@ -33,7 +33,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use keel_engine::InteractionDecision;
-use keel_eventlog::{Event, RunLog, Subscription, SubscriptionError};
+use keel_eventlog::{Event, RunLog, SubscribeError, Subscription, SubscriptionError};
 use keel_message::{Limits, Message, Part, Role, RunId};
 use keel_observers::RunStatus;
 use serde_json::{Map, Value};
@@ -437,8 +437,9 @@ async fn answer(
     let Some(live_run) = live.then(|| daemon.engine.live_run(run)).flatten() else {
         return Err(not_pending());
     };
-    // What the client has: the run up to its last pause before now.
-    let seen = live_run.log().stats().last_seq;
+    // What the client has: the run up to its last pause before now (its
+    // stream is durable, so at most the durable watermark).
+    let seen = live_run.log().durable_seq();
     let until = tokio::time::Instant::now() + ANSWER_WAIT;
     let mut answered = 0;
     for (approval, approved) in answers {
@@ -511,7 +512,9 @@ fn ui_response(
 }
 
 /// A run's events in order: the journal first, then the live log from
-/// where the journal ends (the seam of `GET /v1/runs/{id}/events`).
+/// where the journal ends (the seam of `GET /v1/runs/{id}/events`),
+/// durable events only ([`super::events::DEFAULT_BOUNDS`]): a chat client
+/// never renders what a crash could take back.
 struct Source {
     daemon: Arc<Daemon>,
     run: String,
@@ -519,6 +522,8 @@ struct Source {
     log: Option<RunLog>,
     sub: Option<Subscription>,
     page: VecDeque<Event>,
+    /// When it began waiting for an evicted event to reach the journal.
+    in_flight_since: Option<tokio::time::Instant>,
 }
 
 impl Source {
@@ -546,6 +551,8 @@ impl Source {
                 }
                 continue;
             }
+            // Read before the journal: what is durable now, it holds.
+            let durable = self.log.as_ref().map(RunLog::durable_seq);
             let (run, after) = (self.run.clone(), self.last);
             let lines = match self
                 .daemon
@@ -559,10 +566,18 @@ impl Source {
                 let log = self.log.as_ref()?;
                 match log.subscribe(self.last, super::events::DEFAULT_BOUNDS) {
                     Ok(s) => self.sub = Some(s),
+                    // Evicted before it was durable: on its way to the
+                    // journal (as in `events.rs`), read it again shortly.
+                    Err(SubscribeError::CursorExpired { .. })
+                        if durable.is_some_and(|d| d <= self.last) && self.still_in_flight() =>
+                    {
+                        tokio::time::sleep(super::events::IN_FLIGHT_POLL).await;
+                    }
                     Err(e) => return Some(Err(e.to_string())),
                 }
                 continue;
             }
+            self.in_flight_since = None;
             for line in lines {
                 match Event::decode(&line) {
                     Ok(e) => self.page.push_back(e),
@@ -570,6 +585,14 @@ impl Source {
                 }
             }
         }
+    }
+
+    /// Whether to keep waiting for an evicted event to reach the journal
+    /// (at most [`super::events::IN_FLIGHT_WAIT`]).
+    fn still_in_flight(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let since = *self.in_flight_since.get_or_insert(now);
+        now.duration_since(since) < super::events::IN_FLIGHT_WAIT
     }
 
     /// Whether an event after `last` exists already.
@@ -603,6 +626,7 @@ fn ui_stream(
         log,
         sub: None,
         page: VecDeque::new(),
+        in_flight_since: None,
     };
     async_stream::stream! {
         let mut view = UiStream::new();

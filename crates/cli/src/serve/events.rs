@@ -4,12 +4,21 @@
 //! One history: a live run's events come from its log; a prefix the log
 //! no longer retains is read from the journal first, and the stream then
 //! joins the log right after the last event it sent. The journal holds
-//! every event some later commit could have evicted (the engine
-//! journals each event before committing the next), so the seam has no
-//! gap and no duplicate. A run that is not live is served from the
+//! every event some later commit could have evicted, or will shortly: an
+//! evicted event that is not durable yet is still in the engine's window
+//! on its way to the journal, and the stream reads the journal again
+//! until it arrives. So the seam has no gap and no duplicate. A run that is not live is served from the
 //! journal alone. With `--nats`, a run that is neither live nor stored
 //! here is streamed from JetStream ([`RemoteSubscription`]: history, then
 //! live, no gap, no duplicate), in the same framing.
+//!
+//! Durability: a stream (and the live tail of a JSON Lines page) follows
+//! the log with [`Durability::Durable`] by default: a client is sent an
+//! event only once the required observers (the journal) acknowledged it,
+//! so no event it holds can be taken back by a crash, and its cursor is
+//! valid on the restarted daemon. `?durability=committed` opts out (events
+//! as soon as they are committed). The journal's lines are durable by
+//! definition, so a run served from the journal is the same either way.
 
 use super::Daemon;
 use super::problem::Problem;
@@ -19,7 +28,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use keel_eventlog::{
-    Event, Phase, RunLog, Scope, SubscribeError, Subscription, SubscriptionBounds,
+    Durability, Event, Phase, RunLog, Scope, SubscribeError, Subscription, SubscriptionBounds,
     SubscriptionError,
 };
 use keel_observers::{
@@ -31,11 +40,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Per-connection subscription bounds: 4,096 undelivered events or
-/// 8 MiB, whichever is reached first.
+/// 8 MiB, whichever is reached first; durable events only (the default
+/// of every stream the daemon serves from a live log).
 pub const DEFAULT_BOUNDS: SubscriptionBounds = SubscriptionBounds {
     max_events: 4096,
     max_bytes: 8 << 20,
-    durability: keel_eventlog::Durability::Committed,
+    durability: Durability::Durable,
 };
 /// Smallest `max_bytes` a client may ask for.
 const MIN_BYTES: usize = 4096;
@@ -44,6 +54,12 @@ const PAGE: usize = 512;
 /// Default and largest `limit` of a JSON Lines page.
 const DEFAULT_LIMIT: usize = 1000;
 const MAX_LIMIT: usize = 10_000;
+/// How long a stream waits before reading the journal again for events
+/// the log evicted while they were still on their way to it.
+pub(crate) const IN_FLIGHT_POLL: Duration = Duration::from_millis(2);
+/// How long at most it waits for one such event: longer than a required
+/// observer's default deadline (10 s); past it the journal is failing.
+pub(crate) const IN_FLIGHT_WAIT: Duration = Duration::from_secs(30);
 /// Interval of the SSE keep-alive comments.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The `retry:` hint every stream opens with: how long a browser waits
@@ -60,6 +76,7 @@ struct EventsQuery {
     max_events: Option<usize>,
     max_bytes: Option<usize>,
     named: Option<String>,
+    durability: Option<String>,
 }
 
 fn bad_request(detail: String) -> Problem {
@@ -105,7 +122,8 @@ pub struct EventsRequest {
 
 impl EventsRequest {
     /// Reads the query string of `uri` (`after`, `format`, `limit`,
-    /// `max_events`, `max_bytes`, `named`; anything else is refused) and the
+    /// `max_events`, `max_bytes`, `named`, `durability`; anything else is
+    /// refused) and the
     /// `Last-Event-ID` header, which wins over `?after=` (a reconnecting
     /// EventSource sends it and keeps the URL's `after`). A 400 problem
     /// names the parameter, never its value.
@@ -135,6 +153,15 @@ impl EventsRequest {
             Some("false") => Naming::Unnamed,
             Some(_) => return Err(bad_request("named is not one of true, false".to_owned())),
         };
+        let durability = match query.durability.as_deref() {
+            None | Some("durable") => Durability::Durable,
+            Some("committed") => Durability::Committed,
+            Some(_) => {
+                return Err(bad_request(
+                    "durability is not one of durable, committed".to_owned(),
+                ));
+            }
+        };
         Ok(EventsRequest {
             cursor: header_cursor.or(query.after).unwrap_or(0),
             format,
@@ -149,7 +176,7 @@ impl EventsRequest {
                     .max_bytes
                     .unwrap_or(DEFAULT_BOUNDS.max_bytes)
                     .clamp(MIN_BYTES, DEFAULT_BOUNDS.max_bytes),
-                ..Default::default()
+                durability,
             },
         })
     }
@@ -178,6 +205,12 @@ impl EventsRequest {
     pub fn bounds(&self) -> SubscriptionBounds {
         self.bounds
     }
+
+    /// Which events a live log serves: durable ones (the default) or
+    /// every committed one (`?durability=committed`).
+    pub fn durability(&self) -> Durability {
+        self.bounds.durability
+    }
 }
 
 /// The handler.
@@ -190,7 +223,7 @@ pub async fn events(
     let request = EventsRequest::parse(&uri, &headers)?;
     match request.format {
         EventsFormat::Sse => stream(daemon, id, &request).await,
-        EventsFormat::Jsonl => page(daemon, id, request.cursor, request.limit).await,
+        EventsFormat::Jsonl => page(daemon, id, &request).await,
     }
 }
 
@@ -435,6 +468,9 @@ struct Follower {
     log: Option<RunLog>,
     sub: Option<Subscription>,
     frame: Framer,
+    /// When the stream began waiting for an evicted event to reach the
+    /// journal ([`Follower::still_in_flight`]).
+    in_flight_since: Option<tokio::time::Instant>,
 }
 
 impl Follower {
@@ -495,6 +531,9 @@ impl Follower {
     /// The next page of the journal, each line checked; when the journal
     /// has nothing more, the live log (if any) takes over.
     async fn read_journal(&mut self) -> Step {
+        // Read before the journal: whatever is durable now, the journal
+        // read below holds (the watermark rises after the journal's ack).
+        let durable = self.log.as_ref().map(RunLog::durable_seq);
         let lookup = self.id.clone();
         let after = self.last;
         let page = match self
@@ -506,8 +545,9 @@ impl Follower {
             Err(problem) => return Step::close(error_event(&problem)),
         };
         if page.is_empty() {
-            return self.join_log();
+            return self.join_log(durable).await;
         }
+        self.in_flight_since = None;
         let mut send = Vec::with_capacity(page.len());
         for line in &page {
             let framed = checked(line, &self.id, self.last)
@@ -537,7 +577,12 @@ impl Follower {
     }
 
     /// The journal has no more: follow the live log from `last`, or end.
-    fn join_log(&mut self) -> Step {
+    /// `durable` is the log's watermark before the journal was read: when
+    /// the log no longer retains the next event but it was not durable
+    /// then, it is on its way to the journal (the log may evict events
+    /// still in the engine's window when its retention is smaller): read
+    /// the journal again shortly. Past the watermark it is a real gap.
+    async fn join_log(&mut self, durable: Option<u64>) -> Step {
         let Some(log) = self.log.as_ref() else {
             return Step::done();
         };
@@ -546,11 +591,28 @@ impl Follower {
                 self.sub = Some(s);
                 Step::more(Vec::new())
             }
+            Err(SubscribeError::CursorExpired { .. })
+                if durable.is_some_and(|d| d <= self.last) && self.still_in_flight() =>
+            {
+                tokio::time::sleep(IN_FLIGHT_POLL).await;
+                Step::more(Vec::new())
+            }
             Err(SubscribeError::CursorExpired { earliest, .. }) => {
                 Step::close(error_event(&gap_problem(self.last, earliest)))
             }
             Err(e) => Step::close(error_event(&Problem::journal(e))),
         }
+    }
+}
+
+impl Follower {
+    /// Whether to keep waiting for an evicted event to reach the journal:
+    /// for [`IN_FLIGHT_WAIT`] after the wait began (past it the journal is
+    /// failing, and the stream ends with the gap).
+    fn still_in_flight(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let since = *self.in_flight_since.get_or_insert(now);
+        now.duration_since(since) < IN_FLIGHT_WAIT
     }
 }
 
@@ -594,6 +656,7 @@ pub(crate) fn follow(
         log,
         sub,
         frame,
+        in_flight_since: None,
     };
     async_stream::stream! {
         loop {
@@ -613,33 +676,35 @@ pub(crate) fn follow(
     }
 }
 
-async fn page(
-    daemon: Arc<Daemon>,
-    id: String,
-    cursor: u64,
-    limit: Option<usize>,
-) -> Result<Response, Problem> {
-    let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-    let live = daemon.engine.live_run(&id);
-    let lookup = id.clone();
-    let stored = daemon.read(move |r| r.run_status(&lookup)).await?;
-    let live_latest = live.as_ref().map(|r| r.log().stats().last_seq);
-    let latest = match (&stored, live_latest) {
-        (None, None) => return Err(Problem::unknown_run(&id)),
-        (s, l) => s.as_ref().map_or(0, |s| s.last_seq).max(l.unwrap_or(0)),
-    };
-    if cursor > latest {
-        return Err(Problem::cursor_ahead(cursor, latest));
+/// The latest seq of run `id`: stored, or committed in its live log (for
+/// the cursor check), and the latest a page may serve under `durability`
+/// (`Keel-Latest`: a live log's durable watermark for a durable page).
+fn latest_of(
+    id: &str,
+    stored: Option<u64>,
+    live: Option<&keel_engine::LiveRun>,
+    durability: Durability,
+) -> Result<(u64, u64), Problem> {
+    let stats = live.map(|r| r.log().stats());
+    if stored.is_none() && stats.is_none() {
+        return Err(Problem::unknown_run(id));
     }
-    let lookup = id.clone();
-    let mut lines = daemon
-        .read(move |r| r.events_after(&lookup, cursor, limit))
-        .await?;
-    // Every stored line is checked as the SSE path checks it: it decodes
-    // (canonical, lifecycle-valid kinds), belongs to this run, and follows
-    // the previous one; a page never carries a line it would not stream.
+    let stored = stored.unwrap_or(0);
+    let committed = stats.as_ref().map_or(0, |s| s.last_seq);
+    let visible = match durability {
+        Durability::Durable => stats.as_ref().map_or(0, |s| s.durable_seq),
+        Durability::Committed => committed,
+    };
+    Ok((stored.max(committed), stored.max(visible)))
+}
+
+/// Checks stored lines as the SSE path checks them: each decodes
+/// (canonical, lifecycle-valid kinds), belongs to run `id`, and follows
+/// the previous one; a page never carries a line it would not stream.
+/// Returns the last seq.
+fn check_page(lines: &[String], id: &str, cursor: u64, latest: u64) -> Result<u64, Problem> {
     let mut last = cursor;
-    for line in &lines {
+    for line in lines {
         let event = Event::decode(line)
             .map_err(|e| Problem::journal(format!("a stored line does not decode: {e}")))?;
         if event.seq() != last + 1 {
@@ -657,19 +722,51 @@ async fn page(
         }
         last = event.seq();
     }
+    Ok(last)
+}
+
+async fn page(
+    daemon: Arc<Daemon>,
+    id: String,
+    request: &EventsRequest,
+) -> Result<Response, Problem> {
+    let (cursor, durability) = (request.cursor, request.durability());
+    let limit = request.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+    let live = daemon.engine.live_run(&id);
+    let lookup = id.clone();
+    let stored = daemon.read(move |r| r.run_status(&lookup)).await?;
+    let (latest, visible) = latest_of(&id, stored.map(|s| s.last_seq), live.as_ref(), durability)?;
+    if cursor > latest {
+        return Err(Problem::cursor_ahead(cursor, latest));
+    }
+    let lookup = id.clone();
+    let mut lines = daemon
+        .read(move |r| r.events_after(&lookup, cursor, limit))
+        .await?;
+    let mut last = check_page(&lines, &id, cursor, latest)?;
     if let Some(run) = live.as_ref().filter(|_| lines.len() < limit) {
-        // Events committed but not yet journaled.
+        // Events committed but not yet journaled; a durable page stops at
+        // the watermark.
         let tail = run.log().retained_after(last);
         if let Some(e) = tail.first().filter(|e| e.seq() != last + 1) {
             return Err(Problem::cursor_expired(cursor, e.seq(), latest));
         }
-        for event in tail.iter().take(limit - lines.len()) {
+        for event in tail
+            .iter()
+            .take_while(|e| e.seq() <= visible)
+            .take(limit - lines.len())
+        {
             lines.push(event.line().to_owned());
             last = event.seq();
         }
     }
+    Ok(ndjson(&lines, last, visible.max(last)))
+}
+
+/// A JSON Lines page with its `Keel-Next-Cursor` and `Keel-Latest`.
+fn ndjson(lines: &[String], next: u64, latest: u64) -> Response {
     let mut body = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
-    for line in &lines {
+    for line in lines {
         body.push_str(line);
         body.push('\n');
     }
@@ -679,13 +776,13 @@ async fn page(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/x-ndjson"),
     );
-    if let Ok(v) = HeaderValue::from_str(&last.to_string()) {
+    if let Ok(v) = HeaderValue::from_str(&next.to_string()) {
         headers.insert("keel-next-cursor", v);
     }
     if let Ok(v) = HeaderValue::from_str(&latest.to_string()) {
         headers.insert("keel-latest", v);
     }
-    Ok(response)
+    response
 }
 
 fn nats_problem(detail: impl std::fmt::Display) -> Problem {

@@ -14,7 +14,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use keel_engine::{LiveRun, RunHandle, RunRequest, StartError};
-use keel_eventlog::SubscriptionBounds;
+use keel_eventlog::{Durability, SubscriptionBounds};
 use keel_observers::{RunSummary, RunTotals};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -166,9 +166,19 @@ pub(super) fn continue_problem(id: &str, e: &ContinueError) -> Problem {
 /// Whether the run committed its first event (`run.started`): a run
 /// cancelled before its task first ran (by a shutdown that began right
 /// after the admission) commits nothing, and must not be answered 201.
+///
+/// Committed, not durable: this only tells a run that began from one that
+/// never did. Durability is [`journaled`]'s, which waits for the journal
+/// itself and, unlike a durable subscription, still answers 201 for a live
+/// run whose journal is failing (a durable subscription would end without
+/// an event and turn that into a 409 claiming the run never began).
 async fn began(handle: RunHandle) -> bool {
     let log = handle.log().clone();
-    let Ok(mut sub) = log.subscribe(0, SubscriptionBounds::default()) else {
+    let bounds = SubscriptionBounds {
+        durability: Durability::Committed,
+        ..SubscriptionBounds::default()
+    };
+    let Ok(mut sub) = log.subscribe(0, bounds) else {
         return log.stats().last_seq > 0;
     };
     tokio::select! {
