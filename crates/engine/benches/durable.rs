@@ -17,7 +17,9 @@ use keel_engine::*;
 use keel_message::*;
 use keel_observers::journal::{JournalConfig, SqliteJournal};
 use keel_observers::{PipelineConfig, RequiredObserver};
-use keel_stream::{FinishReason, ModelProvider, RawItem, RawStream, StartFuture};
+#[path = "common/deltas.rs"]
+mod deltas;
+use deltas::Deltas;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,18 +27,6 @@ use std::time::{Duration, Instant};
 
 const DELTAS: usize = 2000;
 const WINDOW: usize = 64;
-
-struct Deltas;
-
-impl ModelProvider for Deltas {
-    fn start(&self, _request: ModelRequest) -> StartFuture {
-        let items = (0..DELTAS)
-            .map(|i| RawItem::text(format!("token {i:>4} ")))
-            .chain(std::iter::once(RawItem::complete(FinishReason::Stop)));
-        let stream: RawStream = Box::pin(futures_util::stream::iter(items));
-        Box::pin(async move { Ok(stream) })
-    }
-}
 
 fn db_path(name: &str) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -72,7 +62,7 @@ impl EngineSide {
             Arc::new(SqliteJournal::open(db_path("engine.db"), JournalConfig::default()).unwrap())
         });
         let engine = Engine::builder()
-            .provider("deltas", Arc::new(Deltas))
+            .provider("deltas", Arc::new(Deltas(DELTAS)))
             .required_observer(journal.clone() as Arc<dyn RequiredObserver>)
             .pipeline_config(PipelineConfig {
                 window_events: WINDOW,

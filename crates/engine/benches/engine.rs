@@ -7,23 +7,14 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use futures_util::StreamExt;
 use keel_engine::*;
 use keel_message::*;
-use keel_stream::{FinishReason, ModelProvider, RawItem, RawStream, StartFuture};
+#[path = "common/deltas.rs"]
+mod deltas;
+use deltas::Deltas;
+use keel_stream::{ModelProvider, RawItem};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const DELTAS: usize = 1000;
-
-struct Deltas;
-
-impl ModelProvider for Deltas {
-    fn start(&self, _request: ModelRequest) -> StartFuture {
-        let items = (0..DELTAS)
-            .map(|i| RawItem::text(format!("token {i:>4} ")))
-            .chain(std::iter::once(RawItem::complete(FinishReason::Stop)));
-        let stream: RawStream = Box::pin(futures_util::stream::iter(items));
-        Box::pin(async move { Ok(stream) })
-    }
-}
 
 fn request(n: u64) -> RunRequest {
     RunRequest::new(
@@ -44,7 +35,7 @@ fn bench(c: &mut Criterion) {
     group.sample_size(30);
 
     group.bench_function(BenchmarkId::new("raw_provider_stream", DELTAS), |b| {
-        let provider = Deltas;
+        let provider = Deltas(DELTAS);
         b.iter(|| {
             rt.block_on(async {
                 let req = ModelRequest::new(
@@ -67,7 +58,7 @@ fn bench(c: &mut Criterion) {
     });
 
     let engine = Engine::builder()
-        .provider("deltas", Arc::new(Deltas))
+        .provider("deltas", Arc::new(Deltas(DELTAS)))
         .build()
         .unwrap();
     let counter = AtomicU64::new(0);
@@ -98,7 +89,7 @@ fn bench(c: &mut Criterion) {
         .unwrap()
     });
     let engine = Engine::builder()
-        .provider("deltas", Arc::new(Deltas))
+        .provider("deltas", Arc::new(Deltas(DELTAS)))
         .required_observer(Arc::new(journal))
         .build()
         .unwrap();
