@@ -183,7 +183,10 @@ async fn began(handle: RunHandle) -> bool {
     };
     tokio::select! {
         biased;
-        first = sub.recv() => matches!(first, Some(Ok(_))),
+        // Any committed event means it began: the first item is `Evicted`
+        // when the run committed past a small retention before this
+        // subscription read its replay.
+        first = sub.recv() => matches!(first, Some(Ok(_))) || log.stats().last_seq > 0,
         // Dropping the handle detaches the run; joining ends with it.
         _ = handle.join() => log.stats().last_seq > 0,
     }
