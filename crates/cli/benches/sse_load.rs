@@ -3,7 +3,9 @@
 //! journal) and for a live run (clients attached before it streams).
 //!
 //! Run: `cargo bench -p keel-cli --bench sse_load` (release build; prints a
-//! table). The daemon is the real binary on 127.0.0.1.
+//! table). The daemon is the real binary on 127.0.0.1. Clients follow the
+//! default stream (durable events only); `KEEL_SSE_DURABILITY=committed`
+//! has them follow `?durability=committed` instead.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use futures_util::StreamExt;
@@ -46,6 +48,13 @@ async fn follow(client: reqwest::Client, url: String) -> usize {
     events
 }
 
+/// The query after `after=0`: `KEEL_SSE_DURABILITY`, when set.
+fn durability_query() -> String {
+    std::env::var("KEEL_SSE_DURABILITY")
+        .map(|d| format!("&durability={d}"))
+        .unwrap_or_default()
+}
+
 async fn round(base: &str, client: &reqwest::Client, n: usize, live: bool) -> (usize, Duration) {
     let run_id = format!("bench_{}_{n}", if live { "live" } else { "finished" });
     let body = scenario(&run_id, if live { 300 } else { 0 });
@@ -73,12 +82,13 @@ async fn round(base: &str, client: &reqwest::Client, n: usize, live: bool) -> (u
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+    let query = durability_query();
     let start = Instant::now();
     let tasks: Vec<_> = (0..n)
         .map(|_| {
             tokio::spawn(follow(
                 client.clone(),
-                format!("{base}/v1/runs/{run_id}/events?after=0"),
+                format!("{base}/v1/runs/{run_id}/events?after=0{query}"),
             ))
         })
         .collect();
@@ -126,8 +136,9 @@ fn main() {
         .build()
         .expect("the HTTP client");
     println!(
-        "sse_load: {DELTAS} deltas per run ({} events per client)",
-        DELTAS + 6
+        "sse_load: {DELTAS} deltas per run ({} events per client), stream ?after=0{}",
+        DELTAS + 7,
+        durability_query()
     );
     println!(
         "{:<10} {:>6} {:>12} {:>10} {:>14}",
@@ -136,7 +147,7 @@ fn main() {
     for live in [false, true] {
         for n in [1usize, 64, 512] {
             let (events, took) = rt.block_on(round(&base, &client, n, live));
-            assert_eq!(events, n * (DELTAS + 6), "every client gets every event");
+            assert_eq!(events, n * (DELTAS + 7), "every client gets every event");
             println!(
                 "{:<10} {:>6} {:>12} {:>10.3} {:>14.0}",
                 if live { "live" } else { "finished" },
