@@ -124,44 +124,45 @@ impl Sides {
 
     /// `keel run` on a new database: the whole process.
     fn keel(&self) -> Duration {
-        let dir = fresh_dir(&self.base);
-        let start = Instant::now();
-        let status = Command::new(env!("CARGO_BIN_EXE_keel"))
-            .arg("run")
-            .arg(&self.scenario)
-            .arg("--db")
-            .arg(dir.join("keel.db"))
-            .env_remove("KEEL_DB")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .status()
-            .unwrap();
-        let took = start.elapsed();
-        assert!(status.success(), "keel run");
-        std::fs::remove_dir_all(&dir).unwrap();
-        took
+        timed("keel run", &self.base, |db| {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_keel"));
+            command
+                .arg("run")
+                .arg(&self.scenario)
+                .arg("--db")
+                .arg(db)
+                .env_remove("KEEL_DB")
+                .env("NO_COLOR", "1");
+            command
+        })
     }
 
     /// The hand-written writer on a new database: the whole process.
     fn writer(&self) -> Duration {
-        let dir = fresh_dir(&self.base);
-        let start = Instant::now();
-        let status = Command::new(&self.writer)
-            .arg(dir.join("keel.db"))
-            .arg(&self.lines)
-            .arg(BATCH.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .status()
-            .unwrap();
-        let took = start.elapsed();
-        assert!(status.success(), "sqlite_writer");
-        std::fs::remove_dir_all(&dir).unwrap();
-        took
+        timed("sqlite_writer", &self.base, |db| {
+            let mut command = Command::new(&self.writer);
+            command.arg(db).arg(&self.lines).arg(BATCH.to_string());
+            command
+        })
     }
+}
+
+/// Runs the process `build` makes for a database in a new directory,
+/// timed from spawn to exit; the directory is removed afterwards.
+fn timed(what: &str, base: &Path, build: impl FnOnce(&Path) -> Command) -> Duration {
+    let dir = fresh_dir(base);
+    let mut command = build(&dir.join("keel.db"));
+    let start = Instant::now();
+    let status = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .unwrap();
+    let took = start.elapsed();
+    assert!(status.success(), "{what}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    took
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

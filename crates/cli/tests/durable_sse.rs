@@ -13,11 +13,8 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
 
-/// A scripted run: a pause of `delay_ms` (so clients attach before it
-/// streams), then `deltas` text deltas, then stop.
-fn deltas(run_id: &str, deltas: usize, delay_ms: u64) -> String {
-    let mut items = vec![json!({"delay_ms": delay_ms})];
-    items.extend((0..deltas).map(|i| json!({"text": format!("t{i} ")})));
+/// A scripted run of `items` (then a stop), as `keel serve` takes it.
+fn scripted(run_id: &str, mut items: Vec<serde_json::Value>) -> String {
     items.push(json!({"complete": {"finish": "stop"}}));
     json!({
         "run_id": run_id,
@@ -28,22 +25,26 @@ fn deltas(run_id: &str, deltas: usize, delay_ms: u64) -> String {
     .to_string()
 }
 
+/// A scripted run: a pause of `delay_ms` (so clients attach before it
+/// streams), then `deltas` text deltas, then stop.
+fn deltas(run_id: &str, deltas: usize, delay_ms: u64) -> String {
+    let mut items = vec![json!({"delay_ms": delay_ms})];
+    items.extend((0..deltas).map(|i| json!({"text": format!("t{i} ")})));
+    scripted(run_id, items)
+}
+
 /// Like [`deltas`], each delta after a pause of `gap_ms`: a run that is
 /// still streaming when the test kills the daemon.
 fn slow_deltas(run_id: &str, deltas: usize, gap_ms: u64) -> String {
-    let mut items = Vec::new();
-    for i in 0..deltas {
-        items.push(json!({"delay_ms": gap_ms}));
-        items.push(json!({"text": format!("t{i} ")}));
-    }
-    items.push(json!({"complete": {"finish": "stop"}}));
-    json!({
-        "run_id": run_id,
-        "model": "scripted-1",
-        "messages": [{"role": "user", "text": "go"}],
-        "provider": {"type": "scripted", "calls": [items]}
-    })
-    .to_string()
+    let items = (0..deltas)
+        .flat_map(|i| {
+            [
+                json!({"delay_ms": gap_ms}),
+                json!({"text": format!("t{i} ")}),
+            ]
+        })
+        .collect();
+    scripted(run_id, items)
 }
 
 fn ids(msgs: &[Sse]) -> Vec<u64> {
