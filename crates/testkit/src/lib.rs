@@ -29,9 +29,9 @@
 //!   (contiguous sequences from 1, one run, non-decreasing timestamps,
 //!   canonical round trip, exactly one terminal per scope, nesting, every
 //!   scope closed); [`assert_kinds`] checks an exact sequence of kinds.
-//! - [`strategies`] has proptest strategies for messages, histories,
-//!   requests, raw streams (valid and malformed), scripts, whole scripted
-//!   runs and lifecycle-valid event sequences.
+//! - `strategies` (feature `proptest`) has proptest strategies for
+//!   messages, histories, requests, raw streams (valid and malformed),
+//!   scripts, whole scripted runs and lifecycle-valid event sequences.
 //! - [`conformance`] is the provider conformance suite that adapters run
 //!   against their wire fixtures.
 //!
@@ -42,6 +42,14 @@
 //! enabled, and paused time (`start_paused = true`) makes them instant and
 //! deterministic. Scripts never spawn tasks: dropping a stream or future
 //! stops it.
+//!
+//! | feature | default | what it adds |
+//! | --- | --- | --- |
+//! | `proptest` | off | `strategies`: proptest strategies (links proptest) |
+//!
+//! Without features the crate is the scripted stand-ins, the clock, the
+//! observers and the checks: what a downstream test suite needs, and what
+//! the `keel` binary plays scenario files with, without proptest.
 //!
 //! Neighbours: it names all five core crates. `keel-message` (values),
 //! `keel-stream` ([`RawItem`](keel_stream::RawItem), the
@@ -120,6 +128,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod check;
 mod clock;
@@ -128,6 +137,8 @@ mod interaction;
 mod observer;
 mod provider;
 mod script;
+#[cfg(feature = "proptest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "proptest")))]
 pub mod strategies;
 mod sync;
 mod tool;
