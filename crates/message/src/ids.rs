@@ -191,3 +191,67 @@ impl OperationIdIssuer {
         self.issued
     }
 }
+
+impl RunId {
+    /// A fresh run id, unique across calls, threads and processes:
+    /// `run_<time>_<pid>_<seed>_<n>` in lowercase hex, where `time` is the
+    /// nanoseconds since the Unix epoch, `pid` the process id, `seed` a
+    /// per-process random value (from std's `RandomState`) and `n` a
+    /// per-process counter. At most 4 + 4 × 17 bytes, so always valid.
+    ///
+    /// ```
+    /// let a = keel_message::RunId::generate();
+    /// let b = keel_message::RunId::generate();
+    /// assert_ne!(a, b);
+    /// assert!(a.as_str().starts_with("run_"));
+    /// assert_eq!(keel_message::RunId::parse(a.as_str()), Ok(a));
+    /// ```
+    pub fn generate() -> RunId {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let seed = *SEED.get_or_init(|| {
+            use std::hash::{BuildHasher, Hasher};
+            // RandomState is seeded from the OS once per process.
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u32(std::process::id());
+            hasher.finish()
+        });
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        // A clock before the epoch only costs the time component; the
+        // counter and seed still make the id unique.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let text = format!(
+            "run_{:x}_{:x}_{seed:x}_{n:x}",
+            nanos as u64,
+            std::process::id()
+        );
+        RunId(Arc::from(text))
+    }
+}
+
+#[cfg(test)]
+mod generate_tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn generated_ids_are_valid_and_unique_across_threads() {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(|| (0..2_000).map(|_| RunId::generate()).collect::<Vec<_>>())
+            })
+            .collect();
+        let mut seen = HashSet::new();
+        for thread in threads {
+            #[allow(clippy::unwrap_used, reason = "a panicking test thread fails the test")]
+            for id in thread.join().unwrap() {
+                assert_eq!(check_id("run id", id.as_str()), Ok(()), "{id:?}");
+                assert!(seen.insert(id.clone()), "duplicate {id:?}");
+            }
+        }
+        assert_eq!(seen.len(), 8_000);
+    }
+}
