@@ -99,11 +99,21 @@ pub enum StartError {
     NoRuntime,
 }
 
-/// Why a run failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a run failed. Its `Display` is what `run.failed` events and the
+/// CLI print; [`source`](std::error::Error::source) is the observer's
+/// refusal for [`Observer`](FailureCause::Observer) (a provider's
+/// [`ProviderProblem`] is a value, not an error type, so
+/// [`Model`](FailureCause::Model) has none).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FailureCause {
     /// A model call failed and was not retried (or ran out of attempts).
+    #[error(
+        "model call {operation_id} failed ({}, {}): {}",
+        problem.kind(),
+        position.as_str(),
+        problem.message()
+    )]
     Model {
         /// The last attempt.
         operation_id: OperationId,
@@ -113,6 +123,7 @@ pub enum FailureCause {
         position: RetryPosition,
     },
     /// A tool failed and its policy ends the run.
+    #[error("tool {tool} (call {call_id}) failed: {error}")]
     Tool {
         /// The call.
         call_id: CallId,
@@ -122,9 +133,11 @@ pub enum FailureCause {
         error: String,
     },
     /// A required observer refused an event.
-    Observer(DispatchError),
+    #[error("{0}")]
+    Observer(#[source] DispatchError),
     /// A limit was hit (`max_turns`, `max_tool_calls_per_turn`, a request
     /// bound).
+    #[error("{limit}: {detail}")]
     Limit {
         /// Which limit, e.g. `limits.max_turns`.
         limit: String,
@@ -134,33 +147,68 @@ pub enum FailureCause {
     /// The log refused a commit the engine made, or the run task panicked
     /// outside every guarded extension point (a bug, reported rather than
     /// hidden).
+    #[error("internal: {0}")]
     Internal(String),
 }
 
-impl std::fmt::Display for FailureCause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FailureCause::Model {
-                operation_id,
-                problem,
-                position,
-            } => write!(
-                f,
-                "model call {operation_id} failed ({}, {}): {}",
-                problem.kind(),
-                position.as_str(),
-                problem.message()
-            ),
-            FailureCause::Tool {
-                call_id,
-                tool,
-                error,
-            } => {
-                write!(f, "tool {tool} (call {call_id}) failed: {error}")
-            }
-            FailureCause::Observer(e) => write!(f, "{e}"),
-            FailureCause::Limit { limit, detail } => write!(f, "{limit}: {detail}"),
-            FailureCause::Internal(e) => write!(f, "internal: {e}"),
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use keel_observers::ObserverError;
+    use keel_stream::ProblemKind;
+    use std::error::Error as _;
+
+    fn dispatch() -> DispatchError {
+        DispatchError {
+            observer: "journal".into(),
+            index: 0,
+            run_id: "run_1".into(),
+            seq: 3,
+            source: ObserverError::Failed("disk full".into()),
         }
+    }
+
+    #[test]
+    fn display_texts_are_the_ones_events_record() {
+        let model = FailureCause::Model {
+            operation_id: OperationId::parse("op_2").unwrap(),
+            problem: ProviderProblem::new(ProblemKind::RateLimited, "slow down", true),
+            position: RetryPosition::Pristine,
+        };
+        let expected = format!(
+            "model call op_2 failed ({}, {}): slow down",
+            ProblemKind::RateLimited,
+            RetryPosition::Pristine.as_str()
+        );
+        assert_eq!(model.to_string(), expected);
+        let tool = FailureCause::Tool {
+            call_id: CallId::parse("c1").unwrap(),
+            tool: ToolName::parse("get_weather").unwrap(),
+            error: "boom".into(),
+        };
+        assert_eq!(tool.to_string(), "tool get_weather (call c1) failed: boom");
+        let limit = FailureCause::Limit {
+            limit: "limits.max_turns".into(),
+            detail: "4 turns".into(),
+        };
+        assert_eq!(limit.to_string(), "limits.max_turns: 4 turns");
+        assert_eq!(
+            FailureCause::Internal("x".into()).to_string(),
+            "internal: x"
+        );
+        assert_eq!(
+            FailureCause::Observer(dispatch()).to_string(),
+            dispatch().to_string()
+        );
+    }
+
+    #[test]
+    fn observer_failure_has_the_refusal_as_source() {
+        let cause = FailureCause::Observer(dispatch());
+        let source = cause.source().unwrap();
+        assert_eq!(source.to_string(), dispatch().to_string());
+        assert_eq!(source.source().unwrap().to_string(), "disk full");
+        assert!(FailureCause::Internal("x".into()).source().is_none());
     }
 }

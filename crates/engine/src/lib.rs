@@ -89,7 +89,9 @@ pub use interaction::{
     InteractionDecision, InteractionError, InteractionFuture, InteractionHandler, InteractionKind,
     InteractionRequest,
 };
-pub use request::{RunCanceller, RunHandle, RunOutcome, RunReport, RunRequest};
+pub use request::{
+    RunCanceller, RunCompleted, RunError, RunHandle, RunOutcome, RunReport, RunRequest,
+};
 pub use source::{CloseFuture, ToolListFuture, ToolSource};
 pub use tool::{
     OnToolFailure, OutputCut, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolOutput,

@@ -8,7 +8,7 @@ use crate::interaction::InteractionHandler;
 use crate::source::ToolSource;
 use crate::tool::Tool;
 use keel_eventlog::{RunLog, SubscribeError, Subscription, SubscriptionBounds};
-use keel_message::{Message, ModelName, RunId};
+use keel_message::{Message, MessageError, MessageId, ModelName, Role, RunId};
 use keel_stream::{MetadataAllowlist, ModelProvider, Usage};
 use std::sync::Arc;
 
@@ -96,6 +96,23 @@ impl RunRequest {
             continues: None,
         }
     }
+    /// A run of `model` on one user message, `question`, under a fresh
+    /// [`RunId::generate`] id (the message's id is `m1`). Fails only if the
+    /// text breaks a message bound (see `keel_message::Limits`).
+    ///
+    /// ```
+    /// use keel_engine::RunRequest;
+    /// use keel_message::{ModelName, Role};
+    /// let request = RunRequest::from_question(ModelName::parse("m")?, "Weather in Oslo?")?;
+    /// assert_eq!(request.history().len(), 1);
+    /// assert_eq!(request.history()[0].role(), Role::User);
+    /// assert!(request.run_id().as_str().starts_with("run_"));
+    /// # Ok::<(), keel_message::MessageError>(())
+    /// ```
+    pub fn from_question(model: ModelName, question: &str) -> Result<RunRequest, MessageError> {
+        let message = Message::text(MessageId::parse("m1")?, Role::User, question)?;
+        Ok(RunRequest::new(RunId::generate(), model, vec![message]))
+    }
     /// Records that this run continues `previous` (a follow-up in a
     /// conversation: `run.started` names it). The history is the
     /// caller's: typically `history::rebuild` of the previous run plus the
@@ -182,6 +199,72 @@ pub enum RunOutcome {
         cause: FailureCause,
     },
     /// It was cancelled.
+    Cancelled,
+}
+
+impl RunOutcome {
+    /// The outcome as a `Result`: a completed run's final message, usage
+    /// and transcript, or why it did not complete.
+    ///
+    /// ```
+    /// use keel_engine::{FailureCause, RunError, RunOutcome};
+    /// let failed = RunOutcome::Failed { cause: FailureCause::Internal("x".into()) };
+    /// assert_eq!(failed.into_result().unwrap_err().to_string(), "run failed: internal: x");
+    /// assert!(matches!(RunOutcome::Cancelled.into_result(), Err(RunError::Cancelled)));
+    /// ```
+    pub fn into_result(self) -> Result<RunCompleted, RunError> {
+        match self {
+            RunOutcome::Completed {
+                final_message,
+                usage,
+                transcript,
+            } => Ok(RunCompleted {
+                final_message,
+                usage,
+                transcript,
+            }),
+            RunOutcome::Failed { cause } => Err(RunError::Failed(cause)),
+            RunOutcome::Cancelled => Err(RunError::Cancelled),
+        }
+    }
+}
+
+/// A run that completed: see [`RunOutcome::Completed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCompleted {
+    final_message: Message,
+    usage: Usage,
+    transcript: Vec<Message>,
+}
+
+impl RunCompleted {
+    /// The last assistant message.
+    pub fn final_message(&self) -> &Message {
+        &self.final_message
+    }
+    /// Usage summed over every model call that reported it.
+    pub fn usage(&self) -> &Usage {
+        &self.usage
+    }
+    /// The whole history the run ended with.
+    pub fn transcript(&self) -> &[Message] {
+        &self.transcript
+    }
+    /// The transcript, by value (the start of a follow-up run's history).
+    pub fn into_transcript(self) -> Vec<Message> {
+        self.transcript
+    }
+}
+
+/// Why a run did not complete ([`RunOutcome::into_result`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// It failed; the cause is the error's source.
+    #[error("run failed: {0}")]
+    Failed(#[source] FailureCause),
+    /// It was cancelled.
+    #[error("run cancelled")]
     Cancelled,
 }
 
@@ -277,5 +360,57 @@ impl RunCanceller {
     /// Cancels the run.
     pub fn cancel(&self) {
         self.0.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn completed_outcome_keeps_message_usage_and_transcript() {
+        let question = Message::text(MessageId::parse("m1").unwrap(), Role::User, "Hi").unwrap();
+        let answer =
+            Message::text(MessageId::parse("m2").unwrap(), Role::Assistant, "Hello").unwrap();
+        let outcome = RunOutcome::Completed {
+            final_message: answer.clone(),
+            usage: Usage::default(),
+            transcript: vec![question.clone(), answer.clone()],
+        };
+        let completed = outcome.into_result().unwrap();
+        assert_eq!(completed.final_message(), &answer);
+        assert_eq!(completed.usage(), &Usage::default());
+        assert_eq!(completed.transcript(), &[question.clone(), answer.clone()]);
+        assert_eq!(completed.into_transcript(), vec![question, answer]);
+    }
+
+    #[test]
+    fn failed_outcome_is_an_error_whose_source_is_the_cause() {
+        let cause = FailureCause::Internal("log refused".into());
+        let error = RunOutcome::Failed {
+            cause: cause.clone(),
+        }
+        .into_result()
+        .unwrap_err();
+        assert_eq!(error, RunError::Failed(cause.clone()));
+        assert_eq!(error.source().unwrap().to_string(), cause.to_string());
+        assert_eq!(
+            RunOutcome::Cancelled.into_result(),
+            Err(RunError::Cancelled)
+        );
+    }
+
+    #[test]
+    fn from_question_is_one_user_message_under_a_fresh_id() {
+        let model = ModelName::parse("m").unwrap();
+        let a = RunRequest::from_question(model.clone(), "Weather?").unwrap();
+        let b = RunRequest::from_question(model, "Weather?").unwrap();
+        assert_ne!(a.run_id(), b.run_id());
+        assert_eq!(a.history().len(), 1);
+        assert_eq!(a.history()[0].role(), Role::User);
+        let too_long = "x".repeat(keel_message::Limits::default().part_bytes + 1);
+        assert!(RunRequest::from_question(ModelName::parse("m").unwrap(), &too_long).is_err());
     }
 }
