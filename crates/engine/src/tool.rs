@@ -114,6 +114,78 @@ pub struct ToolInvocation {
     pub arguments: CanonicalJson,
 }
 
+impl ToolInvocation {
+    /// The arguments as `T`. A mismatch is a typed [`ToolError`]: the effect
+    /// did not happen ([`ToolOutcome::Definitive`]) and a call with other
+    /// arguments may succeed ([`ToolRetry::Retryable`]), so the model is
+    /// told what to fix. Its message names the JSON path of the offending
+    /// argument and what was expected there, never the argument's value
+    /// (it could be a secret).
+    ///
+    /// ```
+    /// use keel_engine::{ToolInvocation, ToolOutcome, ToolRetry};
+    /// use keel_message::{CallId, CanonicalJson, RunId};
+    /// #[derive(Debug, serde::Deserialize)]
+    /// struct Weather { city: String, days: u8 }
+    /// let call = |args: &str| ToolInvocation {
+    ///     run_id: RunId::generate(),
+    ///     turn: 1,
+    ///     call_id: CallId::parse("c1").unwrap(),
+    ///     arguments: CanonicalJson::parse(args).unwrap(),
+    /// };
+    /// let ok: Weather = call(r#"{"city":"Oslo","days":3}"#).parse_arguments()?;
+    /// assert_eq!((ok.city.as_str(), ok.days), ("Oslo", 3));
+    /// let bad = call(r#"{"city":"Oslo","days":"hunter2"}"#).parse_arguments::<Weather>().unwrap_err();
+    /// assert_eq!(bad.message, "arguments at $.days: expected u8 (rule tool.arguments)");
+    /// assert_eq!(bad.outcome, Some(ToolOutcome::Definitive));
+    /// assert_eq!(bad.retry, Some(ToolRetry::Retryable));
+    /// # Ok::<(), keel_engine::ToolError>(())
+    /// ```
+    pub fn parse_arguments<T: serde::de::DeserializeOwned>(&self) -> Result<T, ToolError> {
+        serde_path_to_error::deserialize(self.arguments.to_value()).map_err(|e| {
+            let path = json_path(e.path());
+            let problem = describe_mismatch(&e.inner().to_string());
+            ToolError::typed(
+                format!("arguments at {path}: {problem} (rule tool.arguments)"),
+                ToolOutcome::Definitive,
+                ToolRetry::Retryable,
+            )
+        })
+    }
+}
+
+/// `$` for the root, else `$.` and serde_path_to_error's `a.b[0]`.
+fn json_path(path: &serde_path_to_error::Path) -> String {
+    match path.to_string().as_str() {
+        "." => "$".to_owned(),
+        rest => format!("$.{rest}"),
+    }
+}
+
+/// What the deserializer expected, from serde's own message forms, with
+/// the part that could quote the input dropped: `invalid type: string
+/// "…", expected u8` becomes `expected u8`. A message of another form
+/// (a type's custom error, which could quote anything) is not repeated.
+fn describe_mismatch(message: &str) -> String {
+    const QUOTING: [&str; 5] = [
+        "invalid type: ",
+        "invalid value: ",
+        "invalid length ",
+        "unknown variant ",
+        "unknown field ",
+    ];
+    if message.starts_with("missing field `") {
+        // The field name comes from the type, not the input.
+        return message.to_owned();
+    }
+    if QUOTING.iter().any(|form| message.starts_with(form)) {
+        if let Some((_, expected)) = message.rsplit_once(", expected ") {
+            return format!("expected {expected}");
+        }
+    }
+    "does not match the expected type".to_owned()
+}
+
 /// A typed tool failure: what went wrong, whether the side effect may have
 /// happened, and whether retrying may help.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -195,4 +267,98 @@ pub trait Tool: Send + Sync + 'static {
     /// Runs one invocation; `Ok` is the result for the model (and the
     /// cut, when the tool shortened it).
     fn call(&self, invocation: ToolInvocation) -> ToolFuture;
+}
+
+#[cfg(test)]
+mod argument_tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code, reason = "only the deserialization is under test")]
+    struct Booking {
+        guest: Guest,
+        rooms: Vec<Room>,
+    }
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code, reason = "only the deserialization is under test")]
+    struct Guest {
+        name: String,
+        #[serde(deserialize_with = "reject_all")]
+        #[serde(default)]
+        token: Option<String>,
+    }
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code, reason = "only the deserialization is under test")]
+    enum Room {
+        Single,
+        Double,
+    }
+
+    fn reject_all<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        let text = String::deserialize(d)?;
+        Err(serde::de::Error::custom(format!("token {text} is revoked")))
+    }
+
+    fn error_for(arguments: &str) -> ToolError {
+        ToolInvocation {
+            run_id: RunId::parse("run_1").unwrap(),
+            turn: 1,
+            call_id: CallId::parse("c1").unwrap(),
+            arguments: CanonicalJson::parse(arguments).unwrap(),
+        }
+        .parse_arguments::<Booking>()
+        .unwrap_err()
+    }
+
+    #[test]
+    fn a_nested_mismatch_names_its_path_and_the_expected_type_only() {
+        let e = error_for(r#"{"guest":{"name":"Ann"},"rooms":["Single",{"sk-secret":1}]}"#);
+        assert!(
+            e.message.starts_with("arguments at $.rooms[1]: expected "),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("sk-secret"), "{}", e.message);
+        let e = error_for(r#"{"guest":{"name":42},"rooms":[]}"#);
+        assert_eq!(
+            e.message,
+            "arguments at $.guest.name: expected a string (rule tool.arguments)"
+        );
+        assert_eq!(
+            (e.outcome, e.retry),
+            (Some(ToolOutcome::Definitive), Some(ToolRetry::Retryable))
+        );
+    }
+
+    #[test]
+    fn values_from_the_input_are_never_repeated() {
+        let e = error_for(r#"{"guest":{"name":"Ann"},"rooms":["hunter2"]}"#);
+        assert!(
+            e.message
+                .starts_with("arguments at $.rooms[0]: expected one of "),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("hunter2"), "{}", e.message);
+        let e = error_for(r#"{"guest":{"name":"Ann"},"rooms":[],"hunter2":1}"#);
+        assert!(!e.message.contains("hunter2"), "{}", e.message);
+        // A type's own error could quote anything: it is not repeated.
+        let e = error_for(r#"{"guest":{"name":"Ann","token":"hunter2"},"rooms":[]}"#);
+        assert_eq!(
+            e.message,
+            "arguments at $.guest.token: does not match the expected type (rule tool.arguments)"
+        );
+    }
+
+    #[test]
+    fn a_missing_field_is_named() {
+        let e = error_for(r#"{"rooms":[]}"#);
+        assert_eq!(
+            e.message,
+            "arguments at $: missing field `guest` (rule tool.arguments)"
+        );
+    }
 }
