@@ -397,6 +397,12 @@ impl CanonicalJson {
         Ok(CanonicalJson(Arc::from(out)))
     }
 
+    /// `{}`, which needs no parsing (a fallback where a parse cannot fail
+    /// but its type is still a `Result`).
+    pub(crate) fn empty_object() -> Self {
+        CanonicalJson(Arc::from("{}"))
+    }
+
     /// The canonical text.
     pub fn as_str(&self) -> &str {
         &self.0

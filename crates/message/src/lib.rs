@@ -67,6 +67,7 @@ mod message;
 mod names;
 mod request;
 mod tool;
+mod tool_spec;
 
 pub use canonical::{CanonicalJson, JsonError};
 pub use decode::DecodeError;
@@ -79,3 +80,4 @@ pub use message::{Message, Part, Role, TextPart, ToolCallPart, ToolResultPart};
 pub use names::{ModelName, TOOL_NAME_MAX_BYTES, ToolName};
 pub use request::ModelRequest;
 pub use tool::ToolDefinition;
+pub use tool_spec::{SchemaProblem, ToolSpec, ToolSpecError};

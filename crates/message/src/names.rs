@@ -19,19 +19,7 @@ pub struct ToolName(Arc<str>);
 impl ToolName {
     /// Validates and copies `text`.
     pub fn parse(text: &str) -> Result<Self, MessageError> {
-        let problem = if text.is_empty() {
-            Some(NameProblem::Empty)
-        } else if text.len() > TOOL_NAME_MAX_BYTES {
-            Some(NameProblem::TooLong {
-                len: text.len(),
-                max: TOOL_NAME_MAX_BYTES,
-            })
-        } else {
-            text.bytes()
-                .position(|b| !(b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
-                .map(|offset| NameProblem::Character { offset })
-        };
-        match problem {
+        match tool_name_problem(text) {
             Some(problem) => Err(MessageError::new(
                 "$",
                 MessageErrorKind::ToolName { problem },
@@ -43,6 +31,56 @@ impl ToolName {
     /// The name.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// The tool-name rule, as a `const fn` so that `ToolSpec::new` applies the
+/// same rule at compile time.
+const fn tool_name_problem(text: &str) -> Option<NameProblem> {
+    let bytes = text.as_bytes();
+    if bytes.is_empty() {
+        return Some(NameProblem::Empty);
+    }
+    if bytes.len() > TOOL_NAME_MAX_BYTES {
+        return Some(NameProblem::TooLong {
+            len: bytes.len(),
+            max: TOOL_NAME_MAX_BYTES,
+        });
+    }
+    let mut offset = 0;
+    while offset < bytes.len() {
+        let b = bytes[offset];
+        if !(b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+            return Some(NameProblem::Character { offset });
+        }
+        offset += 1;
+    }
+    None
+}
+
+/// A static name that passed the tool-name rule: what `ToolSpec` holds, so
+/// that turning it into a [`ToolName`] cannot fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CheckedToolName(&'static str);
+
+impl CheckedToolName {
+    /// Applies the tool-name rule.
+    pub(crate) const fn check(text: &'static str) -> Result<Self, NameProblem> {
+        match tool_name_problem(text) {
+            Some(problem) => Err(problem),
+            None => Ok(CheckedToolName(text)),
+        }
+    }
+
+    /// The name.
+    pub(crate) const fn as_str(&self) -> &'static str {
+        self.0
+    }
+}
+
+impl From<CheckedToolName> for ToolName {
+    fn from(name: CheckedToolName) -> Self {
+        ToolName(Arc::from(name.0))
     }
 }
 

@@ -76,6 +76,20 @@ impl ToolDefinition {
         })))
     }
 
+    /// A definition from parts a `ToolSpec` has checked against every rule
+    /// of [`new_with`](ToolDefinition::new_with) under the default limits.
+    pub(crate) fn from_checked_parts(
+        name: ToolName,
+        description: &str,
+        parameters: CanonicalJson,
+    ) -> ToolDefinition {
+        ToolDefinition(Arc::new(ToolInner {
+            name,
+            description: description.into(),
+            parameters,
+        }))
+    }
+
     /// The canonical tool name.
     pub fn name(&self) -> &ToolName {
         &self.0.name
