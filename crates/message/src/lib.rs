@@ -9,6 +9,9 @@
 //!   [`Message`];
 //! - [`ToolDefinition`] and [`ModelRequest`] (host-issued operation id,
 //!   model, immutable shared history and tools);
+//! - [`ToolSpec`], a tool definition written as a `const` item and checked
+//!   at compile time (name, description bound, object schema), whose
+//!   [`definition`](ToolSpec::definition) cannot fail;
 //! - [`Limits`], the one place every bound lives, with documented defaults;
 //! - [`CanonicalJson`], validated bounded RFC 8785 canonical JSON.
 //!

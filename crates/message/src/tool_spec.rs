@@ -76,12 +76,12 @@ const EXPONENT_MAX: i64 = 400;
 ///
 /// In a `const` item a spec that breaks a rule does not compile:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0080
 /// const BAD: keel_message::ToolSpec =
 ///     keel_message::ToolSpec::new("get weather", "space in the name", "{}");
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0080
 /// const BAD: keel_message::ToolSpec =
 ///     keel_message::ToolSpec::new("get_weather", "an array schema", r#"{"type":"array"}"#);
 /// ```
