@@ -69,6 +69,7 @@ mod limits;
 mod message;
 mod names;
 mod request;
+mod schema_check;
 mod tool;
 mod tool_spec;
 
