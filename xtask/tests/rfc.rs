@@ -134,11 +134,11 @@ impl Tree {
             .into_iter()
             .map(|v| {
                 let path = v
-                    .path
+                    .path()
                     .strip_prefix(&format!("{}/", rfc::RFC_DIR))
-                    .unwrap_or(&v.path)
+                    .unwrap_or(v.path())
                     .to_owned();
-                (path, v.rule.name().to_owned())
+                (path, v.rule().name().to_owned())
             })
             .collect()
     }
@@ -163,8 +163,8 @@ enum Index {
 
 /// The one helper every case goes through: builds a tree from `files` (paths
 /// relative to `docs/rfc`), prepares the index, runs the check and returns
-/// the violations as sorted (path, rule-name) pairs.
-fn check(files: &[(&str, String)], index: Index) -> Vec<(String, String)> {
+/// the violations sorted by (path, rule-name), stable within those.
+fn check(files: &[(&str, String)], index: Index) -> Vec<rfc::Violation> {
     let tree = Tree::new();
     for (rel, text) in files {
         tree.write(rel, text);
@@ -179,9 +179,18 @@ fn check(files: &[(&str, String)], index: Index) -> Vec<(String, String)> {
             fs::write(tree.index_path(), text).unwrap();
         }
     }
-    let mut found = tree.violations();
-    found.sort();
+    let mut found = rfc::check(&tree.root).unwrap().violations;
+    found.sort_by(|a, b| (a.path(), a.rule().name()).cmp(&(b.path(), b.rule().name())));
     found
+}
+
+/// A violation as a (path relative to docs/rfc, rule name) pair.
+fn pair(v: &rfc::Violation) -> (String, String) {
+    let path = v
+        .path()
+        .strip_prefix(&format!("{}/", rfc::RFC_DIR))
+        .unwrap_or(v.path());
+    (path.to_owned(), v.rule().name().to_owned())
 }
 
 fn valid_tree() -> Vec<(&'static str, String)> {
@@ -221,6 +230,10 @@ struct Case {
     index: Index,
     /// Exactly the (path relative to docs/rfc, rule) pairs expected.
     expect: Vec<(&'static str, &'static str)>,
+    /// For a case with one expected violation: text on the line it must
+    /// point at (the first line of that file containing it), so the printed
+    /// violation starts with `docs/rfc/<path>:<line>: <rule>: `.
+    at: Option<&'static str>,
 }
 
 fn case(name: &'static str, path: &'static str, text: String, expect: &[&'static str]) -> Case {
@@ -229,10 +242,271 @@ fn case(name: &'static str, path: &'static str, text: String, expect: &[&'static
         files: vec![(path, text)],
         index: Index::Fresh,
         expect: expect.iter().map(|rule| (path, *rule)).collect(),
+        at: None,
     }
 }
 
+/// A seeded defect: `text` at `path` breaks exactly `rule`, on the first
+/// line containing `at`.
+fn defect(
+    name: &'static str,
+    path: &'static str,
+    text: String,
+    rule: &'static str,
+    at: &'static str,
+) -> Case {
+    Case {
+        at: Some(at),
+        ..case(name, path, text, &[rule])
+    }
+}
+
+/// IMPLEMENTED as a pre-format RFC whose alternatives were not recorded: the
+/// grandfather comment where `## Alternatives considered` would be.
+fn grandfathered() -> String {
+    edit(
+        IMPLEMENTED,
+        "## Alternatives considered\n\nLeaving it hard.\n",
+        &format!("{}\n", rfc::GRANDFATHER_COMMENT),
+    )
+}
+
+/// A curated README in the shape of the real one: prose, a format table, a
+/// rule table and a link to an RFC in running text.
+const README: &str = "\
+# RFCs
+
+The list of RFCs is [INDEX.md](INDEX.md); the process is in
+[the RFC process RFC](implemented/2026-11-30-rfc-process.md).
+
+| section | `proposed/` | `implemented/` | `rejected/` |
+| --- | --- | --- | --- |
+| `## Decision` | — | required | — |
+
+| rule | what it requires |
+| --- | --- |
+| `file-name` | an RFC file is named `YYYY-MM-DD-slug.md`, with a real date |
+
+```
+| [Example](implemented/2026-01-02-example.md) | implemented | `docs/rfc/implemented/2026-01-02-example.md` |
+```
+";
+
+fn with_readme(readme: String) -> Vec<(&'static str, String)> {
+    let mut files = valid_tree();
+    files.push(("README.md", readme));
+    files
+}
+
+/// The seeded defects for the rules of the seed's format that the first
+/// version of the checker missed (issue #22), and the near misses that
+/// must still pass.
+fn format_cases() -> Vec<Case> {
+    let comment = rfc::GRANDFATHER_COMMENT;
+    vec![
+        // Decision and Consequences only in implemented/.
+        defect(
+            "decision in proposed/",
+            P,
+            edit(
+                PROPOSED,
+                "## Alternatives",
+                "## Decision\n\nWe do it.\n\n## Alternatives",
+            ),
+            "decision-misplaced",
+            "## Decision",
+        ),
+        defect(
+            "decision in rejected/",
+            R,
+            edit(
+                REJECTED,
+                "## Alternatives",
+                "## Decision\n\nWe did not.\n\n## Alternatives",
+            ),
+            "decision-misplaced",
+            "## Decision",
+        ),
+        defect(
+            "consequences in rejected/",
+            R,
+            edit(
+                REJECTED,
+                "## Why rejected",
+                "## Consequences\n\nNone.\n\n## Why rejected",
+            ),
+            "consequences-misplaced",
+            "## Consequences",
+        ),
+        defect(
+            "consequences in proposed/",
+            P,
+            format!("{PROPOSED}\n## Consequences\n\nUsers do less work.\n"),
+            "consequences-misplaced",
+            "## Consequences",
+        ),
+        // rejected/ keeps the frozen proposal with the verdict appended.
+        defect(
+            "a section after why rejected",
+            R,
+            format!("{REJECTED}\n## Prior art\n\nOthers tried magic.\n"),
+            "rejected-shape",
+            "## Prior art",
+        ),
+        defect(
+            "why rejected before the proposal",
+            R,
+            edit(
+                edit(REJECTED, "\n## Why rejected\n\nThere is no magic.\n", "").as_str(),
+                "## Proposal",
+                "## Why rejected\n\nThere is no magic.\n\n## Proposal",
+            ),
+            "rejected-shape",
+            "## Proposal",
+        ),
+        case(
+            "free sections before why rejected",
+            R,
+            edit(
+                REJECTED,
+                "## Why rejected",
+                "## Prior art\n\nOthers.\n\n## Why rejected",
+            ),
+            &[],
+        ),
+        // XXX debt markers.
+        defect(
+            "XXX debt marker",
+            I,
+            edit(
+                IMPLEMENTED,
+                "It is easy now.",
+                "It is easy now. XXX: say how.",
+            ),
+            "debt-marker",
+            "XXX",
+        ),
+        defect(
+            "XXX debt marker in an HTML comment",
+            P,
+            edit(
+                PROPOSED,
+                "Make it easy.",
+                "Make it easy.\n\n<!-- XXX: legacy RFC body format -->",
+            ),
+            "debt-marker",
+            "XXX",
+        ),
+        case(
+            "XXX quoted as code is not a marker",
+            I,
+            edit(
+                IMPLEMENTED,
+                "It is easy now.",
+                "The marker `XXX` is banned.\n\n```text\nXXX: legacy\n```",
+            ),
+            &[],
+        ),
+        // The grandfather comment.
+        case("grandfathered pre-format RFC", I, grandfathered(), &[]),
+        defect(
+            "grandfather comment on the adoption date",
+            "implemented/2026-11-30-example.md",
+            grandfathered(),
+            "grandfather-date",
+            "rfc-format",
+        ),
+        defect(
+            "grandfather comment in a post-format RFC",
+            "implemented/2026-12-01-example.md",
+            grandfathered(),
+            "grandfather-date",
+            "rfc-format",
+        ),
+        defect(
+            "grandfather comment with other words",
+            I,
+            grandfathered().replace("alternatives-not-recorded", "alternatives-not-known"),
+            "grandfather-shape",
+            "rfc-format",
+        ),
+        defect(
+            "grandfather comment without its parenthesis",
+            I,
+            grandfathered().replace(" (pre-format RFC)", ""),
+            "grandfather-shape",
+            "rfc-format",
+        ),
+        defect(
+            "grandfather comment indented",
+            I,
+            grandfathered().replace(comment, &format!("  {comment}")),
+            "grandfather-shape",
+            "rfc-format",
+        ),
+        defect(
+            "grandfather comment not on a line of its own",
+            I,
+            grandfathered().replace(comment, &format!("Lost. {comment}")),
+            "grandfather-shape",
+            "rfc-format",
+        ),
+        case(
+            "grandfather comment twice",
+            I,
+            format!("{}\n{comment}\n", grandfathered()),
+            &["grandfather-shape"],
+        ),
+        defect(
+            "grandfather comment beside the section",
+            I,
+            format!("{IMPLEMENTED}\n{comment}\n"),
+            "grandfather-redundant",
+            "rfc-format",
+        ),
+        case(
+            "grandfather comment quoted in a fence or code span",
+            "implemented/2026-12-01-example.md",
+            format!("{IMPLEMENTED}\n```md\n{comment}\n```\n\nNot `{comment}` either.\n"),
+            &[],
+        ),
+        // The curated README.
+        Case {
+            name: "index-shaped row in the README",
+            files: with_readme(format!(
+                "{README}\n| [Listed](implemented/2026-01-02-example.md) | implemented | \
+                 `docs/rfc/implemented/2026-01-02-example.md` |\n"
+            )),
+            index: Index::Fresh,
+            expect: vec![("README.md", "readme-index-row")],
+            at: Some("| [Listed]"),
+        },
+        Case {
+            name: "index-shaped row without a link in the README",
+            files: with_readme(format!(
+                "{README}\n| Example | proposed | `docs/rfc/proposed/2026-01-01-example.md` |\n"
+            )),
+            index: Index::Fresh,
+            expect: vec![("README.md", "readme-index-row")],
+            at: Some("| Example |"),
+        },
+        Case {
+            name: "curated README with format tables",
+            files: with_readme(README.to_owned()),
+            index: Index::Fresh,
+            expect: vec![],
+            at: None,
+        },
+    ]
+}
+
 fn cases() -> Vec<Case> {
+    let mut cases = layout_and_skeleton_cases();
+    cases.extend(format_cases());
+    cases
+}
+
+fn layout_and_skeleton_cases() -> Vec<Case> {
     vec![
         // Title.
         case(
@@ -430,7 +704,11 @@ fn cases() -> Vec<Case> {
         case(
             "risks heading in rejected/",
             R,
-            format!("{REJECTED}\n## Risks\n\nSome.\n"),
+            edit(
+                REJECTED,
+                "## Why rejected",
+                "## Risks\n\nSome.\n\n## Why rejected",
+            ),
             &["proposal-era-heading"],
         ),
         case(
@@ -538,6 +816,7 @@ fn cases() -> Vec<Case> {
             )],
             index: Index::Fresh,
             expect: vec![("implemented/Event Log", "topic-name")],
+            at: None,
         },
         Case {
             name: "markdown outside the lifecycle folders",
@@ -552,6 +831,7 @@ fn cases() -> Vec<Case> {
                 ("accepted/2026-01-01-example.md", "stray-file"),
                 ("notes.md", "stray-file"),
             ],
+            at: None,
         },
         Case {
             name: "same RFC in two lifecycle folders",
@@ -564,6 +844,7 @@ fn cases() -> Vec<Case> {
                 ("implemented/2026-01-01-example.md", "duplicate-rfc"),
                 ("proposed/2026-01-01-example.md", "duplicate-rfc"),
             ],
+            at: None,
         },
         // Index.
         Case {
@@ -571,18 +852,21 @@ fn cases() -> Vec<Case> {
             files: valid_tree(),
             index: Index::Missing,
             expect: vec![("INDEX.md", "index-missing")],
+            at: None,
         },
         Case {
             name: "index missing on an empty tree",
             files: vec![],
             index: Index::Missing,
             expect: vec![("INDEX.md", "index-missing")],
+            at: None,
         },
         Case {
             name: "index edited by hand",
             files: valid_tree(),
             index: Index::HandEdited,
             expect: vec![("INDEX.md", "index-stale")],
+            at: None,
         },
         // Passing trees.
         Case {
@@ -590,12 +874,14 @@ fn cases() -> Vec<Case> {
             files: valid_tree(),
             index: Index::Fresh,
             expect: vec![],
+            at: None,
         },
         Case {
             name: "empty tree with its index",
             files: vec![],
             index: Index::Fresh,
             expect: vec![],
+            at: None,
         },
     ]
 }
@@ -607,7 +893,9 @@ fn cases() -> Vec<Case> {
 fn every_case_fires_exactly_the_expected_rules() {
     let mut failures = Vec::new();
     for case in cases() {
-        let found = check(&case.files, case.index);
+        let violations = check(&case.files, case.index);
+        let mut found: Vec<(String, String)> = violations.iter().map(pair).collect();
+        found.sort();
         let mut expect: Vec<(String, String)> = case
             .expect
             .iter()
@@ -619,9 +907,28 @@ fn every_case_fires_exactly_the_expected_rules() {
                 "{}:\n  expected {expect:?}\n  found    {found:?}",
                 case.name
             ));
+        } else if let Some(problem) = located_wrongly(&case, &violations) {
+            failures.push(format!("{}: {problem}", case.name));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// For a case with `at`, why its one violation is not printed as
+/// `docs/rfc/<path>:<line>: <rule>: …` with the line of the defect.
+fn located_wrongly(case: &Case, violations: &[rfc::Violation]) -> Option<String> {
+    let needle = case.at?;
+    let [(path, rule)] = case.expect.as_slice() else {
+        return Some("`at` needs exactly one expected violation".to_owned());
+    };
+    let text = &case.files.iter().find(|(p, _)| p == path)?.1;
+    let Some(line) = text.lines().position(|l| l.contains(needle)) else {
+        return Some(format!("{path} has no line containing {needle:?}"));
+    };
+    let prefix = format!("{}/{path}:{}: {rule}: ", rfc::RFC_DIR, line + 1);
+    let printed = violations.first()?.to_string();
+    (!printed.starts_with(&prefix))
+        .then(|| format!("printed {printed:?}, expected it to start with {prefix:?}"))
 }
 
 #[test]
@@ -749,7 +1056,7 @@ fn violation_display_is_path_rule_explanation() {
     let lines: Vec<String> = report.violations.iter().map(ToString::to_string).collect();
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
-        lines[0].starts_with("docs/rfc/implemented/2026-01-02-example.md: status-dated: line 3 "),
+        lines[0].starts_with("docs/rfc/implemented/2026-01-02-example.md:3: status-dated: "),
         "{}",
         lines[0]
     );
@@ -801,6 +1108,17 @@ fn readme_documents_every_rule() {
         .filter(|name| !readme.contains(&format!("`{name}`")))
         .collect();
     assert!(missing.is_empty(), "README.md does not name {missing:?}");
+    // The grandfather comment and its date fence, exactly as enforced.
+    assert!(readme.contains(&format!("```\n{}\n```", rfc::GRANDFATHER_COMMENT)));
+    assert!(readme.contains(&format!("dated before\n{}", rfc::FORMAT_ADOPTED)));
+}
+
+#[test]
+fn rule_summaries_quote_the_enforced_comment_and_date() {
+    let shape = Rule::GrandfatherShape.summary();
+    assert!(shape.contains(rfc::GRANDFATHER_COMMENT), "{shape}");
+    let date = Rule::GrandfatherDate.summary();
+    assert!(date.contains(rfc::FORMAT_ADOPTED), "{date}");
 }
 
 // ---------------------------------------------------------------------------
@@ -829,7 +1147,7 @@ fn cli_check_exits_1_and_prints_each_violation() {
     let (code, _, stderr) = xtask(&["rfc", "check", "--root", root]);
     assert_eq!(code, 1, "{stderr}");
     assert!(
-        stderr.contains("docs/rfc/implemented/2026-01-02-example.md: status-folder-mismatch: "),
+        stderr.contains("docs/rfc/implemented/2026-01-02-example.md:3: status-folder-mismatch: "),
         "{stderr}"
     );
     assert!(

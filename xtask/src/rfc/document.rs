@@ -1,15 +1,11 @@
-//! The in-file rules: header block and per-lifecycle section skeleton.
+//! One RFC file: the header block (title and Status line), then the
+//! skeleton ([`super::sections`]) and prose ([`super::prose`]) rules.
 
+use super::markdown::prose_lines;
+use super::prose::check_prose;
+use super::sections::{Heading, check_sections};
+use super::tree::check_file_name;
 use super::{Lifecycle, Rule, Violation};
-
-const PROBLEM: &str = "Problem";
-const ALTERNATIVES: &str = "Alternatives considered";
-const PROPOSAL: &str = "Proposal";
-const ACCEPTANCE: &str = "Acceptance criteria";
-const RISKS: &str = "Risks";
-const DECISION: &str = "Decision";
-const CONSEQUENCES: &str = "Consequences";
-const WHY_REJECTED: &str = "Why rejected";
 
 /// What the index needs from one RFC file.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -20,54 +16,76 @@ pub struct Document {
     pub status: Option<String>,
 }
 
-#[derive(Debug)]
-struct Heading {
-    text: String,
-    /// 1-based line number.
-    line: usize,
-    has_content: bool,
-}
-
 /// Checks one RFC's text against the rules of its lifecycle folder.
 ///
-/// `path` is only used to label violations.
+/// `path` labels the violations; the date in its file name decides whether
+/// the grandfather comment is allowed.
 pub fn check_document(path: &str, lifecycle: Lifecycle, text: &str) -> (Document, Vec<Violation>) {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
-    let mut doc = Document::default();
+    let mut doc = Document {
+        title: lines.first().copied().and_then(parse_title),
+        status: None,
+    };
+    let title_at = check_title(path, &lines, doc.title.is_some(), &mut out);
+    let status_line = status_line(&lines, title_at, doc.title.is_some());
+    doc.status = check_status(path, lifecycle, status_line, &mut out);
 
-    // Title: the first line. When it is missing or malformed, the first
-    // non-blank line stands in for it so that the Status line is still found.
+    let prose = prose_lines(&lines);
+    let headings = Heading::collect(&prose);
+    let alternatives = headings
+        .iter()
+        .find(|h| h.text == super::sections::ALTERNATIVES)
+        .map(|h| h.line);
+    let facts = check_prose(path, file_date(path), &prose, alternatives, &mut out);
+    check_sections(path, lifecycle, &headings, facts, &mut out);
+    (doc, out)
+}
+
+/// The `YYYY-MM-DD` of a well-named RFC file at `path`.
+fn file_date(path: &str) -> Option<&str> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    check_file_name(name).ok()?;
+    name.get(..10)
+}
+
+/// Reports a missing title; returns the index of the line that holds the
+/// title, or stands in for it (the first non-blank line) when it is missing,
+/// so that the Status line is still found.
+fn check_title(path: &str, lines: &[&str], has_title: bool, out: &mut Vec<Violation>) -> usize {
+    if has_title {
+        return 0;
+    }
     let first_non_blank = lines.iter().position(|line| !line.trim().is_empty());
     let first = lines.first().copied().unwrap_or("");
-    doc.title = parse_title(first);
-    if doc.title.is_none() {
-        let found = match first_non_blank {
-            None => "the file is empty".to_owned(),
-            Some(0) => format!("the first line is `{}`", first.trim_end()),
-            Some(i) => format!(
-                "the first line is blank (the text starts on line {})",
-                i + 1
-            ),
-        };
-        out.push(Violation::new(
-            path,
-            Rule::TitleMissing,
-            format!("{found}; an RFC starts with `# RFC: <title>`"),
-        ));
-    }
-
-    // Status: the first non-blank line after the title (or the first
-    // non-blank line itself, if the title is missing and the file opens with
-    // its Status line).
-    let title_at = if doc.title.is_some() {
-        0
-    } else {
-        first_non_blank.unwrap_or(0)
+    let found = match first_non_blank {
+        None => "the file is empty".to_owned(),
+        Some(0) => format!("the first line is `{}`", first.trim_end()),
+        Some(i) => format!(
+            "the first line is blank (the text starts on line {})",
+            i + 1
+        ),
     };
-    let status_at = match lines.get(title_at) {
-        Some(line) if doc.title.is_none() && looks_like_status(line) => Some(title_at),
+    out.push(Violation::at(
+        path,
+        1,
+        Rule::TitleMissing,
+        format!("{found}; an RFC starts with `# RFC: <title>`"),
+    ));
+    first_non_blank.unwrap_or(0)
+}
+
+/// The Status line, as (1-based number, text): the first non-blank line
+/// after the title, or the stand-in title line itself if the title is
+/// missing and the file opens with its Status line.
+fn status_line<'a>(
+    lines: &[&'a str],
+    title_at: usize,
+    has_title: bool,
+) -> Option<(usize, &'a str)> {
+    let at = match lines.get(title_at) {
+        Some(line) if !has_title && looks_like_status(line) => Some(title_at),
         _ => lines
             .iter()
             .enumerate()
@@ -75,14 +93,7 @@ pub fn check_document(path: &str, lifecycle: Lifecycle, text: &str) -> (Document
             .find(|(_, line)| !line.trim().is_empty())
             .map(|(i, _)| i),
     };
-    let status_line = status_at.and_then(|i| lines.get(i).map(|line| (i + 1, *line)));
-    check_status(path, lifecycle, status_line, &mut doc, &mut out);
-
-    // Sections.
-    let headings = headings(&lines);
-    check_sections(path, lifecycle, &headings, &mut out);
-
-    (doc, out)
+    at.and_then(|i| lines.get(i).map(|line| (i + 1, *line)))
 }
 
 fn parse_title(line: &str) -> Option<String> {
@@ -97,13 +108,13 @@ fn looks_like_status(line: &str) -> bool {
         .is_some_and(|word| word.eq_ignore_ascii_case("status"))
 }
 
+/// Checks the Status line; returns its value as written, if there is one.
 fn check_status(
     path: &str,
     lifecycle: Lifecycle,
     line: Option<(usize, &str)>,
-    doc: &mut Document,
     out: &mut Vec<Violation>,
-) {
+) -> Option<String> {
     let expected = format!("`Status: {}`", lifecycle.status());
     let Some((number, line)) = line else {
         out.push(Violation::new(
@@ -111,45 +122,49 @@ fn check_status(
             Rule::StatusMissing,
             format!("no Status line; after the title write {expected}"),
         ));
-        return;
+        return None;
     };
     let Some(rest) = line.strip_prefix("Status:") else {
-        if looks_like_status(line) {
-            doc.status = Some(line.trim().to_owned());
-            out.push(Violation::new(
-                path,
+        let looks = looks_like_status(line);
+        let (rule, message) = if looks {
+            (
                 Rule::StatusInvalid,
-                format!(
-                    "line {number} is `{}`; write exactly {expected}",
-                    line.trim()
-                ),
-            ));
+                format!("`{}`: write exactly {expected}", line.trim()),
+            )
         } else {
-            out.push(Violation::new(
-                path,
+            (
                 Rule::StatusMissing,
                 format!(
-                    "the first non-blank line after the title (line {number}) is `{}`, \
-                     not a Status line; write {expected} there",
+                    "the first non-blank line after the title is `{}`, not a Status line; \
+                     write {expected} there",
                     line.trim()
                 ),
-            ));
-        }
-        return;
+            )
+        };
+        out.push(Violation::at(path, number, rule, message));
+        return looks.then(|| line.trim().to_owned());
     };
     let value = rest.trim();
-    doc.status = Some(value.to_owned());
+    if let Some((rule, message)) = status_value_problem(value, lifecycle, &expected) {
+        out.push(Violation::at(path, number, rule, message));
+    }
+    Some(value.to_owned())
+}
+
+/// What is wrong with the value of a `Status:` line, if anything.
+fn status_value_problem(
+    value: &str,
+    lifecycle: Lifecycle,
+    expected: &str,
+) -> Option<(Rule, String)> {
     if has_date(value) {
-        out.push(Violation::new(
-            path,
+        return Some((
             Rule::StatusDated,
             format!(
-                "line {number} is `{}`; the Status line carries no date (the file name \
-                 holds the proposal date, git history the rest); write {expected}",
-                line.trim()
+                "`Status: {value}` carries a date (the file name holds the proposal date, \
+                 git history the rest); write {expected}"
             ),
         ));
-        return;
     }
     let Some(status) = Lifecycle::ALL.into_iter().find(|l| l.status() == value) else {
         let first_word = value.split_whitespace().next().unwrap_or("");
@@ -163,24 +178,18 @@ fn check_status(
         } else {
             format!("`{value}` is not one of proposed, implemented, rejected")
         };
-        out.push(Violation::new(
-            path,
-            Rule::StatusInvalid,
-            format!("line {number}: {why}; write {expected}"),
-        ));
-        return;
+        return Some((Rule::StatusInvalid, format!("{why}; write {expected}")));
     };
-    if status != lifecycle {
-        out.push(Violation::new(
-            path,
+    (status != lifecycle).then(|| {
+        (
             Rule::StatusFolderMismatch,
             format!(
-                "line {number} says `Status: {status}` but the file is in {}/; \
-                 move the file to {status}/ (git mv) or write {expected}",
+                "`Status: {status}` but the file is in {}/; move the file to {status}/ \
+                 (git mv) or write {expected}",
                 lifecycle.folder()
             ),
-        ));
-    }
+        )
+    })
 }
 
 /// A year (four digits in a row) or a digit-separator-digit run such as
@@ -204,203 +213,6 @@ fn has_date(value: &str) -> bool {
         }
     }
     false
-}
-
-/// The `##` headings outside fenced code blocks, with whether each section
-/// has any content before the next `##` heading.
-fn headings(lines: &[&str]) -> Vec<Heading> {
-    let mut headings: Vec<Heading> = Vec::new();
-    let mut fence: Option<(u8, usize)> = None;
-    for (i, line) in lines.iter().enumerate() {
-        let trimmed = line.trim_start_matches(' ');
-        let indent = line.len() - trimmed.len();
-        if let Some((ch, len)) = fence {
-            let run = trimmed.bytes().take_while(|&b| b == ch).count();
-            let closes = indent <= 3
-                && run >= len
-                && trimmed
-                    .get(run..)
-                    .is_some_and(|rest| rest.trim().is_empty());
-            if closes {
-                fence = None;
-            }
-            continue;
-        }
-        if indent <= 3 {
-            if let Some(open) = fence_open(trimmed) {
-                fence = Some(open);
-                if let Some(h) = headings.last_mut() {
-                    h.has_content = true;
-                }
-                continue;
-            }
-            if let Some(text) = h2(trimmed) {
-                headings.push(Heading {
-                    text,
-                    line: i + 1,
-                    has_content: false,
-                });
-                continue;
-            }
-        }
-        if !line.trim().is_empty()
-            && let Some(h) = headings.last_mut()
-        {
-            h.has_content = true;
-        }
-    }
-    headings
-}
-
-fn fence_open(line: &str) -> Option<(u8, usize)> {
-    let ch = *line.as_bytes().first()?;
-    if ch != b'`' && ch != b'~' {
-        return None;
-    }
-    let run = line.bytes().take_while(|&b| b == ch).count();
-    (run >= 3).then_some((ch, run))
-}
-
-fn h2(line: &str) -> Option<String> {
-    let text = line.strip_prefix("## ")?.trim();
-    // An optional closing sequence of `#`s, preceded by a space.
-    let without_closing = text.trim_end_matches('#');
-    let text = if without_closing.len() < text.len()
-        && (without_closing.is_empty() || without_closing.ends_with(' '))
-    {
-        without_closing.trim_end()
-    } else {
-        text
-    };
-    Some(text.to_owned())
-}
-
-fn check_sections(
-    path: &str,
-    lifecycle: Lifecycle,
-    headings: &[Heading],
-    out: &mut Vec<Violation>,
-) {
-    let find = |name: &str| headings.iter().find(|h| h.text == name);
-
-    // Problem first.
-    match headings.first() {
-        Some(first) if first.text == PROBLEM => {}
-        Some(first) if find(PROBLEM).is_some() => out.push(Violation::new(
-            path,
-            Rule::ProblemNotFirst,
-            format!(
-                "the first `##` section is `## {}` (line {}); `## Problem` must come first",
-                first.text, first.line
-            ),
-        )),
-        _ => out.push(missing(path, Rule::ProblemMissing, PROBLEM, headings)),
-    }
-
-    // Required sections.
-    let mut required = vec![(ALTERNATIVES, Rule::AlternativesMissing)];
-    match lifecycle {
-        Lifecycle::Proposed => required.push((PROPOSAL, Rule::ProposalMissing)),
-        Lifecycle::Implemented => {
-            required.push((DECISION, Rule::DecisionMissing));
-            required.push((CONSEQUENCES, Rule::ConsequencesMissing));
-        }
-        Lifecycle::Rejected => {
-            required.push((PROPOSAL, Rule::ProposalMissing));
-            required.push((WHY_REJECTED, Rule::WhyRejectedMissing));
-        }
-    }
-    for (name, rule) in required {
-        if find(name).is_none() {
-            out.push(missing(path, rule, name, headings));
-        }
-    }
-
-    // Headings that belong to another lifecycle.
-    for h in headings {
-        let text = h.text.as_str();
-        match lifecycle {
-            Lifecycle::Proposed => {}
-            Lifecycle::Implemented if matches!(text, PROPOSAL | ACCEPTANCE | RISKS) => {
-                out.push(Violation::new(
-                    path,
-                    Rule::ProposalEraHeading,
-                    format!(
-                        "`## {text}` (line {}) is a proposal-era heading, allowed only in \
-                         proposed/; an implemented RFC states shipped reality under \
-                         `## Decision` and `## Consequences`",
-                        h.line
-                    ),
-                ));
-            }
-            Lifecycle::Rejected if matches!(text, ACCEPTANCE | RISKS) => {
-                out.push(Violation::new(
-                    path,
-                    Rule::ProposalEraHeading,
-                    format!(
-                        "`## {text}` (line {}) is allowed only in proposed/; a rejected RFC \
-                         keeps Problem, Proposal and Alternatives considered, and says why \
-                         under `## Why rejected`",
-                        h.line
-                    ),
-                ));
-            }
-            Lifecycle::Implemented | Lifecycle::Rejected => {}
-        }
-        if text == WHY_REJECTED && lifecycle != Lifecycle::Rejected {
-            out.push(Violation::new(
-                path,
-                Rule::WhyRejectedMisplaced,
-                format!(
-                    "`## Why rejected` (line {}) belongs only to RFCs in rejected/, \
-                     but this one is in {}/",
-                    h.line,
-                    lifecycle.folder()
-                ),
-            ));
-        }
-    }
-
-    // Duplicates and empty sections.
-    for (i, h) in headings.iter().enumerate() {
-        if let Some(earlier) = headings[..i].iter().find(|e| e.text == h.text) {
-            out.push(Violation::new(
-                path,
-                Rule::DuplicateHeading,
-                format!(
-                    "`## {}` appears on line {} and again on line {}",
-                    h.text, earlier.line, h.line
-                ),
-            ));
-        }
-        if !h.has_content {
-            out.push(Violation::new(
-                path,
-                Rule::EmptySection,
-                format!("`## {}` (line {}) has no content", h.text, h.line),
-            ));
-        }
-    }
-}
-
-/// A "section missing" violation, with a hint when a near miss is present.
-fn missing(path: &str, rule: Rule, name: &str, headings: &[Heading]) -> Violation {
-    let lower = name.to_ascii_lowercase();
-    let first_word = lower.split(' ').next().unwrap_or("");
-    let near = headings.iter().find(|h| {
-        let text = h.text.to_ascii_lowercase();
-        text == lower
-            || text.split(' ').next() == Some(first_word)
-            || (name == PROBLEM && matches!(text.as_str(), "context" | "motivation" | "background"))
-    });
-    let hint = match near {
-        Some(h) => format!(
-            " (found `## {}` on line {}; the heading must be exactly `## {name}`)",
-            h.text, h.line
-        ),
-        None => String::new(),
-    };
-    Violation::new(path, rule, format!("no `## {name}` section{hint}"))
 }
 
 #[cfg(test)]
@@ -428,22 +240,6 @@ mod tests {
         for plain in ["implemented", "implemented in v2", "rejected-ish", "a-b"] {
             assert!(!has_date(plain), "{plain}");
         }
-    }
-
-    #[test]
-    fn heading_parsing_ignores_fences_and_closing_hashes() {
-        let text = "# RFC: T\n\n## Problem ##\n\n```md\n## Proposal\n```\n\n## C#\nx\n";
-        let lines: Vec<&str> = text.lines().collect();
-        let found: Vec<String> = headings(&lines).into_iter().map(|h| h.text).collect();
-        assert_eq!(found, ["Problem", "C#"]);
-    }
-
-    #[test]
-    fn tilde_fence_needs_matching_close() {
-        let text = "## Problem\n~~~~\n```\n## Risks\n~~~~\nbody\n";
-        let lines: Vec<&str> = text.lines().collect();
-        let found: Vec<String> = headings(&lines).into_iter().map(|h| h.text).collect();
-        assert_eq!(found, ["Problem"]);
     }
 
     #[test]

@@ -11,10 +11,16 @@ use std::path::{Path, PathBuf};
 
 mod document;
 mod index;
+mod markdown;
+mod prose;
+mod readme;
+mod sections;
 mod tree;
 
 pub use document::{Document, check_document};
 pub use index::render_index;
+pub use prose::{FORMAT_ADOPTED, GRANDFATHER_COMMENT};
+pub use readme::check_readme;
 
 /// The RFC directory, relative to the repository root.
 pub const RFC_DIR: &str = "docs/rfc";
@@ -119,10 +125,30 @@ pub enum Rule {
     ProposalEraHeading,
     /// A `## Why rejected` section outside `rejected/`.
     WhyRejectedMisplaced,
+    /// A `## Decision` section outside `implemented/`.
+    DecisionMisplaced,
+    /// A `## Consequences` section outside `implemented/`.
+    ConsequencesMisplaced,
+    /// A rejected RFC whose `## Why rejected` is not appended after the
+    /// frozen proposal as its last section.
+    RejectedShape,
     /// The same `##` heading appears twice.
     DuplicateHeading,
     /// A `##` section has no content.
     EmptySection,
+    /// An `XXX` debt marker in the prose.
+    DebtMarker,
+    /// The grandfather comment in an RFC dated on or after the format's
+    /// adoption ([`FORMAT_ADOPTED`]).
+    GrandfatherDate,
+    /// A comment that tries to be the grandfather comment but is not exactly
+    /// [`GRANDFATHER_COMMENT`] on a line of its own, or appears twice.
+    GrandfatherShape,
+    /// Both `## Alternatives considered` and the grandfather comment.
+    GrandfatherRedundant,
+    /// An index-shaped table row (one that lists an RFC file) in the curated
+    /// `docs/rfc/README.md`.
+    ReadmeIndexRow,
     /// `docs/rfc/INDEX.md` does not exist.
     IndexMissing,
     /// `docs/rfc/INDEX.md` differs from what `rfc index` generates.
@@ -131,7 +157,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in the order the README lists them.
-    pub const ALL: [Rule; 23] = [
+    pub const ALL: [Rule; 31] = [
         Rule::FileName,
         Rule::TopicName,
         Rule::StrayFile,
@@ -151,8 +177,16 @@ impl Rule {
         Rule::WhyRejectedMissing,
         Rule::ProposalEraHeading,
         Rule::WhyRejectedMisplaced,
+        Rule::DecisionMisplaced,
+        Rule::ConsequencesMisplaced,
+        Rule::RejectedShape,
         Rule::DuplicateHeading,
         Rule::EmptySection,
+        Rule::DebtMarker,
+        Rule::GrandfatherDate,
+        Rule::GrandfatherShape,
+        Rule::GrandfatherRedundant,
+        Rule::ReadmeIndexRow,
         Rule::IndexMissing,
         Rule::IndexStale,
     ];
@@ -179,8 +213,16 @@ impl Rule {
             Rule::WhyRejectedMissing => "why-rejected-missing",
             Rule::ProposalEraHeading => "proposal-era-heading",
             Rule::WhyRejectedMisplaced => "why-rejected-misplaced",
+            Rule::DecisionMisplaced => "decision-misplaced",
+            Rule::ConsequencesMisplaced => "consequences-misplaced",
+            Rule::RejectedShape => "rejected-shape",
             Rule::DuplicateHeading => "duplicate-heading",
             Rule::EmptySection => "empty-section",
+            Rule::DebtMarker => "debt-marker",
+            Rule::GrandfatherDate => "grandfather-date",
+            Rule::GrandfatherShape => "grandfather-shape",
+            Rule::GrandfatherRedundant => "grandfather-redundant",
+            Rule::ReadmeIndexRow => "readme-index-row",
             Rule::IndexMissing => "index-missing",
             Rule::IndexStale => "index-stale",
         }
@@ -215,8 +257,31 @@ impl Rule {
                  `## Proposal` only in proposed/ and rejected/"
             }
             Rule::WhyRejectedMisplaced => "`## Why rejected` appears only in rejected/",
+            Rule::DecisionMisplaced => "`## Decision` appears only in implemented/",
+            Rule::ConsequencesMisplaced => "`## Consequences` appears only in implemented/",
+            Rule::RejectedShape => {
+                "a rejected/ RFC is the frozen proposal with `## Why rejected` appended \
+                 as its last `##` section"
+            }
             Rule::DuplicateHeading => "no `##` heading appears twice",
             Rule::EmptySection => "no `##` section is empty",
+            Rule::DebtMarker => "no `XXX` debt marker in an RFC's prose",
+            Rule::GrandfatherDate => {
+                "the grandfather comment only in RFCs dated before the format's adoption \
+                 (2026-11-30)"
+            }
+            Rule::GrandfatherShape => {
+                "the grandfather comment is exactly \
+                 `<!-- rfc-format: alternatives-not-recorded (pre-format RFC) -->` \
+                 on a line of its own, once"
+            }
+            Rule::GrandfatherRedundant => {
+                "an RFC has `## Alternatives considered` or the grandfather comment, not both"
+            }
+            Rule::ReadmeIndexRow => {
+                "the curated docs/rfc/README.md has no index-shaped table row (one that \
+                 lists an RFC file); the list is INDEX.md"
+            }
             Rule::IndexMissing => "docs/rfc/INDEX.md exists",
             Rule::IndexStale => "docs/rfc/INDEX.md is exactly what `cargo xtask rfc index` writes",
         }
@@ -229,30 +294,63 @@ impl fmt::Display for Rule {
     }
 }
 
-/// One broken rule, printed as `path: rule-name: explanation`.
+/// One broken rule, printed as `path:line: rule-name: explanation` (or
+/// `path: rule-name: explanation` when the rule is about the file as a whole
+/// or something it lacks).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    /// The offending file, relative to the repository root, `/`-separated.
-    pub path: String,
-    /// The rule it breaks.
-    pub rule: Rule,
-    /// What is wrong and how to fix it.
-    pub message: String,
+    path: String,
+    line: Option<usize>,
+    rule: Rule,
+    message: String,
 }
 
 impl Violation {
+    /// A violation of the file as a whole (a name, a missing section).
     pub(crate) fn new(path: &str, rule: Rule, message: impl Into<String>) -> Self {
         Violation {
             path: path.to_owned(),
+            line: None,
             rule,
             message: message.into(),
         }
+    }
+
+    /// A violation at a 1-based line of the file.
+    pub(crate) fn at(path: &str, line: usize, rule: Rule, message: impl Into<String>) -> Self {
+        Violation {
+            line: Some(line),
+            ..Violation::new(path, rule, message)
+        }
+    }
+
+    /// The offending file, relative to the repository root, `/`-separated.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The 1-based line the violation is on, when it is on one.
+    pub fn line(&self) -> Option<usize> {
+        self.line
+    }
+
+    /// The rule it breaks.
+    pub fn rule(&self) -> Rule {
+        self.rule
+    }
+
+    /// What is wrong and how to fix it.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}: {}", self.path, self.rule, self.message)
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}: {}", self.path, self.rule, self.message),
+            None => write!(f, "{}: {}: {}", self.path, self.rule, self.message),
+        }
     }
 }
 
@@ -363,6 +461,16 @@ pub fn find_root(start: &Path) -> Option<PathBuf> {
 pub fn check(root: &Path) -> Result<Report, Error> {
     let scan = tree::scan(root)?;
     let mut violations = scan.violations;
+    let readme_path = root.join(RFC_DIR).join(README_FILE);
+    match fs::read(&readme_path) {
+        Ok(bytes) => violations.extend(check_readme(
+            &format!("{RFC_DIR}/{README_FILE}"),
+            &String::from_utf8_lossy(&bytes),
+        )),
+        // The README is the front door, but its absence is not an RFC rule.
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => return Err(Error::io(&readme_path, err)),
+    }
     let index_path = root.join(RFC_DIR).join(INDEX_FILE);
     let display = format!("{RFC_DIR}/{INDEX_FILE}");
     let expected = render_index(&scan.rfcs);
