@@ -132,8 +132,7 @@ impl MessageErrorKind {
     /// `"ids.charset"`, `"limits.part_bytes"`, `"message.role_parts"`.
     pub fn rule(&self) -> &'static str {
         match self {
-            MessageErrorKind::Id(IdError::Empty { .. } | IdError::TooLong { .. }) => "ids.length",
-            MessageErrorKind::Id(IdError::Character { .. }) => "ids.charset",
+            MessageErrorKind::Id(e) => e.rule(),
             MessageErrorKind::Json(e) => e.rule(),
             MessageErrorKind::Limit(l) => l.bound.rule(),
             MessageErrorKind::ToolName { .. } => "tool_name",

@@ -5,7 +5,10 @@
 //! bytes, each an ASCII letter, digit, `_`, `-`, `.` or `:`. That admits the
 //! ids providers mint (`call_9bX…`, `toolu_01…`) and excludes whitespace,
 //! control characters, quotes and path separators, so an id can be printed,
-//! logged and used as a SQL key or URL segment without escaping.
+//! logged and used as a SQL key or URL segment without escaping. The two
+//! dot segments `.` and `..` are refused as well (rule `ids.dot_segment`):
+//! as a URL path segment or a file name they mean "this" and "the parent",
+//! not an id.
 //!
 //! There is no `Default`, no `From<String>` and no way to build an id other
 //! than [`parse`](RunId::parse) (or deserializing, which calls it).
@@ -48,6 +51,28 @@ pub enum IdError {
         /// Byte offset of the first disallowed character.
         offset: usize,
     },
+    /// The whole id is `.` or `..`, a path dot segment.
+    #[error(
+        "{kind} is a dot segment of {len} byte(s) (rule ids.dot_segment: `.` and `..` are not ids)"
+    )]
+    DotSegment {
+        /// Which identifier type was being parsed.
+        kind: &'static str,
+        /// 1 for `.`, 2 for `..`.
+        len: usize,
+    },
+}
+
+impl IdError {
+    /// The rule this error names: `ids.length`, `ids.charset` or
+    /// `ids.dot_segment`.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            IdError::Empty { .. } | IdError::TooLong { .. } => "ids.length",
+            IdError::Character { .. } => "ids.charset",
+            IdError::DotSegment { .. } => "ids.dot_segment",
+        }
+    }
 }
 
 /// Checks the identifier rule for `text`.
@@ -66,6 +91,12 @@ fn check_id(kind: &'static str, text: &str) -> Result<(), IdError> {
         .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':')))
     {
         return Err(IdError::Character { kind, offset });
+    }
+    if matches!(text, "." | "..") {
+        return Err(IdError::DotSegment {
+            kind,
+            len: text.len(),
+        });
     }
     Ok(())
 }

@@ -80,6 +80,11 @@ fn ids() {
         ("quote\"", Err(("ids.charset", "$"))),
         ("ünï", Err(("ids.charset", "$"))),
         ("tab\t", Err(("ids.charset", "$"))),
+        (".", Err(("ids.dot_segment", "$"))),
+        ("..", Err(("ids.dot_segment", "$"))),
+        ("...", OK),
+        (".a", OK),
+        ("a..", OK),
     ];
     for (input, want) in rows {
         id_check(input, RunId::parse(input), *want);
