@@ -130,10 +130,17 @@ pub struct ImportArgs {
     /// A file written by `keel export`.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    /// The largest file accepted, in bytes: a longer input is refused
+    /// before anything is parsed or stored (rule import.input_bytes).
+    #[arg(long, default_value_t = IMPORT_MAX_BYTES, value_name = "BYTES")]
+    pub max_bytes: u64,
     /// The journal.
     #[command(flatten)]
     pub db: DbArgs,
 }
+
+/// The default bound of `keel import --max-bytes`: 256 MiB.
+pub const IMPORT_MAX_BYTES: u64 = 256 << 20;
 
 /// `keel serve`.
 #[derive(Debug, Args)]

@@ -48,6 +48,7 @@ impl From<JournalError> for CliError {
             JournalError::NewerSchema { .. }
                 | JournalError::NotFound { .. }
                 | JournalError::NotAJournal { .. }
+                | JournalError::NotSqlite { .. }
                 | JournalError::InvalidSchema { .. }
                 | JournalError::Config { .. }
                 | JournalError::WalUnavailable { .. }

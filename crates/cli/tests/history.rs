@@ -527,3 +527,77 @@ fn import_refuses_a_terminal_naming_another_tool_than_its_start() {
     );
     assert!(!b.db().exists(), "nothing was stored");
 }
+
+#[test]
+fn import_input_is_bounded_and_utf8_and_nothing_is_stored() {
+    let a = Sandbox::new();
+    let (run_id, _) = run_json(&a, "failures.json");
+    let file = a.path("run.jsonl");
+    a.ok(&["export", &run_id, "-o", file.to_str().unwrap()]);
+    let len = std::fs::metadata(&file).unwrap().len();
+    let b = Sandbox::new();
+    let import = |path: &std::path::Path, extra: &[&str]| {
+        let out = keel()
+            .arg("import")
+            .arg(path)
+            .args(extra)
+            .args(b.db_args())
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out).1)
+    };
+    // One byte under the file's length: refused whole, naming the bound.
+    let (code, stderr) = import(&file, &["--max-bytes", &(len - 1).to_string()]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "longer than {} bytes (rule import.input_bytes",
+            len - 1
+        )),
+        "{stderr}"
+    );
+    // An endless input stops at the bound instead of filling memory.
+    let (code, stderr) = import(std::path::Path::new("/dev/zero"), &["--max-bytes", "4096"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("rule import.input_bytes"), "{stderr}");
+    let latin1 = b.path("latin1.jsonl");
+    std::fs::write(&latin1, b"{\"x\":\"caf\xe9\"}\n").unwrap();
+    let (code, stderr) = import(&latin1, &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("not UTF-8 at byte 9 (rule import.utf8)"),
+        "{stderr}"
+    );
+    assert!(!b.db().exists(), "a refused import created the journal");
+    // At exactly its length it is accepted.
+    let (code, stderr) = import(&file, &["--max-bytes", &len.to_string()]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn a_db_that_is_not_sqlite_is_bad_input() {
+    let sb = Sandbox::new();
+    std::fs::write(sb.db(), "not a database, just text\n".repeat(400)).unwrap();
+    for cmd in [&["runs"][..], &["verify"], &["events", "run_x"]] {
+        let out = keel().args(cmd).args(sb.db_args()).output().unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: {stderr}");
+        assert!(
+            stderr.contains("is not a SQLite database (rule journal.sqlite_file)"),
+            "{cmd:?}: {stderr}"
+        );
+    }
+    let before = std::fs::read(sb.db()).unwrap();
+    let scenario = sb.write(
+        "s.json",
+        r#"{"model": "m", "messages": [{"role": "user", "text": "hi"}],
+            "provider": {"type": "scripted", "calls": [[{"text": "hello"}, {"complete": {"finish": "stop"}}]]}}"#,
+    );
+    let out = sb.run(&scenario, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out).1);
+    assert_eq!(
+        std::fs::read(sb.db()).unwrap(),
+        before,
+        "the file was modified"
+    );
+}

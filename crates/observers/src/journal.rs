@@ -146,6 +146,9 @@ mod request;
 mod schema;
 mod writer;
 
+/// The run status lives beside [`RunHistory`](crate::RunHistory) (it
+/// needs no SQLite); named here as before.
+pub use crate::history::RunStatus;
 pub use reader::{JournalReader, RunSummary, RunTotals};
 pub use recover::{RecoveredRun, RecoveryReport, SkipReason, SkippedRun};
 pub use schema::SCHEMA_VERSION;
@@ -153,7 +156,7 @@ pub use schema::SCHEMA_VERSION;
 use crate::observer::{
     BatchError, ObserveBatchFuture, ObserveFuture, ObserverError, RequiredObserver,
 };
-use keel_eventlog::{Event, Terminal};
+use keel_eventlog::Event;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -211,58 +214,6 @@ impl Default for JournalConfig {
             queue_capacity: 4096,
             busy_timeout: Duration::from_secs(5),
         }
-    }
-}
-
-/// A run's status, from its lifecycle events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RunStatus {
-    /// No run terminal stored yet.
-    Running,
-    /// `run.completed` stored.
-    Completed,
-    /// `run.failed` stored.
-    Failed,
-    /// `run.cancelled` stored.
-    Cancelled,
-}
-
-impl RunStatus {
-    /// The stored name: `running`, `completed`, `failed`, `cancelled`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-        }
-    }
-
-    /// Parses a stored name.
-    pub fn parse(text: &str) -> Option<RunStatus> {
-        match text {
-            "running" => Some(RunStatus::Running),
-            "completed" => Some(RunStatus::Completed),
-            "failed" => Some(RunStatus::Failed),
-            "cancelled" => Some(RunStatus::Cancelled),
-            _ => None,
-        }
-    }
-}
-
-impl From<Terminal> for RunStatus {
-    fn from(t: Terminal) -> Self {
-        match t {
-            Terminal::Completed => RunStatus::Completed,
-            Terminal::Failed => RunStatus::Failed,
-            Terminal::Cancelled => RunStatus::Cancelled,
-        }
-    }
-}
-
-impl std::fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -328,6 +279,14 @@ pub enum JournalError {
         field: &'static str,
         /// The rule.
         detail: &'static str,
+    },
+    /// The file exists but is not a SQLite database (SQLite's
+    /// `SQLITE_NOTADB`): bad input, like [`JournalError::NotAJournal`]. It
+    /// was not modified.
+    #[error("{path:?} is not a SQLite database (rule journal.sqlite_file), so not a Keel journal")]
+    NotSqlite {
+        /// The path.
+        path: PathBuf,
     },
     /// A SQLite call failed.
     #[error("journal {path:?}: {op}: {source}")]
@@ -596,12 +555,28 @@ impl RequiredObserver for SqliteJournal {
     }
 }
 
+impl JournalError {
+    /// Wraps a failed SQLite call on `path` doing `op`; a file that is not
+    /// a database at all becomes [`JournalError::NotSqlite`], so a caller
+    /// can tell bad input from a failing store.
+    pub(crate) fn sql(
+        path: &Path,
+        op: &'static str,
+    ) -> impl FnOnce(rusqlite::Error) -> JournalError {
+        let path = path.to_path_buf();
+        move |source| {
+            if source.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) {
+                JournalError::NotSqlite { path }
+            } else {
+                JournalError::Sqlite { path, op, source }
+            }
+        }
+    }
+}
+
 /// The writer's connection: WAL, `synchronous`, schema created if new.
 fn open_writer(path: &Path, config: &JournalConfig) -> Result<Connection, JournalError> {
-    let sql = |op| {
-        let path = path.to_path_buf();
-        move |source| JournalError::Sqlite { path, op, source }
-    };
+    let sql = |op| JournalError::sql(path, op);
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE

@@ -680,7 +680,7 @@ fn refuses_newer_or_foreign_databases_without_touching_them() {
                 std::fs::write(p, "this is a text file, not a database\n".repeat(200)).unwrap();
                 None
             },
-            want: |e| matches!(e, JournalError::Sqlite { .. }),
+            want: |e| matches!(e, JournalError::NotSqlite { .. }),
         },
     ]);
 }

@@ -96,11 +96,35 @@ pub fn export(args: ExportArgs) -> Result<i32, CliError> {
     Ok(EXIT_OK)
 }
 
+/// Reads at most `max_bytes` of `path` (one byte more shows a longer
+/// input, which is refused whole: `/dev/zero` stops at the bound), as
+/// UTF-8.
+fn read_bounded(path: &std::path::Path, file: &str, max_bytes: u64) -> Result<String, CliError> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| CliError::bad_input(format!("{file}: cannot read: {e}"));
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(cannot)?
+        .take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(CliError::bad_input(format!(
+            "{file}: longer than {max_bytes} bytes (rule import.input_bytes; raise it with --max-bytes)"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        CliError::bad_input(format!(
+            "{file}: not UTF-8 at byte {} (rule import.utf8)",
+            e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
 /// `keel import FILE`.
 pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     let file = args.file.display().to_string();
-    let text = std::fs::read_to_string(&args.file)
-        .map_err(|e| CliError::bad_input(format!("{file}: cannot read: {e}")))?;
+    let text = read_bounded(&args.file, &file, args.max_bytes)?;
     let log = replay(&file, &text)?;
     let imported = log.retained_after(0);
 

@@ -286,10 +286,7 @@ fn owner_state(
 
 /// A read-write connection of its own (the writer thread owns the other).
 fn connection(path: &Path, busy_timeout: std::time::Duration) -> Result<Connection, JournalError> {
-    let sql = |op| {
-        let path = path.to_path_buf();
-        move |source| JournalError::Sqlite { path, op, source }
-    };
+    let sql = |op| JournalError::sql(path, op);
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -446,10 +443,7 @@ fn claim(
     run: &Running,
     own: &str,
 ) -> Result<bool, JournalError> {
-    let sql = |op| {
-        let path = path.to_path_buf();
-        move |source| JournalError::Sqlite { path, op, source }
-    };
+    let sql = |op| JournalError::sql(path, op);
     let last_seq = i64::try_from(run.last_seq).unwrap_or(i64::MAX);
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)

@@ -113,10 +113,7 @@ pub(crate) fn probe(path: &Path) -> Result<Found, JournalError> {
     let wal = side_file(path, "-wal");
     let live = std::fs::symlink_metadata(&wal).is_ok();
     let uri = file_uri(path, if live { "mode=ro" } else { "immutable=1" });
-    let sql = |op| {
-        let path = path.to_path_buf();
-        move |source| JournalError::Sqlite { path, op, source }
-    };
+    let sql = |op| JournalError::sql(path, op);
     let conn = Connection::open_with_flags(
         &uri,
         OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -156,10 +153,7 @@ fn file_uri(path: &Path, query: &str) -> String {
 
 /// Classifies an open database by its `keel_schema` table.
 pub(crate) fn inspect(conn: &Connection, path: &Path) -> Result<Found, JournalError> {
-    let sql = |op| {
-        let path = path.to_path_buf();
-        move |source| JournalError::Sqlite { path, op, source }
-    };
+    let sql = |op| JournalError::sql(path, op);
     let has_schema_table: bool = conn
         .query_row(
             "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'keel_schema')",
@@ -227,10 +221,7 @@ pub(crate) fn inspect(conn: &Connection, path: &Path) -> Result<Found, JournalEr
 /// created or upgraded it since the probe). A failed migration rolls back
 /// whole: the store stays at its old version.
 pub(crate) fn ensure(conn: &Connection, path: &Path) -> Result<(), JournalError> {
-    let sql = |op| {
-        let path = path.to_path_buf();
-        move |source| JournalError::Sqlite { path, op, source }
-    };
+    let sql = |op| JournalError::sql(path, op);
     conn.execute_batch("BEGIN IMMEDIATE")
         .map_err(sql("begin the schema transaction"))?;
     let result = (|| {
@@ -260,10 +251,7 @@ pub(crate) fn ensure(conn: &Connection, path: &Path) -> Result<(), JournalError>
 /// Runs the migrations from version `from` to [`SCHEMA_VERSION`] inside the
 /// caller's transaction.
 fn migrate(conn: &Connection, path: &Path, from: u32) -> Result<(), JournalError> {
-    let sql = |op| {
-        let path = path.to_path_buf();
-        move |source| JournalError::Sqlite { path, op, source }
-    };
+    let sql = |op| JournalError::sql(path, op);
     let start = usize::try_from(from.saturating_sub(1)).unwrap_or(usize::MAX);
     for (i, step) in MIGRATIONS.iter().enumerate().skip(start) {
         conn.execute_batch(step)
