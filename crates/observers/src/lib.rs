@@ -79,6 +79,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod history;
 mod observer;
 mod pipeline;
 mod queue;
@@ -87,6 +88,7 @@ mod run_window;
 mod tracing_bridge;
 mod window;
 
+pub use history::{HistoryError, RunHistory, RunStatus, StoredRun};
 pub use observer::{
     BatchError, BestEffortObserver, ObserveBatchFuture, ObserveFuture, ObserverError,
     RequiredObserver,
@@ -108,7 +110,7 @@ pub mod journal;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use journal::{
     JournalConfig, JournalError, JournalReader, JournalStats, RecoveredRun, RecoveryReport,
-    RunStatus, RunSummary, RunTotals, SkipReason, SkippedRun, SqliteJournal, Synchronous,
+    RunSummary, RunTotals, SkipReason, SkippedRun, SqliteJournal, Synchronous,
 };
 
 #[cfg(feature = "nats")]

@@ -2,10 +2,13 @@
 
 use super::schema::{self, Found};
 use super::{JournalError, RunStatus};
+use crate::history::{HistoryError, RunHistory, StoredRun};
+use keel_eventlog::Event;
+use keel_message::RunId;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// One run as the journal knows it.
@@ -210,6 +213,47 @@ impl JournalReader {
     }
 }
 
+/// The journal as a run's durable history: [`JournalReader::run_status`]
+/// and [`JournalReader::events_after`], each line decoded (with the
+/// canonical round-trip check). What the writer acknowledged before a call
+/// began is in its answer (each call reads one snapshot).
+impl RunHistory for JournalReader {
+    fn name(&self) -> &str {
+        "sqlite"
+    }
+
+    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, HistoryError> {
+        let summary = self
+            .run_status(run_id.as_str())
+            .map_err(|e| HistoryError::read("sqlite", e))?;
+        Ok(summary.map(|s| StoredRun::new(s.last_seq, s.status)))
+    }
+
+    fn read_after(
+        &self,
+        run_id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Arc<Event>>, HistoryError> {
+        let lines = self
+            .events_after(run_id.as_str(), after, limit)
+            .map_err(|e| HistoryError::read("sqlite", e))?;
+        let mut last = after;
+        let mut events = Vec::with_capacity(lines.len());
+        for line in &lines {
+            let event = Event::decode(line).map_err(|e| HistoryError::Corrupt {
+                store: "sqlite".to_owned(),
+                run_id: run_id.to_string(),
+                after: last,
+                detail: e.to_string(),
+            })?;
+            last = event.seq();
+            events.push(Arc::new(event));
+        }
+        Ok(events)
+    }
+}
+
 /// `run_id, turns, input_tokens, output_tokens`.
 fn totals_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RunTotals)> {
     let run_id: String = row.get(0)?;
@@ -263,4 +307,67 @@ fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
         started_ts: unsigned(row, 3, "started_ts")?,
         updated_ts: unsigned(row, 4, "updated_ts")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use crate::RequiredObserver;
+    use crate::journal::{JournalConfig, SqliteJournal};
+    use keel_eventlog::{LogConfig, Payload, RunLog, RunStarted, SystemClock};
+
+    #[test]
+    fn the_reader_is_a_run_history() {
+        let dir = std::env::temp_dir().join(format!("keel-history-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("keel.db");
+        let journal = SqliteJournal::open(&path, JournalConfig::default()).unwrap();
+        let run = RunId::parse("run_h").unwrap();
+        let log = RunLog::new(run.clone(), LogConfig::default(), Arc::new(SystemClock)).unwrap();
+        let note = Payload::Extension {
+            kind: keel_eventlog::EventKind::parse("test.note").unwrap(),
+            payload: keel_message::CanonicalJson::parse("{}").unwrap(),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut lines = Vec::new();
+        for payload in [
+            Payload::RunStarted(RunStarted::default()),
+            note.clone(),
+            note,
+        ] {
+            let event = log.commit(&payload).unwrap();
+            rt.block_on(journal.observe(&event)).unwrap();
+            lines.push(event.line().to_owned());
+        }
+        let reader = journal.reader().unwrap();
+        let history: &dyn RunHistory = &reader;
+        assert_eq!(
+            history.stored(&run).unwrap(),
+            Some(StoredRun::new(3, RunStatus::Running))
+        );
+        let unknown = RunId::parse("run_none").unwrap();
+        assert_eq!(history.stored(&unknown).unwrap(), None);
+        let page = history.read_after(&run, 1, 10).unwrap();
+        let read: Vec<&str> = page.iter().map(|e| e.line()).collect();
+        assert_eq!(read, [lines[1].as_str(), lines[2].as_str()]);
+        assert_eq!(history.read_after(&run, 1, 1).unwrap().len(), 1);
+        journal.close().unwrap();
+
+        // A damaged line is a typed error naming the seq before it.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute("UPDATE events SET line = '{}' WHERE seq = 3", [])
+            .unwrap();
+        drop(conn);
+        match history.read_after(&run, 0, 10) {
+            Err(HistoryError::Corrupt {
+                after: 2, run_id, ..
+            }) => assert_eq!(run_id, "run_h"),
+            other => panic!("{other:?}"),
+        }
+        drop(reader);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
