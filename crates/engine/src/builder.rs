@@ -10,7 +10,9 @@ use crate::interaction::InteractionHandler;
 use crate::tool::Tool;
 use keel_eventlog::{Clock, LogConfig, SystemClock};
 use keel_message::Limits;
-use keel_observers::{BestEffortObserver, PipelineBuilder, PipelineConfig, RequiredObserver};
+use keel_observers::{
+    BestEffortObserver, PipelineBuilder, PipelineConfig, RequiredObserver, RunHistory,
+};
 use keel_stream::{MetadataAllowlist, ModelProvider, ValidatorConfig};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +37,7 @@ pub struct EngineBuilder {
     log_config: LogConfig,
     validator: ValidatorConfig,
     interactions: Option<Arc<dyn InteractionHandler>>,
+    history: Option<Arc<dyn RunHistory>>,
 }
 
 impl std::fmt::Debug for EngineBuilder {
@@ -63,6 +66,7 @@ impl Default for EngineBuilder {
             log_config: LogConfig::default(),
             validator: ValidatorConfig::default(),
             interactions: None,
+            history: None,
         }
     }
 }
@@ -139,6 +143,16 @@ impl EngineBuilder {
         self.interactions = Some(handler);
         self
     }
+    /// The durable history followers read
+    /// ([`Engine::subscribe`](crate::Engine::subscribe)): what a live log
+    /// no longer retains, and runs that are not live. Usually the read
+    /// side of a required observer added here (the SQLite journal's
+    /// `JournalReader`, `keel_testkit::MemoryJournal`); without one a
+    /// follower has the live log only.
+    pub fn history(mut self, history: Arc<dyn RunHistory>) -> Self {
+        self.history = Some(history);
+        self
+    }
 
     /// Checks the composition and builds the engine. Starts one thread per
     /// best-effort observer.
@@ -174,6 +188,7 @@ impl EngineBuilder {
                 log_config: self.log_config,
                 validator: self.validator,
                 interactions: self.interactions,
+                history: self.history,
             },
         )))
     }

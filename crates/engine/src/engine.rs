@@ -5,13 +5,15 @@ use crate::cancel::CancelToken;
 use crate::compose::compose;
 use crate::config::EngineLimits;
 use crate::error::StartError;
+use crate::follow::{FOLLOW_BOUNDS, FollowError, RunFollower};
 use crate::interaction::InteractionHandler;
 use crate::request::{RunCanceller, RunHandle, RunRequest};
 use crate::run::{Runner, commit_cancelled_terminals};
 use crate::tool::Tool;
+use keel_eventlog::SubscriptionBounds;
 use keel_eventlog::{Clock, LogConfig, RunLog};
 use keel_message::{Limits, Message, RunId, ToolDefinition, ToolName};
-use keel_observers::{Pipeline, ShutdownReport};
+use keel_observers::{Pipeline, RunHistory, ShutdownReport};
 use keel_stream::{MetadataAllowlist, ModelProvider, ValidatorConfig};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,6 +30,9 @@ pub(crate) struct Shared {
     pub(crate) log_config: LogConfig,
     pub(crate) validator: ValidatorConfig,
     pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
+    /// Where followers read what a live log no longer retains, and runs
+    /// that are not live.
+    pub(crate) history: Option<Arc<dyn RunHistory>>,
 }
 
 /// Tools by name, and their definitions in registration order (the order
@@ -301,6 +306,44 @@ impl Engine {
                 canceller: RunCanceller(entry.cancel.clone()),
                 ended: entry.ended.clone(),
             })
+    }
+
+    /// The log of the live run `run_id`, if it is live.
+    pub fn log(&self, run_id: &RunId) -> Option<RunLog> {
+        let registry = lock(&self.inner.registry);
+        registry.runs.get(run_id).map(|entry| entry.log.clone())
+    }
+
+    /// The history the engine's followers read (set with
+    /// [`EngineBuilder::history`](crate::EngineBuilder::history)).
+    pub fn history(&self) -> Option<&Arc<dyn RunHistory>> {
+        self.inner.shared.history.as_ref()
+    }
+
+    /// Follows run `run_id` after `after` with [`FOLLOW_BOUNDS`] (durable
+    /// events only): the prefix the live log no longer retains from the
+    /// engine's history, then the live log, no gap and no duplicate; a run
+    /// that is not live from the history alone. See [`RunFollower`].
+    ///
+    /// Refused with [`FollowError::UnknownRun`] (not live, not in the
+    /// history), [`FollowError::CursorAhead`] or
+    /// [`FollowError::CursorExpired`] (the events after `after` are
+    /// neither retained nor stored). May read the history (on the blocking
+    /// pool), hence async.
+    pub async fn subscribe(&self, run_id: &RunId, after: u64) -> Result<RunFollower, FollowError> {
+        self.subscribe_with(run_id, after, FOLLOW_BOUNDS).await
+    }
+
+    /// [`subscribe`](Self::subscribe) with explicit bounds and durability
+    /// for the live part (the history's events are durable either way).
+    pub async fn subscribe_with(
+        &self,
+        run_id: &RunId,
+        after: u64,
+        bounds: SubscriptionBounds,
+    ) -> Result<RunFollower, FollowError> {
+        let history = self.inner.shared.history.clone();
+        RunFollower::open(run_id.clone(), after, bounds, self.log(run_id), history).await
     }
 
     /// The ids of every live run.
