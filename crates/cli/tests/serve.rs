@@ -426,6 +426,62 @@ async fn bad_bodies_are_problems() {
 }
 
 #[tokio::test]
+async fn every_error_is_a_problem_document() {
+    let d = daemon(&[], None);
+    let c = client();
+    // A method the route does not take: 405, the Allow header kept.
+    let r = c.delete(d.url("/v1/runs")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_problem(r.headers());
+    assert!(r.headers().get("allow").is_some(), "{:?}", r.headers());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "urn:keel:problem:method-not-allowed");
+    assert_eq!(v["status"], 405);
+    // A path segment that is not percent-encoded UTF-8, and dot segments.
+    for path in ["/v1/runs/%FF%FE", "/v1/runs/%FF/events"] {
+        let r = get(&c, &d, path).await;
+        assert_eq!(r.status(), 400, "{path}");
+        assert_problem(r.headers());
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["status"], 400, "{path}");
+    }
+    for path in ["/v1/runs/%2E", "/v1/runs/%2E%2E/events"] {
+        let r = get(&c, &d, path).await;
+        assert!(r.status().is_client_error(), "{path}: {}", r.status());
+        assert_problem(r.headers());
+    }
+}
+
+#[tokio::test]
+async fn an_answer_with_trailing_data_is_refused_and_changes_nothing() {
+    let d = daemon(&[], None);
+    let c = client();
+    let run = create(&c, &d, gated("run_trailing", 1, 1, 1)).await;
+    let interaction = pending_interaction(&c, &d, &run).await;
+    let path = format!("/v1/runs/{run}/interactions/{interaction}");
+    let r = post(
+        &c,
+        &d,
+        &path,
+        r#"{"decision":"approved"}{"decision":"denied"}"#,
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    assert_problem(r.headers());
+    let v: Value = r.json().await.unwrap();
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("rule body.single_value"),
+        "{v}"
+    );
+    // The interaction is still waiting: a clean answer is taken.
+    approve(&c, &d, &run, &interaction).await;
+    wait_status(&c, &d, &run, "completed").await;
+}
+
+#[tokio::test]
 async fn cancel_ends_a_waiting_run() {
     let d = daemon(&[], None);
     let c = client();

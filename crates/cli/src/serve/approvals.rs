@@ -141,6 +141,22 @@ fn parse_answer(text: &str) -> Result<InteractionDecision, Problem> {
         .with("column", inner.column())
         .with("path", path)
     })?;
+    // One JSON value and nothing after it: `{"decision":"approved"}{…}`
+    // is not an answer.
+    de.end().map_err(|e| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-body",
+            "Invalid answer",
+            format!(
+                "{}:{}: trailing data after the answer (rule body.single_value)",
+                e.line(),
+                e.column()
+            ),
+        )
+        .with("line", e.line())
+        .with("column", e.column())
+    })?;
     Ok(match answer.decision {
         DecisionWire::Approved => InteractionDecision::Approved,
         DecisionWire::Denied => InteractionDecision::Denied,

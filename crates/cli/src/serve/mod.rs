@@ -463,7 +463,8 @@ async fn shutdown_runs(daemon: &Daemon) -> EngineShutdown {
 
 /// The routes: the API behind the token check, the viewer's assets
 /// (which hold no data) outside it, and around both CORS and the
-/// cross-site defences, which run first.
+/// cross-site defences, which run first; outermost, every error becomes a
+/// problem document.
 pub fn router(daemon: Arc<Daemon>) -> Router {
     let api = Router::new()
         .route("/v1/runs", post(runs::create_run).get(runs::list_runs))
@@ -491,6 +492,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         Arc::clone(&daemon.cross_site),
         cross_site::defend,
     ))
+    .layer(axum::middleware::map_response(problem::as_problem))
     .with_state(daemon)
 }
 

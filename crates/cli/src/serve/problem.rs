@@ -122,3 +122,48 @@ impl IntoResponse for Problem {
         response
     }
 }
+
+/// The headers an error response keeps when it is rewritten as a problem
+/// document: they tell the client what to do next.
+const KEPT_HEADERS: [header::HeaderName; 3] =
+    [header::ALLOW, header::RETRY_AFTER, header::WWW_AUTHENTICATE];
+
+/// The outermost layer: an error response that is not a problem document
+/// already (axum's own 405, a path that is not valid percent-encoded
+/// UTF-8, a query it cannot read) becomes one of the same status, so every
+/// error the daemon returns is a problem document. The original body is
+/// dropped, not echoed: it may quote the request.
+pub async fn as_problem(response: Response) -> Response {
+    let status = response.status();
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    if is_problem || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (kind, title, detail) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method-not-allowed",
+            "Method not allowed",
+            "the route does not take this method; the Allow header lists those it takes",
+        ),
+        StatusCode::BAD_REQUEST => (
+            "bad-request",
+            "Bad request",
+            "the path or query could not be read (for example a bad percent-encoding or a segment that is not UTF-8)",
+        ),
+        _ => (
+            "http-error",
+            status.canonical_reason().unwrap_or("HTTP error"),
+            "the request could not be served",
+        ),
+    };
+    let mut rewritten = Problem::new(status, kind, title, detail).into_response();
+    for name in KEPT_HEADERS {
+        if let Some(value) = response.headers().get(&name) {
+            rewritten.headers_mut().insert(name, value.clone());
+        }
+    }
+    rewritten
+}
