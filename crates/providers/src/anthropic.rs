@@ -1,10 +1,17 @@
-//! Anthropic Messages streaming.
+//! Anthropic Messages streaming: the wire format only (request body,
+//! error classification, stream decoding); the shell (`shell.rs`) does
+//! the rest.
 
-use crate::http::{
-    self, ConfigError, Decoder, Flow, Http, HttpSettings, arguments_or_empty, bad_json, header,
-    push_text, safe_code, safe_value,
+use crate::config::{ConfigError, ProviderConfig};
+use crate::decode::{
+    arguments_or_empty, finish_with_calls, max_arguments_bytes, namespaced, push_text, text_of,
 };
+use crate::http::headers::{retry_after, should_retry};
 use crate::key::ApiKey;
+use crate::problem::{bad_json, fail, problem_message, protocol, too_many_calls};
+use crate::pump::{Decoder, Flow};
+use crate::screen::{safe_code, safe_fact};
+use crate::shell::{Shell, Wire};
 use keel_message::{Limits, Message, ModelRequest, Part, Role};
 use keel_stream::{
     FinishReason, ModelProvider, ProblemKind, RawCompletion, RawItem, RawProblem, RawToolCall,
@@ -15,96 +22,56 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// The metadata namespace of this adapter.
 pub const ANTHROPIC_NAMESPACE: &str = "anthropic";
 
-/// The Anthropic API's base URL, the default of
-/// [`AnthropicConfig::base_url`].
+/// The Anthropic API's base URL, the default base URL of an
+/// [`AnthropicConfig`].
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 
 /// The `anthropic-version` header every request carries.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
-/// The default of [`AnthropicConfig::max_tokens`].
+/// The default of [`AnthropicOptions::max_tokens`].
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
-/// How to reach the Anthropic Messages API (or a compatible server).
-/// Build it from [`Default`] (or [`AnthropicConfig::new`]) and set the
-/// fields you need.
+/// How to reach the Anthropic Messages API (or a compatible server): the
+/// shared settings, and [`AnthropicOptions`] as its `wire`. Requests go to
+/// `{base_url}/messages`; the key is sent as `x-api-key`. Build it from
+/// [`Default`] (base URL [`ANTHROPIC_BASE_URL`]) or
+/// [`ProviderConfig::new`] and set the fields you need.
 ///
 /// ```
-/// use keel_providers::AnthropicConfig;
-/// let config = AnthropicConfig { max_tokens: 1024, ..AnthropicConfig::default() };
+/// use keel_providers::{AnthropicConfig, AnthropicOptions};
+/// let config = AnthropicConfig {
+///     wire: AnthropicOptions { max_tokens: 1024 },
+///     ..AnthropicConfig::default()
+/// };
 /// assert_eq!(config.base_url, "https://api.anthropic.com/v1");
 /// ```
-#[derive(Clone)]
-pub struct AnthropicConfig {
-    /// The API base; requests go to `{base_url}/messages`. An absolute
-    /// `http(s)` URL with no credentials, query or fragment. Default
-    /// [`ANTHROPIC_BASE_URL`].
-    pub base_url: String,
-    /// Sent as `x-api-key` when set. Default `None`.
-    pub api_key: Option<ApiKey>,
-    /// The longest wait for a TCP (and TLS) connection. Default 10 s.
-    pub connect_timeout: Duration,
-    /// The longest wait for the next bytes, before and during the stream.
-    /// Default 300 s.
-    pub idle_timeout: Duration,
-    /// The largest SSE event accepted; a larger one fails the stream with
-    /// a `protocol` problem. Default 1 MiB.
-    pub max_chunk_bytes: usize,
-    /// How much of an error response's body is read. Default 64 KiB.
-    pub max_error_body_bytes: usize,
-    /// The request's `max_tokens` (the API requires one). Default
-    /// [`DEFAULT_MAX_TOKENS`].
+pub type AnthropicConfig = ProviderConfig<AnthropicOptions>;
+
+/// What only the Anthropic wire format has: the `wire` of an
+/// [`AnthropicConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnthropicOptions {
+    /// The request's `max_tokens` (the API requires one; zero is refused).
+    /// Default [`DEFAULT_MAX_TOKENS`].
     pub max_tokens: u32,
-    /// Bounds applied while assembling: text deltas are split to
-    /// `delta_bytes`, at most `tool_calls_per_stream` tool calls are
-    /// assembled, each with at most 2 × `json_bytes` of raw input JSON.
-    /// Default [`Limits::default`].
-    pub limits: Limits,
+}
+
+impl Default for AnthropicOptions {
+    fn default() -> Self {
+        AnthropicOptions {
+            max_tokens: DEFAULT_MAX_TOKENS,
+        }
+    }
 }
 
 impl Default for AnthropicConfig {
     fn default() -> Self {
-        AnthropicConfig {
-            base_url: ANTHROPIC_BASE_URL.to_owned(),
-            api_key: None,
-            connect_timeout: http::DEFAULT_CONNECT_TIMEOUT,
-            idle_timeout: http::DEFAULT_IDLE_TIMEOUT,
-            max_chunk_bytes: http::DEFAULT_MAX_CHUNK_BYTES,
-            max_error_body_bytes: http::DEFAULT_MAX_ERROR_BODY_BYTES,
-            max_tokens: DEFAULT_MAX_TOKENS,
-            limits: Limits::default(),
-        }
-    }
-}
-
-impl AnthropicConfig {
-    /// The defaults with this base URL and key.
-    pub fn new(base_url: impl Into<String>, api_key: Option<ApiKey>) -> AnthropicConfig {
-        AnthropicConfig {
-            base_url: base_url.into(),
-            api_key,
-            ..AnthropicConfig::default()
-        }
-    }
-}
-
-impl fmt::Debug for AnthropicConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnthropicConfig")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("max_chunk_bytes", &self.max_chunk_bytes)
-            .field("max_error_body_bytes", &self.max_error_body_bytes)
-            .field("max_tokens", &self.max_tokens)
-            .finish_non_exhaustive()
+        ProviderConfig::defaults(ANTHROPIC_BASE_URL, AnthropicOptions::default())
     }
 }
 
@@ -115,81 +82,83 @@ impl fmt::Debug for AnthropicConfig {
 /// calls. See the crate docs for the mapping.
 #[derive(Clone)]
 pub struct Anthropic {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    http: Http,
-    max_tokens: u32,
-    limits: Limits,
+    shell: Shell<AnthropicOptions>,
 }
 
 impl fmt::Debug for Anthropic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Anthropic")
-            .field("http", &self.inner.http)
-            .field("max_tokens", &self.inner.max_tokens)
-            .finish_non_exhaustive()
+        self.shell.fmt(f)
     }
 }
 
-fn x_api_key(key: &ApiKey) -> Option<(HeaderName, HeaderValue)> {
-    let mut value = HeaderValue::from_str(key.expose()).ok()?;
-    value.set_sensitive(true);
-    Some((HeaderName::from_static("x-api-key"), value))
-}
-
 impl Anthropic {
-    /// A provider for `config`. Fails on a bad base URL, a zero bound or
-    /// timeout (or `max_tokens`), or when the TLS client cannot be built.
+    /// A provider for `config`. Fails on a bad base URL, an `https` one
+    /// without the `rustls` feature, a zero bound or timeout (or
+    /// `max_tokens`), or when the HTTP client cannot be built.
     pub fn new(config: AnthropicConfig) -> Result<Anthropic, ConfigError> {
-        if config.max_tokens == 0 {
-            return Err(ConfigError::Zero {
-                field: "max_tokens",
-            });
-        }
-        let http = Http::new(HttpSettings {
-            base_url: &config.base_url,
-            path: "messages",
-            api_key: config.api_key,
-            auth: x_api_key,
-            extra: vec![(
-                HeaderName::from_static("anthropic-version"),
-                HeaderValue::from_static(ANTHROPIC_VERSION),
-            )],
-            connect_timeout: config.connect_timeout,
-            idle_timeout: config.idle_timeout,
-            max_chunk_bytes: config.max_chunk_bytes,
-            max_error_body_bytes: config.max_error_body_bytes,
-        })?;
-        Ok(Anthropic {
-            inner: Arc::new(Inner {
-                http,
-                max_tokens: config.max_tokens,
-                limits: config.limits,
-            }),
-        })
+        Shell::new(config).map(|shell| Anthropic { shell })
     }
 
     /// The endpoint requests go to.
     pub fn endpoint(&self) -> &str {
-        self.inner.http.url()
+        self.shell.endpoint()
     }
 }
 
 impl ModelProvider for Anthropic {
     fn start(&self, request: ModelRequest) -> StartFuture {
-        let inner = Arc::clone(&self.inner);
-        Box::pin(async move {
-            let body = request_body(&request, inner.max_tokens);
-            let body = serde_json::to_vec(&body).map_err(|e| bad_json("the request", &e))?;
-            let response = inner.http.send(body, classify_http).await?;
-            let request_id = header(response.headers(), "request-id")
-                .and_then(|v| safe_value(v, inner.http.api_key.as_ref()));
-            let decoder =
-                AnthropicDecoder::new(inner.limits.clone(), request_id, inner.http.api_key.clone());
-            Ok(http::pump(response, &inner.http, decoder))
-        })
+        self.shell.start(request)
+    }
+}
+
+/// `x-api-key: {key}`.
+fn x_api_key(key: &ApiKey) -> Option<(HeaderName, HeaderValue)> {
+    let value = HeaderValue::from_str(key.expose()).ok()?;
+    Some((HeaderName::from_static("x-api-key"), value))
+}
+
+impl Wire for AnthropicOptions {
+    type Decoder = AnthropicDecoder;
+    const NAME: &'static str = "Anthropic";
+    const PATH: &'static str = "messages";
+    const REQUEST_ID_HEADER: &'static str = "request-id";
+
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.max_tokens == 0 {
+            return Err(ConfigError::Zero {
+                field: "max_tokens",
+            });
+        }
+        Ok(())
+    }
+
+    fn auth(key: &ApiKey) -> Option<(HeaderName, HeaderValue)> {
+        x_api_key(key)
+    }
+
+    fn extra_headers() -> Vec<(HeaderName, HeaderValue)> {
+        vec![(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        )]
+    }
+
+    fn body(&self, request: &ModelRequest) -> Value {
+        request_body(request, self.max_tokens)
+    }
+
+    fn classify(status: u16, headers: &HeaderMap, body: &[u8]) -> RawProblem {
+        classify_http(status, headers, body)
+    }
+
+    fn decoder(
+        &self,
+        limits: Limits,
+        _request: &ModelRequest,
+        request_id: Option<String>,
+        key: Option<ApiKey>,
+    ) -> AnthropicDecoder {
+        AnthropicDecoder::new(limits, request_id, key)
     }
 }
 
@@ -285,13 +254,6 @@ struct ErrorBody {
     message: Option<Value>,
 }
 
-fn text_of(value: &Option<Value>) -> Option<&str> {
-    match value {
-        Some(Value::String(s)) => Some(s),
-        _ => None,
-    }
-}
-
 fn is_context_length(message: &str) -> bool {
     let message = message.to_ascii_lowercase();
     message.contains("prompt is too long")
@@ -333,22 +295,6 @@ fn by_status(status: u16, message: &str) -> (ProblemKind, bool) {
     }
 }
 
-fn problem_message(status: Option<u16>, kind: Option<&str>, message: &str) -> String {
-    let mut out = match status {
-        Some(status) => format!("HTTP {status}"),
-        None => "stream error".to_owned(),
-    };
-    if let Some(kind) = kind {
-        out.push(' ');
-        out.push_str(kind);
-    }
-    if !message.is_empty() {
-        out.push_str(": ");
-        out.push_str(message);
-    }
-    out
-}
-
 /// The problem for a non-2xx response. The status decides auth, rate
 /// limits and overload; the error `type` refines the rest.
 pub(crate) fn classify_http(status: u16, headers: &HeaderMap, body: &[u8]) -> RawProblem {
@@ -364,13 +310,13 @@ pub(crate) fn classify_http(status: u16, headers: &HeaderMap, body: &[u8]) -> Ra
             .and_then(|k| by_type(k, message))
             .unwrap_or_else(|| by_status(status, message)),
     };
-    let retryable = http::should_retry(headers).unwrap_or(retryable);
+    let retryable = should_retry(headers).unwrap_or(retryable);
     let mut problem = RawProblem::new(
         kind,
         problem_message(Some(status), kind_name, message),
         retryable,
     );
-    problem.retry_after = http::retry_after(headers);
+    problem.retry_after = retry_after(headers);
     problem
 }
 
@@ -506,15 +452,6 @@ pub(crate) struct AnthropicDecoder {
     request_id: Option<String>,
 }
 
-fn fail(out: &mut VecDeque<RawItem>, problem: RawProblem) -> Flow {
-    out.push_back(RawItem::Failure(problem));
-    Flow::Done
-}
-
-fn protocol(out: &mut VecDeque<RawItem>, message: impl Into<String>) -> Flow {
-    fail(out, RawProblem::new(ProblemKind::Protocol, message, false))
-}
-
 impl AnthropicDecoder {
     pub(crate) fn new(limits: Limits, request_id: Option<String>, key: Option<ApiKey>) -> Self {
         AnthropicDecoder {
@@ -533,10 +470,7 @@ impl AnthropicDecoder {
     }
 
     fn fact(&self, value: &Option<Value>) -> Option<String> {
-        match value {
-            Some(Value::String(s)) => safe_value(s, self.key.as_ref()),
-            _ => None,
-        }
+        safe_fact(value, self.key.as_ref())
     }
 
     /// Usage counts are cumulative: a later report replaces what it names.
@@ -562,18 +496,15 @@ impl AnthropicDecoder {
     }
 
     fn metadata(&self) -> Option<Value> {
-        let mut ns = Map::new();
-        for (name, value) in [
-            ("id", &self.id),
-            ("model", &self.model),
-            ("service_tier", &self.service_tier),
-            ("request_id", &self.request_id),
-        ] {
-            if let Some(v) = value {
-                ns.insert(name.into(), json!(v));
-            }
-        }
-        (!ns.is_empty()).then(|| json!({ ANTHROPIC_NAMESPACE: ns }))
+        namespaced(
+            ANTHROPIC_NAMESPACE,
+            &[
+                ("id", &self.id),
+                ("model", &self.model),
+                ("service_tier", &self.service_tier),
+                ("request_id", &self.request_id),
+            ],
+        )
     }
 
     fn block_start(&mut self, index: u64, block: BlockStart, out: &mut VecDeque<RawItem>) -> Flow {
@@ -587,13 +518,7 @@ impl AnthropicDecoder {
             }
             BlockStart::ToolUse { id, name, input } => {
                 if self.calls >= self.limits.tool_calls_per_stream {
-                    return protocol(
-                        out,
-                        format!(
-                            "more than {} tool calls in one stream (tool_calls_per_stream)",
-                            self.limits.tool_calls_per_stream
-                        ),
-                    );
+                    return too_many_calls(out, self.limits.tool_calls_per_stream);
                 }
                 self.calls += 1;
                 Block::Tool {
@@ -610,7 +535,7 @@ impl AnthropicDecoder {
     }
 
     fn block_delta(&mut self, index: u64, delta: BlockDelta, out: &mut VecDeque<RawItem>) -> Flow {
-        let max_json = self.limits.json_bytes.saturating_mul(2);
+        let max_json = max_arguments_bytes(&self.limits);
         let Some(block) = self.blocks.get_mut(&index) else {
             return protocol(
                 out,
@@ -667,7 +592,7 @@ impl AnthropicDecoder {
         let Some(reason) = self.stop_reason.as_deref() else {
             return protocol(out, "message_stop without a stop_reason");
         };
-        let mut finish = match reason {
+        let finish = match reason {
             "end_turn" | "stop_sequence" | "pause_turn" => FinishReason::Stop,
             "tool_use" => FinishReason::ToolCalls,
             "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
@@ -677,9 +602,7 @@ impl AnthropicDecoder {
                 return protocol(out, format!("unknown stop_reason {shown}"));
             }
         };
-        if finish == FinishReason::Stop && self.emitted_calls {
-            finish = FinishReason::ToolCalls;
-        }
+        let finish = finish_with_calls(finish, self.emitted_calls);
         let usage = self.counts.map(|c| RawUsage {
             input_tokens: c
                 .input

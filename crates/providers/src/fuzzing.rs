@@ -8,9 +8,9 @@
 //! is synchronous: the body is already in memory, so no poll ever waits.
 
 use crate::anthropic::AnthropicDecoder;
-use crate::http::{Decoder, Step, scrubbed, step};
 use crate::key::ApiKey;
 use crate::openai::OpenAiDecoder;
+use crate::pump::{Decoder, Step, scrubbed, step};
 use crate::sse::Events;
 use bytes::Bytes;
 use futures_core::Stream;

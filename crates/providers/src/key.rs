@@ -1,5 +1,6 @@
 //! API keys: read from the environment, sent in one header, never shown.
 
+use keel_stream::RawProblem;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
@@ -139,6 +140,17 @@ impl ApiKey {
             Cow::Borrowed(text)
         }
     }
+}
+
+/// `problem` with every occurrence of `key` in its message replaced by
+/// `[redacted]` (a server may echo the request's credentials in an error).
+pub(crate) fn scrub_problem(mut problem: RawProblem, key: Option<&ApiKey>) -> RawProblem {
+    if let Some(key) = key
+        && let Cow::Owned(clean) = key.scrub(&problem.message)
+    {
+        problem.message = clean;
+    }
+    problem
 }
 
 impl fmt::Debug for ApiKey {

@@ -10,8 +10,9 @@
 //! - [`Anthropic`]: Anthropic Messages streaming (`POST {base_url}/messages`).
 //!
 //! Each builds the request from a [`ModelRequest`](keel_message::ModelRequest)
-//! (history, tools, model), sends it over HTTP/1.1 (reqwest, rustls; no
-//! OpenSSL) with a connect and an idle timeout, reads the Server-Sent
+//! (history, tools, model), sends it over HTTP/1.1 (reqwest; TLS through
+//! rustls with the `rustls` feature, never OpenSSL) with a connect and an
+//! idle timeout, reads the Server-Sent
 //! Events of the response, and yields [`RawItem`](keel_stream::RawItem)s:
 //! text deltas, finalized tool calls (fragments assembled first), then one
 //! terminal, a completion (finish reason, usage, metadata) or a failure (a
@@ -39,6 +40,24 @@
 //!   and the request id. A host keeps them by allowlisting the namespace.
 //! - **Dropping is cancelling.** Dropping the start future or the stream
 //!   drops the HTTP response and closes its connection.
+//!
+//! Both are one adapter shell with a different wire format plugged in:
+//! they share [`ProviderConfig`] (base URL, key, timeouts, bounds; its
+//! `Debug` redacts the key), whose `wire` field holds what only that format
+//! has ([`OpenAiOptions`], [`AnthropicOptions`]); [`OpenAiConfig`] and
+//! [`AnthropicConfig`] name the two.
+//!
+//! | feature | default | what it adds | what it compiles |
+//! | --- | --- | --- | --- |
+//! | `rustls` | on | `https://` base URLs (the public APIs' defaults) | reqwest's rustls backend: rustls, aws-lc-rs, the platform verifier |
+//!
+//! Without `rustls`, a provider whose base URL is `https://` is refused
+//! when it is built ([`ConfigError::TlsDisabled`], rule `config.tls`,
+//! naming the feature), never at the first request; `http://` (a local
+//! Ollama, vLLM or llama.cpp) works the same, and `cargo tree -p
+//! keel-providers --no-default-features` holds no TLS crate. The `keel`
+//! facade's `providers` feature takes this crate without TLS; its `tls`
+//! feature turns `rustls` on.
 //!
 //! What it is not: it does not retry (the engine does), validate the
 //! stream (the host's `StreamValidator` does, so every adapter output is
@@ -107,22 +126,31 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod anthropic;
+mod config;
+mod decode;
 #[doc(hidden)]
 pub mod fuzzing;
 mod http;
 mod key;
 mod openai;
+mod problem;
+mod pump;
+mod screen;
+mod shell;
 mod sse;
 
 pub use anthropic::{
     ANTHROPIC_BASE_URL, ANTHROPIC_NAMESPACE, ANTHROPIC_VERSION, Anthropic, AnthropicConfig,
-    DEFAULT_MAX_TOKENS,
+    AnthropicOptions, DEFAULT_MAX_TOKENS,
 };
-pub use http::{
+pub use config::{
     ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CHUNK_BYTES,
-    DEFAULT_MAX_ERROR_BODY_BYTES,
+    DEFAULT_MAX_ERROR_BODY_BYTES, ProviderConfig,
 };
 pub use key::{API_KEY_MAX_BYTES, ApiKey, ApiKeyError};
-pub use openai::{OPENAI_BASE_URL, OPENAI_NAMESPACE, OpenAiCompatible, OpenAiConfig};
+pub use openai::{
+    OPENAI_BASE_URL, OPENAI_NAMESPACE, OpenAiCompatible, OpenAiConfig, OpenAiOptions,
+};

@@ -1,11 +1,19 @@
 //! OpenAI Chat Completions streaming, as spoken by OpenAI and by vLLM,
-//! Ollama, llama.cpp, LM Studio and other compatible servers.
+//! Ollama, llama.cpp, LM Studio and other compatible servers: the wire
+//! format only (request body, error classification, stream decoding); the
+//! shell (`shell.rs`) does the rest.
 
-use crate::http::{
-    self, ConfigError, Decoder, Flow, Http, HttpSettings, arguments_or_empty, bad_json, header,
-    is_json_object, push_text, safe_code, safe_value,
+use crate::config::{ConfigError, ProviderConfig};
+use crate::decode::{
+    arguments_or_empty, finish_with_calls, is_json_object, max_arguments_bytes, namespaced,
+    push_text, text_of,
 };
+use crate::http::headers::{retry_after, should_retry};
 use crate::key::ApiKey;
+use crate::problem::{bad_json, fail, problem_message, protocol, too_many_calls};
+use crate::pump::{Decoder, Flow};
+use crate::screen::{safe_code, safe_fact};
+use crate::shell::{Shell, Wire};
 use keel_message::{Limits, Message, ModelRequest, Part, Role};
 use keel_stream::{
     FinishReason, ModelProvider, ProblemKind, RawCompletion, RawItem, RawProblem, RawToolCall,
@@ -16,93 +24,44 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// The metadata namespace of this adapter.
 pub const OPENAI_NAMESPACE: &str = "openai";
 
-/// The OpenAI API's base URL, the default of [`OpenAiConfig::base_url`].
+/// The OpenAI API's base URL, the default base URL of an [`OpenAiConfig`].
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 
-/// How to reach an OpenAI-compatible server. Build it from
-/// [`Default`] (or [`OpenAiConfig::new`]) and set the fields you need.
+/// How to reach an OpenAI-compatible server: the shared settings, and
+/// [`OpenAiOptions`] as its `wire`. Requests go to
+/// `{base_url}/chat/completions`; the key is sent as
+/// `Authorization: Bearer …`. Build it from [`Default`] (base URL
+/// [`OPENAI_BASE_URL`]) or [`ProviderConfig::new`] and set the fields you
+/// need.
 ///
 /// ```
-/// use keel_providers::OpenAiConfig;
+/// use keel_providers::{OpenAiConfig, OpenAiOptions};
 /// use std::time::Duration;
 /// let config = OpenAiConfig {
 ///     base_url: "http://127.0.0.1:11434/v1".into(),
 ///     idle_timeout: Duration::from_secs(60),
+///     wire: OpenAiOptions { max_completion_tokens: Some(512) },
 ///     ..OpenAiConfig::default()
 /// };
 /// assert!(config.api_key.is_none());
 /// ```
-#[derive(Clone)]
-pub struct OpenAiConfig {
-    /// The API base; requests go to `{base_url}/chat/completions`. An
-    /// absolute `http(s)` URL with no credentials, query or fragment.
-    /// Default [`OPENAI_BASE_URL`].
-    pub base_url: String,
-    /// Sent as `Authorization: Bearer …` when set (local servers often
-    /// need none). Default `None`.
-    pub api_key: Option<ApiKey>,
-    /// The longest wait for a TCP (and TLS) connection. Default 10 s.
-    pub connect_timeout: Duration,
-    /// The longest wait for the next bytes, before and during the stream.
-    /// Default 300 s.
-    pub idle_timeout: Duration,
-    /// The largest SSE event accepted; a larger one fails the stream with
-    /// a `protocol` problem. Default 1 MiB.
-    pub max_chunk_bytes: usize,
-    /// How much of an error response's body is read. Default 64 KiB.
-    pub max_error_body_bytes: usize,
+pub type OpenAiConfig = ProviderConfig<OpenAiOptions>;
+
+/// What only the OpenAI wire format has: the `wire` of an
+/// [`OpenAiConfig`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenAiOptions {
     /// Sent as `max_completion_tokens` when set. Default `None`.
     pub max_completion_tokens: Option<u32>,
-    /// Bounds applied while assembling: text deltas are split to
-    /// `delta_bytes`, at most `tool_calls_per_stream` tool calls are
-    /// assembled, each with at most 2 × `json_bytes` of raw arguments.
-    /// Default [`Limits::default`].
-    pub limits: Limits,
 }
 
 impl Default for OpenAiConfig {
     fn default() -> Self {
-        OpenAiConfig {
-            base_url: OPENAI_BASE_URL.to_owned(),
-            api_key: None,
-            connect_timeout: http::DEFAULT_CONNECT_TIMEOUT,
-            idle_timeout: http::DEFAULT_IDLE_TIMEOUT,
-            max_chunk_bytes: http::DEFAULT_MAX_CHUNK_BYTES,
-            max_error_body_bytes: http::DEFAULT_MAX_ERROR_BODY_BYTES,
-            max_completion_tokens: None,
-            limits: Limits::default(),
-        }
-    }
-}
-
-impl OpenAiConfig {
-    /// The defaults with this base URL and key.
-    pub fn new(base_url: impl Into<String>, api_key: Option<ApiKey>) -> OpenAiConfig {
-        OpenAiConfig {
-            base_url: base_url.into(),
-            api_key,
-            ..OpenAiConfig::default()
-        }
-    }
-}
-
-impl fmt::Debug for OpenAiConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiConfig")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("max_chunk_bytes", &self.max_chunk_bytes)
-            .field("max_error_body_bytes", &self.max_error_body_bytes)
-            .field("max_completion_tokens", &self.max_completion_tokens)
-            .finish_non_exhaustive()
+        ProviderConfig::defaults(OPENAI_BASE_URL, OpenAiOptions::default())
     }
 }
 
@@ -113,76 +72,75 @@ impl fmt::Debug for OpenAiConfig {
 /// calls. See the crate docs for the mapping.
 #[derive(Clone)]
 pub struct OpenAiCompatible {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    http: Http,
-    max_completion_tokens: Option<u32>,
-    limits: Limits,
+    shell: Shell<OpenAiOptions>,
 }
 
 impl fmt::Debug for OpenAiCompatible {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiCompatible")
-            .field("http", &self.inner.http)
-            .finish_non_exhaustive()
+        self.shell.fmt(f)
     }
 }
 
-fn bearer(key: &ApiKey) -> Option<(HeaderName, HeaderValue)> {
-    let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose())).ok()?;
-    value.set_sensitive(true);
-    Some((AUTHORIZATION, value))
-}
-
 impl OpenAiCompatible {
-    /// A provider for `config`. Fails on a bad base URL, a zero bound or
-    /// timeout, or when the TLS client cannot be built.
+    /// A provider for `config`. Fails on a bad base URL, an `https` one
+    /// without the `rustls` feature, a zero bound or timeout, or when the
+    /// HTTP client cannot be built.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiCompatible, ConfigError> {
-        let http = Http::new(HttpSettings {
-            base_url: &config.base_url,
-            path: "chat/completions",
-            api_key: config.api_key,
-            auth: bearer,
-            extra: Vec::new(),
-            connect_timeout: config.connect_timeout,
-            idle_timeout: config.idle_timeout,
-            max_chunk_bytes: config.max_chunk_bytes,
-            max_error_body_bytes: config.max_error_body_bytes,
-        })?;
-        Ok(OpenAiCompatible {
-            inner: Arc::new(Inner {
-                http,
-                max_completion_tokens: config.max_completion_tokens,
-                limits: config.limits,
-            }),
-        })
+        Shell::new(config).map(|shell| OpenAiCompatible { shell })
     }
 
     /// The endpoint requests go to.
     pub fn endpoint(&self) -> &str {
-        self.inner.http.url()
+        self.shell.endpoint()
     }
 }
 
 impl ModelProvider for OpenAiCompatible {
     fn start(&self, request: ModelRequest) -> StartFuture {
-        let inner = Arc::clone(&self.inner);
-        Box::pin(async move {
-            let body = request_body(&request, inner.max_completion_tokens);
-            let body = serde_json::to_vec(&body).map_err(|e| bad_json("the request", &e))?;
-            let response = inner.http.send(body, classify_http).await?;
-            let request_id = header(response.headers(), "x-request-id")
-                .and_then(|v| safe_value(v, inner.http.api_key.as_ref()));
-            let decoder = OpenAiDecoder::new(
-                inner.limits.clone(),
-                request.operation_id().as_str(),
-                request_id,
-                inner.http.api_key.clone(),
-            );
-            Ok(http::pump(response, &inner.http, decoder))
-        })
+        self.shell.start(request)
+    }
+}
+
+/// `Authorization: Bearer {key}`.
+fn bearer(key: &ApiKey) -> Option<(HeaderName, HeaderValue)> {
+    let value = HeaderValue::from_str(&format!("Bearer {}", key.expose())).ok()?;
+    Some((AUTHORIZATION, value))
+}
+
+impl Wire for OpenAiOptions {
+    type Decoder = OpenAiDecoder;
+    const NAME: &'static str = "OpenAiCompatible";
+    const PATH: &'static str = "chat/completions";
+    const REQUEST_ID_HEADER: &'static str = "x-request-id";
+
+    fn check(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    fn auth(key: &ApiKey) -> Option<(HeaderName, HeaderValue)> {
+        bearer(key)
+    }
+
+    fn extra_headers() -> Vec<(HeaderName, HeaderValue)> {
+        Vec::new()
+    }
+
+    fn body(&self, request: &ModelRequest) -> Value {
+        request_body(request, self.max_completion_tokens)
+    }
+
+    fn classify(status: u16, headers: &HeaderMap, body: &[u8]) -> RawProblem {
+        classify_http(status, headers, body)
+    }
+
+    fn decoder(
+        &self,
+        limits: Limits,
+        request: &ModelRequest,
+        request_id: Option<String>,
+        key: Option<ApiKey>,
+    ) -> OpenAiDecoder {
+        OpenAiDecoder::new(limits, request.operation_id().as_str(), request_id, key)
     }
 }
 
@@ -285,13 +243,6 @@ struct ErrorBody {
     code: Option<Value>,
 }
 
-fn text_of(value: &Option<Value>) -> Option<&str> {
-    match value {
-        Some(Value::String(s)) => Some(s),
-        _ => None,
-    }
-}
-
 fn is_context_length(code: Option<&str>, message: &str) -> bool {
     code == Some("context_length_exceeded")
         || message.contains("maximum context length")
@@ -324,30 +275,14 @@ pub(crate) fn classify_http(status: u16, headers: &HeaderMap, body: &[u8]) -> Ra
         300..=399 => (ProblemKind::Other, false),
         _ => (ProblemKind::InvalidRequest, false),
     };
-    let retryable = http::should_retry(headers).unwrap_or(retryable);
+    let retryable = should_retry(headers).unwrap_or(retryable);
     let mut problem = RawProblem::new(
         kind,
         problem_message(Some(status), code.or(kind_name), message),
         retryable,
     );
-    problem.retry_after = http::retry_after(headers);
+    problem.retry_after = retry_after(headers);
     problem
-}
-
-fn problem_message(status: Option<u16>, code: Option<&str>, message: &str) -> String {
-    let mut out = match status {
-        Some(status) => format!("HTTP {status}"),
-        None => "stream error".to_owned(),
-    };
-    if let Some(code) = code {
-        out.push(' ');
-        out.push_str(code);
-    }
-    if !message.is_empty() {
-        out.push_str(": ");
-        out.push_str(message);
-    }
-    out
 }
 
 /// The problem for an `{"error": …}` chunk inside a 200 stream.
@@ -474,15 +409,6 @@ pub(crate) struct OpenAiDecoder {
     facts: Facts,
 }
 
-fn fail(out: &mut VecDeque<RawItem>, problem: RawProblem) -> Flow {
-    out.push_back(RawItem::Failure(problem));
-    Flow::Done
-}
-
-fn protocol(out: &mut VecDeque<RawItem>, message: impl Into<String>) -> Flow {
-    fail(out, RawProblem::new(ProblemKind::Protocol, message, false))
-}
-
 impl OpenAiDecoder {
     pub(crate) fn new(
         limits: Limits,
@@ -508,10 +434,6 @@ impl OpenAiDecoder {
 
     fn remember(&mut self, chunk: &Chunk) {
         let key = self.key.as_ref();
-        let fact = |value: &Option<Value>| match value {
-            Some(Value::String(s)) => safe_value(s, key),
-            _ => None,
-        };
         for (slot, value) in [
             (&mut self.facts.id, &chunk.id),
             (&mut self.facts.model, &chunk.model),
@@ -521,26 +443,23 @@ impl OpenAiDecoder {
             ),
             (&mut self.facts.service_tier, &chunk.service_tier),
         ] {
-            if let Some(v) = fact(value) {
+            if let Some(v) = safe_fact(value, key) {
                 *slot = Some(v);
             }
         }
     }
 
     fn metadata(&self) -> Option<Value> {
-        let mut ns = Map::new();
-        for (name, value) in [
-            ("id", &self.facts.id),
-            ("model", &self.facts.model),
-            ("system_fingerprint", &self.facts.system_fingerprint),
-            ("service_tier", &self.facts.service_tier),
-            ("request_id", &self.facts.request_id),
-        ] {
-            if let Some(v) = value {
-                ns.insert(name.into(), json!(v));
-            }
-        }
-        (!ns.is_empty()).then(|| json!({ OPENAI_NAMESPACE: ns }))
+        namespaced(
+            OPENAI_NAMESPACE,
+            &[
+                ("id", &self.facts.id),
+                ("model", &self.facts.model),
+                ("system_fingerprint", &self.facts.system_fingerprint),
+                ("service_tier", &self.facts.service_tier),
+                ("request_id", &self.facts.request_id),
+            ],
+        )
     }
 
     /// The slot a tool-call delta belongs to: its `index`; without one
@@ -566,15 +485,9 @@ impl OpenAiDecoder {
         let slot = self.slot(&delta);
         if !self.calls.contains_key(&slot) && self.calls.len() >= self.limits.tool_calls_per_stream
         {
-            return protocol(
-                out,
-                format!(
-                    "more than {} tool calls in one stream (tool_calls_per_stream)",
-                    self.limits.tool_calls_per_stream
-                ),
-            );
+            return too_many_calls(out, self.limits.tool_calls_per_stream);
         }
-        let max_arguments = self.limits.json_bytes.saturating_mul(2);
+        let max_arguments = max_arguments_bytes(&self.limits);
         let call = self.calls.entry(slot).or_default();
         self.last_call = Some(slot);
         if let Some(id) = delta.id.filter(|id| !id.is_empty())
@@ -626,15 +539,11 @@ impl OpenAiDecoder {
     }
 
     fn complete(&mut self, out: &mut VecDeque<RawItem>) -> Flow {
-        let Some(mut finish) = self.finish else {
+        let Some(finish) = self.finish else {
             return protocol(out, "stream ended with [DONE] before any finish_reason");
         };
-        if finish == FinishReason::Stop && self.emitted_calls {
-            // Some compatible servers finish tool calls with `stop`.
-            finish = FinishReason::ToolCalls;
-        }
         out.push_back(RawItem::Completion(RawCompletion {
-            finish,
+            finish: finish_with_calls(finish, self.emitted_calls),
             usage: self.usage,
             metadata: self.metadata(),
         }));

@@ -6,7 +6,9 @@
 mod common;
 
 use common::*;
-use keel_providers::{ANTHROPIC_VERSION, Anthropic, AnthropicConfig, ApiKey};
+use keel_providers::{
+    ANTHROPIC_VERSION, Anthropic, AnthropicConfig, AnthropicOptions, ApiKey, ConfigError,
+};
 use keel_stream::{FinishReason, MetadataAllowlist, ProblemKind, RetryPosition};
 use keel_testkit::conformance::*;
 use serde_json::{Value, json};
@@ -141,7 +143,7 @@ async fn the_request_body_and_headers_have_the_documented_shape() {
     );
     let server = Server::one(Reply::sse(body)).await;
     let provider = Anthropic::new(AnthropicConfig {
-        max_tokens: 512,
+        wire: AnthropicOptions { max_tokens: 512 },
         ..config(&server)
     })
     .unwrap();
@@ -471,11 +473,36 @@ async fn dropping_the_stream_closes_the_connection() {
 #[test]
 fn bad_configurations_are_refused() {
     let err = Anthropic::new(AnthropicConfig {
-        max_tokens: 0,
+        wire: AnthropicOptions { max_tokens: 0 },
         ..AnthropicConfig::default()
     })
     .unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::Zero {
+            field: "max_tokens"
+        }
+    );
     assert!(err.to_string().contains("max_tokens"), "{err}");
+    let provider = Anthropic::new(AnthropicConfig::new("http://127.0.0.1:1/v1", None)).unwrap();
+    assert_eq!(provider.endpoint(), "http://127.0.0.1:1/v1/messages");
+    let shown = format!("{provider:?}");
+    assert!(shown.starts_with("Anthropic {"), "{shown}");
+    assert!(shown.contains("max_tokens: 4096"), "{shown}");
+}
+
+#[cfg(feature = "rustls")]
+#[test]
+fn the_default_https_endpoint_is_accepted_with_tls() {
     let provider = Anthropic::new(AnthropicConfig::default()).unwrap();
     assert_eq!(provider.endpoint(), "https://api.anthropic.com/v1/messages");
+}
+
+/// Only compiles without the `rustls` feature.
+#[cfg(not(feature = "rustls"))]
+#[test]
+fn https_is_refused_at_construction_without_tls() {
+    let err = Anthropic::new(AnthropicConfig::default()).unwrap_err();
+    assert_eq!(err, ConfigError::TlsDisabled);
+    assert!(err.to_string().contains("rule config.tls"), "{err}");
 }

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use keel_message::Limits;
-use keel_providers::{ApiKey, OpenAiCompatible, OpenAiConfig};
+use keel_providers::{ApiKey, OpenAiCompatible, OpenAiConfig, OpenAiOptions};
 use keel_stream::{FinishReason, MetadataAllowlist, ModelProvider, ProblemKind, RetryPosition};
 use keel_testkit::conformance::*;
 use serde_json::json;
@@ -128,7 +128,9 @@ async fn the_request_body_and_headers_have_the_documented_shape() {
     ]);
     let server = Server::one(Reply::sse(body)).await;
     let provider = OpenAiCompatible::new(OpenAiConfig {
-        max_completion_tokens: Some(256),
+        wire: OpenAiOptions {
+            max_completion_tokens: Some(256),
+        },
         ..config(&server)
     })
     .unwrap();
@@ -684,12 +686,56 @@ fn bad_configurations_are_refused() {
         assert!(err.contains(rule), "{err}");
         assert!(!err.contains("pw@"), "{err}");
     }
+    let provider = OpenAiCompatible::new(OpenAiConfig::new("http://127.0.0.1:1/v1", None)).unwrap();
+    assert_eq!(
+        provider.endpoint(),
+        "http://127.0.0.1:1/v1/chat/completions"
+    );
+    let _: &dyn ModelProvider = &provider;
+}
+
+#[cfg(feature = "rustls")]
+#[test]
+fn the_default_https_endpoint_is_accepted_with_tls() {
     let provider = OpenAiCompatible::new(OpenAiConfig::default()).unwrap();
     assert_eq!(
         provider.endpoint(),
         "https://api.openai.com/v1/chat/completions"
     );
-    let _: &dyn ModelProvider = &provider;
+}
+
+/// Only compiles without the `rustls` feature: https is refused when the
+/// provider is built, naming the rule and the feature, never the URL.
+#[cfg(not(feature = "rustls"))]
+#[test]
+fn https_is_refused_at_construction_without_tls() {
+    let err = OpenAiCompatible::new(OpenAiConfig::default()).unwrap_err();
+    assert_eq!(err, keel_providers::ConfigError::TlsDisabled);
+    let text = err.to_string();
+    assert!(text.contains("rule config.tls"), "{text}");
+    assert!(text.contains("`rustls` feature"), "{text}");
+    assert!(!text.contains("api.openai.com"), "{text}");
+}
+
+#[test]
+fn debug_shows_the_shell_with_the_key_redacted() {
+    let config = OpenAiConfig {
+        wire: OpenAiOptions {
+            max_completion_tokens: Some(9),
+        },
+        ..OpenAiConfig::new("http://127.0.0.1:1/v1", Some(ApiKey::new(KEY).unwrap()))
+    };
+    let shown = format!("{config:?}");
+    assert!(shown.contains("max_completion_tokens: Some(9)"), "{shown}");
+    assert!(!shown.contains(KEY), "{shown}");
+    let provider = format!("{:?}", OpenAiCompatible::new(config).unwrap());
+    assert!(provider.starts_with("OpenAiCompatible {"), "{provider}");
+    assert!(
+        provider.contains("http://127.0.0.1:1/v1/chat/completions"),
+        "{provider}"
+    );
+    assert!(provider.contains("[redacted]"), "{provider}");
+    assert!(!provider.contains(KEY), "{provider}");
 }
 
 #[tokio::test]
