@@ -298,11 +298,10 @@ fn with_readme(readme: String) -> Vec<(&'static str, String)> {
     files
 }
 
-/// The seeded defects for the rules of the seed's format that the first
-/// version of the checker missed (issue #22), and the near misses that
-/// must still pass.
-fn format_cases() -> Vec<Case> {
-    let comment = rfc::GRANDFATHER_COMMENT;
+/// Seeded defects for the rules the first checker missed (issue #22):
+/// Decision and Consequences only in implemented/, and rejected/ keeps the
+/// frozen proposal with the verdict appended.
+fn placement_cases() -> Vec<Case> {
     vec![
         // Decision and Consequences only in implemented/.
         defect(
@@ -374,6 +373,12 @@ fn format_cases() -> Vec<Case> {
             ),
             &[],
         ),
+    ]
+}
+
+/// Seeded defects (#22): `XXX` debt markers, and `XXX` quoted as code.
+fn debt_marker_cases() -> Vec<Case> {
+    vec![
         // XXX debt markers.
         defect(
             "XXX debt marker",
@@ -407,6 +412,14 @@ fn format_cases() -> Vec<Case> {
             ),
             &[],
         ),
+    ]
+}
+
+/// Seeded defects (#22): the grandfather comment's date fence, its exact
+/// shape, and never beside the section.
+fn grandfather_cases() -> Vec<Case> {
+    let comment = rfc::GRANDFATHER_COMMENT;
+    vec![
         // The grandfather comment.
         case("grandfathered pre-format RFC", I, grandfathered(), &[]),
         defect(
@@ -470,6 +483,12 @@ fn format_cases() -> Vec<Case> {
             format!("{IMPLEMENTED}\n```md\n{comment}\n```\n\nNot `{comment}` either.\n"),
             &[],
         ),
+    ]
+}
+
+/// Seeded defects (#22): index-shaped rows in the curated README.
+fn readme_cases() -> Vec<Case> {
+    vec![
         // The curated README.
         Case {
             name: "index-shaped row in the README",
@@ -501,14 +520,30 @@ fn format_cases() -> Vec<Case> {
 }
 
 fn cases() -> Vec<Case> {
-    let mut cases = layout_and_skeleton_cases();
-    cases.extend(format_cases());
-    cases
+    [
+        title_cases(),
+        status_cases(),
+        problem_cases(),
+        alternatives_cases(),
+        proposal_era_cases(),
+        required_section_cases(),
+        hygiene_cases(),
+        layout_name_cases(),
+        index_cases(),
+        passing_cases(),
+        placement_cases(),
+        debt_marker_cases(),
+        grandfather_cases(),
+        readme_cases(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
-fn layout_and_skeleton_cases() -> Vec<Case> {
+/// The `# RFC: <title>` line.
+fn title_cases() -> Vec<Case> {
     vec![
-        // Title.
         case(
             "title missing",
             I,
@@ -533,7 +568,12 @@ fn layout_and_skeleton_cases() -> Vec<Case> {
             format!("\n{REJECTED}"),
             &["title-missing"],
         ),
-        // Status.
+    ]
+}
+
+/// The Status line.
+fn status_cases() -> Vec<Case> {
+    vec![
         case(
             "status proposed in implemented/",
             I,
@@ -616,7 +656,12 @@ fn layout_and_skeleton_cases() -> Vec<Case> {
             ),
             &["status-missing"],
         ),
-        // Problem.
+    ]
+}
+
+/// `## Problem`, first.
+fn problem_cases() -> Vec<Case> {
+    vec![
         case(
             "problem missing",
             I,
@@ -641,7 +686,12 @@ fn layout_and_skeleton_cases() -> Vec<Case> {
             problem_second(PROPOSED, "Proposal"),
             &["problem-not-first"],
         ),
-        // Alternatives considered, everywhere.
+    ]
+}
+
+/// `## Alternatives considered`, in every lifecycle.
+fn alternatives_cases() -> Vec<Case> {
+    vec![
         case(
             "alternatives missing in implemented/",
             I,
@@ -682,7 +732,12 @@ fn layout_and_skeleton_cases() -> Vec<Case> {
             ),
             &["alternatives-missing"],
         ),
-        // Proposal-era headings in implemented/.
+    ]
+}
+
+/// Proposal-era headings outside proposed/.
+fn proposal_era_cases() -> Vec<Case> {
+    vec![
         case(
             "proposal heading in implemented/",
             I,
@@ -717,7 +772,12 @@ fn layout_and_skeleton_cases() -> Vec<Case> {
             format!("{IMPLEMENTED}\n```md\n## Proposal\n## Risks\n```\n"),
             &[],
         ),
-        // Required sections per lifecycle.
+    ]
+}
+
+/// The sections each lifecycle requires, and `## Why rejected` elsewhere.
+fn required_section_cases() -> Vec<Case> {
+    vec![
         case(
             "proposal missing in proposed/",
             P,
@@ -764,7 +824,12 @@ fn layout_and_skeleton_cases() -> Vec<Case> {
             format!("{IMPLEMENTED}\n## Why rejected\n\nIt was not.\n"),
             &["why-rejected-misplaced"],
         ),
-        // Section hygiene.
+    ]
+}
+
+/// Duplicate and empty sections.
+fn hygiene_cases() -> Vec<Case> {
+    vec![
         case(
             "duplicate heading",
             I,
@@ -777,7 +842,12 @@ fn layout_and_skeleton_cases() -> Vec<Case> {
             edit(IMPLEMENTED, "Users do less work.\n", ""),
             &["empty-section"],
         ),
-        // Layout.
+    ]
+}
+
+/// File and folder names, stray and duplicated files.
+fn layout_name_cases() -> Vec<Case> {
+    vec![
         case(
             "file name without a date",
             "implemented/example.md",
@@ -846,7 +916,12 @@ fn layout_and_skeleton_cases() -> Vec<Case> {
             ],
             at: None,
         },
-        // Index.
+    ]
+}
+
+/// The generated index.
+fn index_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "index missing",
             files: valid_tree(),
@@ -868,7 +943,12 @@ fn layout_and_skeleton_cases() -> Vec<Case> {
             expect: vec![("INDEX.md", "index-stale")],
             at: None,
         },
-        // Passing trees.
+    ]
+}
+
+/// Trees that pass.
+fn passing_cases() -> Vec<Case> {
+    vec![
         Case {
             name: "valid tree",
             files: valid_tree(),
