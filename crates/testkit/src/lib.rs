@@ -25,6 +25,10 @@
 //! - [`RecordingObserver`] and [`RecordingBestEffort`] keep what they are
 //!   given; [`FaultyObserver`] fails, hangs, panics (in its future, or in
 //!   `observe` itself) or applies backpressure as its [`Fault`] says.
+//! - [`MemoryJournal`] is a durable in-memory required observer with the
+//!   SQLite journal's rules (contiguity, idempotent retry, typed conflict)
+//!   that is also a [`RunHistory`](keel_observers::RunHistory), so
+//!   `Engine::subscribe` follows a run across eviction in a test.
 //! - [`check_lifecycle`] / [`assert_lifecycle`] check a run log
 //!   (contiguous sequences from 1, one run, non-decreasing timestamps,
 //!   canonical round trip, exactly one terminal per scope, nesting, every
@@ -42,6 +46,15 @@
 //! enabled, and paused time (`start_paused = true`) makes them instant and
 //! deterministic. Scripts never spawn tasks: dropping a stream or future
 //! stops it.
+//!
+//! **Paused time and durability.** Under `start_paused = true` use
+//! [`MemoryJournal`] as the required observer, not `SqliteJournal`: the
+//! memory journal acknowledges on the caller's task at once, while the
+//! SQLite journal's writer thread commits and fsyncs in real time, and a
+//! paused runtime with nothing else to do jumps its clock to the pipeline's
+//! deadline first: the run fails on seq 1 with `DeadlineExceeded`
+//! (`crates/engine/tests/follow.rs` pins this). Tests that need the real
+//! file run in real time.
 //!
 //! | feature | default | what it adds |
 //! | --- | --- | --- |
@@ -134,6 +147,7 @@ mod check;
 mod clock;
 pub mod conformance;
 mod interaction;
+mod memory_journal;
 mod observer;
 mod provider;
 mod script;
@@ -152,6 +166,7 @@ pub use interaction::{
     INTERACTION_SCRIPT_EXHAUSTED, InteractionAction, InteractionStep, InteractionsHandle,
     ScriptedInteractions,
 };
+pub use memory_journal::MemoryJournal;
 pub use observer::{Fault, FaultyObserver, RecordingBestEffort, RecordingObserver};
 pub use provider::{ProviderHandle, SCRIPT_EXHAUSTED, ScriptedProvider};
 pub use script::{
