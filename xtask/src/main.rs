@@ -4,9 +4,10 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use xtask::modules;
 use xtask::rfc::{self, Rule};
 
-/// Violations found (`rfc check`).
+/// Violations found (`rfc check`, `modules check`).
 const EXIT_VIOLATIONS: u8 = 1;
 /// Bad arguments, or the check could not run at all.
 const EXIT_ERROR: u8 = 2;
@@ -18,9 +19,10 @@ fn usage() -> &'static str {
      \x20 rfc check [--root DIR]   validate every RFC under docs/rfc and the freshness of docs/rfc/INDEX.md\n\
      \x20 rfc index [--root DIR]   regenerate docs/rfc/INDEX.md\n\
      \x20 rfc rules                list the rules `rfc check` enforces\n\
+     \x20 modules check [--root DIR]  fail on a cycle between the top-level modules of a crate\n\
      \x20 help                     print this message\n\
      \n\
-     DIR is the repository root (the directory containing docs/rfc); by default it is\n\
+     DIR is the repository root (the directory containing docs/rfc and crates); by default it is\n\
      found from CARGO_MANIFEST_DIR or the current directory."
 }
 
@@ -28,6 +30,7 @@ enum Command {
     Check(Option<PathBuf>),
     Index(Option<PathBuf>),
     Rules,
+    Modules(Option<PathBuf>),
     Help,
 }
 
@@ -37,6 +40,8 @@ fn parse(args: &[String]) -> Result<Command, String> {
         [] | ["help" | "--help" | "-h", ..] => return Ok(Command::Help),
         ["rfc", "check", rest @ ..] => ("check", rest),
         ["rfc", "index", rest @ ..] => ("index", rest),
+        ["modules", "check", rest @ ..] => ("modules", rest),
+        ["modules", ..] => return Err("unknown modules command (only `check`)".to_owned()),
         ["rfc", "rules"] => return Ok(Command::Rules),
         ["rfc", other, ..] => return Err(format!("unknown rfc command `{other}`")),
         ["rfc"] => return Err("missing rfc command (check, index or rules)".to_owned()),
@@ -50,6 +55,7 @@ fn parse(args: &[String]) -> Result<Command, String> {
     };
     Ok(match command {
         "check" => Command::Check(root),
+        "modules" => Command::Modules(root),
         _ => Command::Index(root),
     })
 }
@@ -76,6 +82,7 @@ fn main() -> ExitCode {
         }
         Command::Check(root) => resolve_root(root).and_then(|root| run_check(&root)),
         Command::Index(root) => resolve_root(root).and_then(|root| run_index(&root)),
+        Command::Modules(root) => return run_modules(resolve_root(root)),
     };
     result.unwrap_or_else(|err| {
         eprintln!("xtask: {err}");
@@ -115,6 +122,32 @@ fn run_index(root: &Path) -> Result<ExitCode, rfc::Error> {
         written.rfc_count
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_modules(root: Result<PathBuf, rfc::Error>) -> ExitCode {
+    let report = match root.map(|root| modules::check(&root)) {
+        Ok(Ok(report)) => report,
+        Ok(Err(err)) => return fail(&err),
+        Err(err) => return fail(&err),
+    };
+    let n = report.graphs().len();
+    if report.is_ok() {
+        println!("modules check: {n} crates, no module cycle");
+        return ExitCode::SUCCESS;
+    }
+    for cycle in report.cycles() {
+        eprint!("{cycle}");
+    }
+    eprintln!(
+        "modules check: {} cycle(s) in {n} crates; move the shared piece into the lower module",
+        report.cycles().len()
+    );
+    ExitCode::from(EXIT_VIOLATIONS)
+}
+
+fn fail(err: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("xtask: {err}");
+    ExitCode::from(EXIT_ERROR)
 }
 
 /// `--root` as given; otherwise the workspace root cargo ran us from, the
