@@ -16,8 +16,10 @@ pub const FORMAT_ADOPTED: &str = "2026-11-30";
 pub const GRANDFATHER_COMMENT: &str =
     "<!-- rfc-format: alternatives-not-recorded (pre-format RFC) -->";
 
-/// Words that mark a line as an attempt at the grandfather comment.
-const GRANDFATHER_WORDS: [&str; 2] = ["rfc-format", "alternatives-not-recorded"];
+/// Text that marks a line as an attempt at the grandfather comment: the
+/// comment's key phrase anywhere, or its prefix inside an HTML comment.
+const GRANDFATHER_PHRASES: [&str; 2] = ["alternatives-not-recorded", "alternatives not recorded"];
+const GRANDFATHER_PREFIX: &str = "rfc-format";
 
 /// The longest excerpt of a line quoted in a message.
 const EXCERPT_CHARS: usize = 72;
@@ -82,10 +84,7 @@ fn check_grandfather(
     let mut first: Option<usize> = None;
     for line in prose {
         let exact = line.text == GRANDFATHER_COMMENT;
-        let attempt = exact || {
-            let text = without_code_spans(line.text).to_ascii_lowercase();
-            GRANDFATHER_WORDS.iter().any(|word| text.contains(word))
-        };
+        let attempt = exact || is_attempt(line.text);
         if !attempt {
             continue;
         }
@@ -113,6 +112,13 @@ fn check_grandfather(
         first.get_or_insert(line.number);
     }
     first
+}
+
+/// Whether `line` (outside inline code) tries to be the grandfather comment.
+fn is_attempt(line: &str) -> bool {
+    let text = without_code_spans(line).to_ascii_lowercase();
+    GRANDFATHER_PHRASES.iter().any(|p| text.contains(p))
+        || (text.contains("<!--") && text.contains(GRANDFATHER_PREFIX))
 }
 
 /// The comment at line `at` is allowed only in a pre-format RFC without an
@@ -173,6 +179,25 @@ mod tests {
         assert_eq!(debt_marker("<!-- XXX legacy -->"), Some(6));
         for clean in ["`XXX` in code", "XXXL", "aXXX", "XXXX", "xxx", "X-X-X"] {
             assert_eq!(debt_marker(clean), None, "{clean}");
+        }
+    }
+
+    #[test]
+    fn attempts_at_the_grandfather_comment() {
+        for attempt in [
+            "<!-- rfc-format: alternatives-not-known -->",
+            "<!--rfc-format:alternatives-not-recorded-->",
+            "rfc-format: alternatives-not-recorded (pre-format RFC)",
+            "<!-- Alternatives not recorded -->",
+        ] {
+            assert!(is_attempt(attempt), "{attempt}");
+        }
+        for prose in [
+            "The rfc-format gate of the seed.",
+            "`<!-- rfc-format: alternatives-not-recorded (pre-format RFC) -->`",
+            "<!-- a note -->",
+        ] {
+            assert!(!is_attempt(prose), "{prose}");
         }
     }
 
