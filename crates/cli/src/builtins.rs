@@ -11,23 +11,28 @@
 //! arguments will not help. The model sees it as an error tool result; the
 //! log records it as `tool.failed`.
 //!
-//! `read_file` reads only under the directory given with `--files DIR`. It
-//! refuses absolute paths, `..` components, anything whose canonical path
-//! leaves the directory (a symlink pointing out of it included), anything
-//! that is not a regular file, files over [`READ_FILE_MAX_BYTES`], and
-//! text that is not UTF-8. Without `--files` the tool is not registered.
+//! `read_file` reads only beneath the directory given with `--files DIR`,
+//! opened once when the tool is built; every read resolves beneath that
+//! handle in one step, so a symlink or directory swapped in mid-read
+//! cannot lead outside ([`FilesRoot`], issue #22). It refuses absolute
+//! paths, `..` components, any resolution that would leave the directory
+//! (a symlink out of it, or any absolute symlink), anything that is not a
+//! regular file, files over [`READ_FILE_MAX_BYTES`], and text that is not
+//! UTF-8, each as a [`ReadFileError`] naming its rule and the path.
+//! Relative symlinks that stay inside are followed. Without `--files` the
+//! tool is not registered.
 
 use keel_engine::{
     Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolOutput, ToolPolicy, ToolRetry,
 };
 use keel_message::{CanonicalJson, ToolDefinition, ToolName};
 use serde_json::Value;
-use std::io::Read;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-/// The largest file `read_file` returns: 64 KiB.
-pub const READ_FILE_MAX_BYTES: u64 = 64 * 1024;
+mod read_file;
+
+pub use read_file::{FilesRoot, READ_FILE_MAX_BYTES, ReadFileError};
 
 /// The longest expression `calculator` parses, in bytes.
 pub const CALCULATOR_MAX_BYTES: usize = 1024;
@@ -103,7 +108,7 @@ impl Builtin {
     }
 
     /// The tool, under `policy`. `files` is the canonical `--files`
-    /// directory; `read_file` needs it.
+    /// directory; `read_file` needs it and opens it here, once.
     pub fn tool(
         self,
         policy: ToolPolicy,
@@ -116,7 +121,8 @@ impl Builtin {
             Builtin::Clock => Kind::Clock,
             Builtin::Calculator => Kind::Calculator,
             Builtin::ReadFile => {
-                Kind::ReadFile(files.ok_or(BuiltinError::NeedsFiles)?.to_path_buf())
+                let files = files.ok_or(BuiltinError::NeedsFiles)?;
+                Kind::ReadFile(Arc::new(FilesRoot::open(files)?))
             }
         };
         Ok(Arc::new(BuiltinTool {
@@ -133,6 +139,12 @@ pub enum BuiltinError {
     /// `read_file` without `--files DIR`.
     #[error("builtin read_file needs --files DIR (the only directory it may read)")]
     NeedsFiles,
+    /// The `--files` directory could not be opened for `read_file`.
+    #[error("builtin read_file: cannot open the --files directory: {kind}")]
+    FilesDir {
+        /// What the OS said, as a kind (the path is the operator's own).
+        kind: std::io::ErrorKind,
+    },
     /// The built-in definition was refused (a bug).
     #[error("builtin definition refused: {0}")]
     Definition(String),
@@ -142,7 +154,7 @@ pub enum BuiltinError {
 enum Kind {
     Clock,
     Calculator,
-    ReadFile(PathBuf),
+    ReadFile(Arc<FilesRoot>),
 }
 
 #[derive(Debug)]
@@ -207,87 +219,16 @@ impl Tool for BuiltinTool {
                 let path = string_arg(&invocation.arguments, "path");
                 Box::pin(async move {
                     let path = path?;
-                    match tokio::task::spawn_blocking(move || read_under(&root, &path)).await {
-                        Ok(result) => result.map(ToolOutput::new),
+                    match tokio::task::spawn_blocking(move || root.read(&path)).await {
+                        Ok(result) => result
+                            .map(ToolOutput::new)
+                            .map_err(|e| refuse(e.to_string())),
                         Err(_) => Err(refuse("read_file: the reading task failed")),
                     }
                 })
             }
         }
     }
-}
-
-/// Reads `relative` under the canonical directory `root`, with every check
-/// of the module docs.
-pub fn read_under(root: &Path, relative: &str) -> Result<String, ToolError> {
-    if relative.is_empty() {
-        return Err(refuse("path is empty"));
-    }
-    let rel = Path::new(relative);
-    if rel.is_absolute() || relative.starts_with('/') || relative.starts_with('\\') {
-        return Err(refuse(
-            "absolute paths are refused; give a path relative to the files directory",
-        ));
-    }
-    for component in rel.components() {
-        match component {
-            Component::Normal(_) | Component::CurDir => {}
-            Component::ParentDir => return Err(refuse("`..` is refused in paths")),
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(refuse("absolute paths are refused"));
-            }
-        }
-    }
-    let joined = root.join(rel);
-    let canonical = match std::fs::canonicalize(&joined) {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(refuse(format!("no such file: {relative}")));
-        }
-        Err(e) => return Err(refuse(format!("cannot resolve {relative}: {e}"))),
-    };
-    if !canonical.starts_with(root) {
-        return Err(refuse(format!(
-            "{relative} resolves outside the files directory (a symlink?); refused"
-        )));
-    }
-    // Checked before opening too: opening a FIFO blocks until a writer
-    // comes, which would hold a thread past the tool's timeout.
-    match std::fs::metadata(&canonical) {
-        Ok(meta) if meta.is_file() => {}
-        Ok(_) => return Err(refuse(format!("{relative} is not a regular file"))),
-        Err(e) => return Err(refuse(format!("cannot stat {relative}: {e}"))),
-    }
-    let file = std::fs::File::open(&canonical)
-        .map_err(|e| refuse(format!("cannot open {relative}: {e}")))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| refuse(format!("cannot stat {relative}: {e}")))?;
-    if !meta.is_file() {
-        return Err(refuse(format!("{relative} is not a regular file")));
-    }
-    if meta.len() > READ_FILE_MAX_BYTES {
-        return Err(refuse(format!(
-            "{relative} is {} bytes, over the {READ_FILE_MAX_BYTES}-byte limit",
-            meta.len()
-        )));
-    }
-    // Read at most one byte past the bound, in case the file grew.
-    let mut bytes = Vec::new();
-    file.take(READ_FILE_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| refuse(format!("cannot read {relative}: {e}")))?;
-    if bytes.len() as u64 > READ_FILE_MAX_BYTES {
-        return Err(refuse(format!(
-            "{relative} is over the {READ_FILE_MAX_BYTES}-byte limit"
-        )));
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        refuse(format!(
-            "{relative} is not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        ))
-    })
 }
 
 /// Why an expression was refused.
@@ -553,52 +494,38 @@ mod tests {
         assert!(e.to_string().contains("'x'"));
     }
 
-    #[test]
-    fn read_file_checks() {
-        let dir = std::env::temp_dir().join(format!("keel-cli-read-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("root/sub")).unwrap();
-        std::fs::write(dir.join("root/sub/a.txt"), "hello").unwrap();
-        std::fs::write(dir.join("secret.txt"), "nope").unwrap();
-        std::fs::write(dir.join("root/big.txt"), vec![b'a'; 70_000]).unwrap();
-        std::fs::write(dir.join("root/bin.dat"), [0xff, 0xfe]).unwrap();
-        let root = std::fs::canonicalize(dir.join("root")).unwrap();
-        assert_eq!(read_under(&root, "sub/a.txt").unwrap(), "hello");
-        assert_eq!(read_under(&root, "./sub/a.txt").unwrap(), "hello");
-        let msg = |p: &str| read_under(&root, p).unwrap_err().message;
-        assert!(msg("../secret.txt").contains(".."));
-        assert!(msg("sub/../../secret.txt").contains(".."));
-        assert!(msg("/etc/passwd").contains("absolute"));
-        assert!(msg("missing.txt").contains("no such file"));
-        assert!(msg("big.txt").contains("limit"));
-        assert!(msg("bin.dat").contains("UTF-8"));
-        assert!(msg("sub").contains("not a regular file"));
-        assert!(msg("").contains("empty"));
-        #[cfg(unix)]
-        {
-            std::os::unix::fs::symlink(dir.join("secret.txt"), dir.join("root/link.txt")).unwrap();
-            assert!(msg("link.txt").contains("outside"));
-            // A FIFO is refused before it is opened (opening would block
-            // until a writer comes).
-            let made = std::process::Command::new("mkfifo")
-                .arg(dir.join("root/pipe"))
-                .status()
-                .is_ok_and(|s| s.success());
-            if made {
-                let (tx, rx) = std::sync::mpsc::channel();
-                let root = root.clone();
-                std::thread::spawn(move || {
-                    let _ = tx.send(read_under(&root, "pipe").map_err(|e| e.message));
-                });
-                let got = rx
-                    .recv_timeout(std::time::Duration::from_secs(10))
-                    .expect("read_file blocked on a FIFO");
-                assert!(got.unwrap_err().contains("not a regular file"));
-            }
-        }
-        let e = read_under(&root, "../secret.txt").unwrap_err();
+    #[tokio::test]
+    async fn read_file_refusals_are_definitive_and_name_the_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "hello").unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let tool = Builtin::ReadFile
+            .tool(ToolPolicy::default(), Some(&root))
+            .unwrap();
+        let call = |path: &str| ToolInvocation {
+            run_id: keel_message::RunId::generate(),
+            turn: 1,
+            call_id: keel_message::CallId::parse("c1").unwrap(),
+            arguments: CanonicalJson::parse(&serde_json::json!({ "path": path }).to_string())
+                .unwrap(),
+        };
+        let out = tool.call(call("a.txt")).await.unwrap();
+        assert_eq!(out.content(), "hello");
+        let e = tool.call(call("../a.txt")).await.unwrap_err();
+        assert!(
+            e.message.starts_with("read_file.no_parent:"),
+            "{}",
+            e.message
+        );
         assert_eq!(e.outcome, Some(ToolOutcome::Definitive));
         assert_eq!(e.retry, Some(ToolRetry::NotRetryable));
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(
+            Builtin::ReadFile.tool(ToolPolicy::default(), None),
+            Err(BuiltinError::NeedsFiles)
+        ));
+        assert!(matches!(
+            Builtin::ReadFile.tool(ToolPolicy::default(), Some(&root.join("nowhere"))),
+            Err(BuiltinError::FilesDir { .. })
+        ));
     }
 }
