@@ -1,8 +1,9 @@
 //! The validated stream item union and its parts.
 
+use crate::failure::ModelFailure;
 use crate::metadata::ProviderMetadata;
-use crate::problem::{JSON_SAFE_MAX, ProblemKind, ProviderProblem};
-use crate::validator::StreamViolation;
+use crate::usage::Usage;
+use crate::violation::StreamViolation;
 use keel_message::{Bound, CallId, CanonicalJson, Limits, ToolCallPart, ToolName};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -93,74 +94,6 @@ impl fmt::Display for FinishReason {
     }
 }
 
-/// Token counts that JSON carries exactly: each count and their sum is at
-/// most 2^53 − 1, so [`total`](Self::total) never overflows either.
-/// `Usage::default()` is zero tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
-pub struct Usage {
-    input_tokens: u64,
-    output_tokens: u64,
-}
-
-/// A usage count over 2^53 − 1 (names the field, `input_tokens`,
-/// `output_tokens` or `total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("usage {field} exceeds 2^53-1 (rule usage.json_safe)")]
-pub struct UsageOverflow {
-    /// Which count overflowed.
-    pub field: &'static str,
-}
-
-impl Usage {
-    /// Validates the counts.
-    pub fn new(input_tokens: u64, output_tokens: u64) -> Result<Usage, UsageOverflow> {
-        if input_tokens > JSON_SAFE_MAX {
-            return Err(UsageOverflow {
-                field: "input_tokens",
-            });
-        }
-        if output_tokens > JSON_SAFE_MAX {
-            return Err(UsageOverflow {
-                field: "output_tokens",
-            });
-        }
-        if input_tokens + output_tokens > JSON_SAFE_MAX {
-            return Err(UsageOverflow { field: "total" });
-        }
-        Ok(Usage {
-            input_tokens,
-            output_tokens,
-        })
-    }
-
-    /// Tokens read.
-    pub fn input_tokens(&self) -> u64 {
-        self.input_tokens
-    }
-    /// Tokens generated.
-    pub fn output_tokens(&self) -> u64 {
-        self.output_tokens
-    }
-    /// Input plus output.
-    pub fn total(&self) -> u64 {
-        self.input_tokens + self.output_tokens
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UsageWire {
-    input_tokens: u64,
-    output_tokens: u64,
-}
-
-impl<'de> Deserialize<'de> for Usage {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = UsageWire::deserialize(d)?;
-        Usage::new(w.input_tokens, w.output_tokens).map_err(serde::de::Error::custom)
-    }
-}
-
 /// The normal end of a stream: finish reason, optional usage and the
 /// (allowlisted) provider metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -234,75 +167,6 @@ impl<'de> Deserialize<'de> for Completion {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = CompletionWire::deserialize(d)?;
         Ok(Completion::new(w.finish, w.usage, w.metadata))
-    }
-}
-
-/// Where in the stream a failure happened, as the host saw it: the basis
-/// of every retry decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RetryPosition {
-    /// No valid text delta or tool call had been accepted: a retry cannot
-    /// duplicate output.
-    Pristine,
-    /// At least one valid text delta or tool call had been accepted.
-    Partial,
-}
-
-impl RetryPosition {
-    /// The wire name, `"pristine"` or `"partial"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RetryPosition::Pristine => "pristine",
-            RetryPosition::Partial => "partial",
-        }
-    }
-}
-
-impl fmt::Display for RetryPosition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The abnormal end of a stream: a typed problem and the host-computed
-/// retry position. Wire shape: `{"problem": {…}, "position": …}`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelFailure {
-    problem: ProviderProblem,
-    position: RetryPosition,
-}
-
-impl ModelFailure {
-    /// A failure at a position the host computed (the validator's
-    /// [`position`](crate::StreamValidator::position)).
-    pub fn new(problem: ProviderProblem, position: RetryPosition) -> ModelFailure {
-        ModelFailure { problem, position }
-    }
-
-    /// A failure to start a stream: always [`RetryPosition::Pristine`].
-    pub fn at_start(problem: ProviderProblem) -> ModelFailure {
-        Self::new(problem, RetryPosition::Pristine)
-    }
-
-    /// What went wrong.
-    pub fn problem(&self) -> &ProviderProblem {
-        &self.problem
-    }
-    /// Where it went wrong.
-    pub fn position(&self) -> RetryPosition {
-        self.position
-    }
-    /// Shorthand for `self.problem().kind()`.
-    pub fn kind(&self) -> ProblemKind {
-        self.problem.kind()
-    }
-}
-
-impl fmt::Display for ModelFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.problem, self.position)
     }
 }
 

@@ -95,22 +95,25 @@
 //! ```
 #![deny(missing_docs)]
 
+mod failure;
 mod item;
 mod metadata;
 mod problem;
 mod provider;
 mod raw;
 pub mod secrets;
+mod usage;
 mod validator;
+mod violation;
 
-pub use item::{
-    Completion, FinishReason, ModelFailure, RetryPosition, StreamItem, TextDelta, Usage,
-    UsageOverflow,
-};
+pub use failure::{ModelFailure, RetryPosition};
+pub use item::{Completion, FinishReason, StreamItem, TextDelta};
 pub use metadata::{
     MetadataAllowlist, MetadataError, MetadataErrorKind, NAMESPACE_MAX_BYTES, ProviderMetadata,
 };
 pub use problem::{ProblemKind, ProviderProblem};
 pub use provider::{ModelProvider, RawStream, StartFuture, ValidatedStream, validate};
 pub use raw::{RawCompletion, RawItem, RawProblem, RawToolCall, RawUsage};
-pub use validator::{StopAfterToolCalls, StreamValidator, StreamViolation, ValidatorConfig};
+pub use usage::{Usage, UsageOverflow};
+pub use validator::{StopAfterToolCalls, StreamValidator, ValidatorConfig};
+pub use violation::StreamViolation;

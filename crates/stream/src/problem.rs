@@ -1,8 +1,10 @@
-//! Typed, bounded, screened provider problems.
+//! Typed, bounded, screened provider problems. `ProviderProblem::from_raw`
+//! is in `validator.rs`, with every other raw-to-validated step, so that
+//! this module does not depend on the raw types.
 
-use crate::raw::RawProblem;
 use crate::secrets;
 use keel_message::Limits;
+use keel_message::canonical::MAX_SAFE_INTEGER;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
@@ -122,22 +124,15 @@ impl ProviderProblem {
         retryable: bool,
         limits: &Limits,
     ) -> ProviderProblem {
-        let (message, redacted, truncated) =
-            secrets::screen_and_bound(message, limits.problem_message_bytes);
+        let screened = secrets::screen_and_bound(message, limits.problem_message_bytes);
         ProviderProblem {
             kind,
-            message: message.into(),
+            redacted: screened.redacted(),
+            truncated: screened.truncated(),
+            message: screened.into_text().into(),
             retryable,
             retry_after: None,
-            redacted,
-            truncated,
         }
-    }
-
-    /// Validates what an adapter reported.
-    pub fn from_raw(raw: RawProblem, limits: &Limits) -> ProviderProblem {
-        Self::new_with(raw.kind, &raw.message, raw.retryable, limits)
-            .with_retry_after(raw.retry_after)
     }
 
     /// The same problem with this retry-after delay (`None` clears it).
@@ -178,9 +173,6 @@ impl fmt::Display for ProviderProblem {
     }
 }
 
-/// The largest integer JSON carries exactly (2^53 − 1).
-pub(crate) const JSON_SAFE_MAX: u64 = (1 << 53) - 1;
-
 #[derive(Serialize)]
 struct ProblemOut<'a> {
     kind: ProblemKind,
@@ -211,7 +203,7 @@ impl Serialize for ProviderProblem {
             retry_after_ms: self.retry_after.map(|d| {
                 u64::try_from(d.as_millis())
                     .unwrap_or(u64::MAX)
-                    .min(JSON_SAFE_MAX)
+                    .min(MAX_SAFE_INTEGER)
             }),
         }
         .serialize(s)

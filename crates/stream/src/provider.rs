@@ -1,6 +1,7 @@
 //! The provider trait and the validating stream adapter.
 
-use crate::item::{RetryPosition, StreamItem};
+use crate::failure::RetryPosition;
+use crate::item::StreamItem;
 use crate::raw::{RawItem, RawProblem};
 use crate::validator::StreamValidator;
 use futures_core::{FusedStream, Stream};

@@ -1,6 +1,29 @@
 //! Secret screening for anything a provider says that could reach an event:
-//! metadata keys and values, problem messages and (in `keel-eventlog`) tool
-//! error text.
+//! metadata keys and values, problem messages and (through
+//! `keel_eventlog::ErrorText`) failure text in events.
+//!
+//! This module is the workspace's one secret screen: it sits in
+//! `keel-stream` because that is the lowest crate that needs it
+//! (`keel-message` carries no provider text), and every crate above asks it
+//! rather than keeping its own list of credential shapes.
+//!
+//! # Public API: who uses this and how
+//!
+//! | item | question | used by |
+//! | --- | --- | --- |
+//! | [`screen_key`] | does this JSON *member name* hold a prohibited category? | `ProviderMetadata` (this crate), for every metadata key |
+//! | [`screen_value`] | does this *text* contain a credential shape? | `ProviderMetadata` (metadata values and namespace names); `keel-providers` (wire values kept as metadata facts, header values it may show); the stream-validator fuzz target |
+//! | [`redact`] | the text with every flagged span replaced by [`REDACTED`] | text that must survive whole (tests; a host's own reports) |
+//! | [`screen_and_bound`] | [`redact`], then a cut to a byte bound that cannot re-expose a shape | `ProviderProblem` messages (this crate); `keel_eventlog::ErrorText`, the failure text of every event (tool, observer and MCP errors) |
+//! | [`Screened`] | what [`redact`] and [`screen_and_bound`] return: the text and whether it was redacted or truncated | the callers above |
+//! | [`SecretRule`] | which rule matched; errors report the rule, never the text | `MetadataError` (this crate) |
+//!
+//! The contract for callers: a `None` from a screen and any
+//! [`Screened::text`] never match a value rule; the screens never allocate
+//! more than the text's length and never fail. Checks that are not about
+//! credential *shapes* stay with their owners: an adapter that knows its
+//! own key scrubs that exact string (`keel-providers`), and an operator's
+//! NATS URL has its user-info masked where it is printed (`keel-cli`).
 //!
 //! Two questions are asked, and both are cheap, allocation-light scanners
 //! written by hand (no regex engine):
@@ -739,16 +762,59 @@ pub fn screen_value(text: &str) -> Option<SecretRule> {
     spans(text).first().map(|s| s.rule)
 }
 
-/// Replaces every span [`screen_value`] would flag with [`REDACTED`];
-/// returns the text and whether anything was replaced. Redacting an
-/// already-redacted text changes nothing.
+/// What [`redact`] and [`screen_and_bound`] give back: the screened text,
+/// whether any span was replaced by [`REDACTED`], and whether the text was
+/// cut to a bound ([`redact`] never cuts). The text never matches a value
+/// rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct Screened {
+    text: String,
+    redacted: bool,
+    truncated: bool,
+}
+
+impl Screened {
+    /// The screened text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The screened text, by value.
+    pub fn into_text(self) -> String {
+        self.text
+    }
+
+    /// Whether some span was replaced by [`REDACTED`].
+    pub fn redacted(&self) -> bool {
+        self.redacted
+    }
+
+    /// Whether the text was cut to the bound of [`screen_and_bound`].
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+}
+
+/// Replaces every span [`screen_value`] would flag with [`REDACTED`].
+/// Redacting an already-redacted text changes nothing.
 ///
 /// ```
-/// let (text, redacted) = keel_stream::secrets::redact("auth failed: Authorization: Bearer abc.DEF-123_456");
-/// assert_eq!(text, "auth failed: Authorization: [redacted]");
-/// assert!(redacted);
+/// let out = keel_stream::secrets::redact("auth failed: Authorization: Bearer abc.DEF-123_456");
+/// assert_eq!(out.text(), "auth failed: Authorization: [redacted]");
+/// assert!(out.redacted() && !out.truncated());
 /// ```
-pub fn redact(text: &str) -> (String, bool) {
+pub fn redact(text: &str) -> Screened {
+    let (text, redacted) = redact_text(text);
+    Screened {
+        text,
+        redacted,
+        truncated: false,
+    }
+}
+
+/// [`redact`]'s work: the text and whether anything was replaced.
+fn redact_text(text: &str) -> (String, bool) {
     let mut current = redact_once(text);
     if current.is_none() {
         return (text.to_owned(), false);
@@ -802,30 +868,35 @@ fn truncate_at_char(text: &mut String, max: usize) -> bool {
 }
 
 /// Redacts secrets in `text`, then cuts it at a char boundary to `max`
-/// bytes, screening again what is left; returns `(text, redacted,
-/// truncated)`. This is the treatment a [`ProviderProblem`](crate::ProviderProblem)
-/// message gets; `keel-eventlog` uses it for failure text in events.
+/// bytes, screening again what is left. This is the treatment a
+/// [`ProviderProblem`](crate::ProviderProblem) message gets;
+/// `keel_eventlog::ErrorText` gives it to failure text in events.
 ///
 /// ```
-/// let (text, redacted, truncated) = keel_stream::secrets::screen_and_bound("password=hunter2, try again", 20);
-/// assert_eq!(text, "password=[redacted],");
-/// assert!(redacted && truncated);
+/// let out = keel_stream::secrets::screen_and_bound("password=hunter2, try again", 20);
+/// assert_eq!(out.text(), "password=[redacted],");
+/// assert!(out.redacted() && out.truncated());
 /// ```
-pub fn screen_and_bound(text: &str, max: usize) -> (String, bool, bool) {
-    let (mut text, mut redacted) = redact(text);
+pub fn screen_and_bound(text: &str, max: usize) -> Screened {
+    let (mut text, mut redacted) = redact_text(text);
     let mut truncated = false;
+    let done = |text: String, redacted: bool, truncated: bool| Screened {
+        text,
+        redacted,
+        truncated,
+    };
     // Truncation can only shorten; but a cut can turn a harmless run into a
     // complete shape (an `AKIA` run cut to exactly 20 bytes), and a redaction
     // marker is longer than a short secret, so repeat until stable. `redact`
     // output never matches a rule, so text that fits is clean.
     for _ in 0..4 {
         if !truncate_at_char(&mut text, max) {
-            return (text, redacted, truncated);
+            return done(text, redacted, truncated);
         }
         truncated = true;
-        let (again, hit) = redact(&text);
+        let (again, hit) = redact_text(&text);
         if !hit {
-            return (text, redacted, truncated);
+            return done(text, redacted, truncated);
         }
         text = again;
         redacted = true;
@@ -834,7 +905,7 @@ pub fn screen_and_bound(text: &str, max: usize) -> (String, bool, bool) {
     // cut to the bound. No rule matches a prefix of the marker.
     let mut text = REDACTED.to_owned();
     truncate_at_char(&mut text, max);
-    (text, true, true)
+    done(text, true, true)
 }
 
 #[cfg(test)]
@@ -853,8 +924,8 @@ mod tests {
     #[test]
     fn redact_is_idempotent() {
         let text = format!("password={} and {}{}", "hunter2", "ghp_", "A".repeat(36));
-        let (once, r1) = redact(&text);
-        let (twice, r2) = redact(&once);
+        let (once, r1) = redact_text(&text);
+        let (twice, r2) = redact_text(&once);
         assert!(r1);
         assert!(!r2, "{once}");
         assert_eq!(once, twice);

@@ -407,8 +407,8 @@ fn benign_look_alikes_are_accepted() {
         assert_eq!(secrets::screen_value(value), None, "{value:?}");
         let meta = json!({"openai": {"v": value, "nested": {"list": [value]}}});
         ProviderMetadata::from_value(&meta).unwrap_or_else(|e| panic!("{value:?}: {e}"));
-        let (redacted, hit) = secrets::redact(value);
-        assert!(!hit && redacted == value, "{value:?}");
+        let out = secrets::redact(value);
+        assert!(!out.redacted() && out.text() == value, "{value:?}");
     }
     for key in benign_keys() {
         assert_eq!(secrets::screen_key(key), None, "{key:?}");
@@ -549,8 +549,9 @@ fn redaction_edge_cases() {
         "sk-",
         "Ab3De5Gh7Jk9Mn2Pq4St6Vw8",
     ]);
-    let (out, hit) = secrets::redact(&text);
-    assert!(hit);
+    let screened = secrets::redact(&text);
+    assert!(screened.redacted() && !screened.truncated());
+    let out = screened.into_text();
     assert_eq!(secrets::screen_value(&out), None, "{out}");
     assert!(!out.contains("Ab3De5Gh7Jk9Mn2Pq4St6Vw8Yz1"));
 
@@ -558,7 +559,7 @@ fn redaction_edge_cases() {
     // assignment's first byte is screened again.
     let text = fake(&["\"api_key\": \"", "sk-[redacted]"]);
     for max in 0..text.len() + 4 {
-        let (out, _, _) = secrets::screen_and_bound(&text, max);
+        let out = secrets::screen_and_bound(&text, max).into_text();
         assert!(out.len() <= max, "{max}: {out:?}");
         assert_eq!(secrets::screen_value(&out), None, "{max}: {out:?}");
     }
@@ -597,13 +598,15 @@ fn redaction_keeps_surroundings_and_is_idempotent() {
         "hunter22",
         " d",
     ]);
-    let (once, hit) = secrets::redact(&text);
-    assert!(hit);
+    let screened = secrets::redact(&text);
+    assert!(screened.redacted());
+    let once = screened.into_text();
     assert_eq!(
         once,
         "a [redacted] b https://[redacted]@h.example/x c password=[redacted] d"
     );
-    assert_eq!(secrets::redact(&once), (once.clone(), false));
+    let again = secrets::redact(&once);
+    assert_eq!((again.text(), again.redacted()), (once.as_str(), false));
     assert_eq!(secrets::screen_value(&once), None);
 }
 
@@ -644,10 +647,13 @@ mod redaction_props {
 
         #[test]
         fn redaction_is_total_clean_and_idempotent(text in fragments(), max in 0usize..80) {
-            let (out, hit) = secrets::redact(&text);
+            let screened = secrets::redact(&text);
+            let hit = screened.redacted();
+            let out = screened.into_text();
             prop_assert_eq!(hit, out != text);
             prop_assert_eq!(secrets::screen_value(&out), None, "{:?} -> {:?}", text, out);
-            prop_assert_eq!(secrets::redact(&out), (out.clone(), false));
+            let again = secrets::redact(&out);
+            prop_assert_eq!((again.text(), again.redacted()), (out.as_str(), false));
 
             let p = ProviderProblem::new_with(
                 ProblemKind::Other,
