@@ -52,6 +52,8 @@
 #![deny(missing_docs)]
 
 mod clock;
+mod config;
+mod decimal;
 mod event;
 pub mod history;
 mod kind;
@@ -59,18 +61,21 @@ mod lifecycle;
 mod log;
 mod payload;
 pub mod recovery;
+mod scope;
+mod shared;
 mod snapshot;
 mod subscription;
 mod sync;
 
 pub use clock::{Clock, SystemClock};
+pub use config::{ConfigError, LogConfig, MIN_TERMINAL_BYTES};
 pub use event::{ENTRY_OVERHEAD_BYTES, Event, EventDecodeError, SCHEMA_VERSION};
 pub use kind::{EventKind, KindError, Phase, Scope, Terminal};
-pub use lifecycle::{LifecycleError, LifecycleTracker, OpenScope, ScopeKey, Transition};
-pub use log::{
-    CommitError, ConfigError, EndReason, LogConfig, LogStats, MIN_TERMINAL_BYTES, RunLog,
-};
+pub use lifecycle::{LifecycleError, LifecycleTracker, OpenScope};
+pub use log::{CommitError, LogStats, RunLog};
 pub use payload::*;
+pub use scope::{ScopeKey, Transition};
+pub use shared::EndReason;
 pub use snapshot::{ImportError, Snapshot};
 pub use subscription::{
     Durability, SubscribeError, Subscription, SubscriptionBounds, SubscriptionError, TryRecvError,

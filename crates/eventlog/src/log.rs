@@ -1,160 +1,18 @@
 //! `RunLog`: the authoritative, bounded, per-run event log.
 
 use crate::clock::Clock;
-use crate::event::{ENTRY_OVERHEAD_BYTES, Event, LineHead, RunTail};
-use crate::kind::{Phase, Scope};
-use crate::lifecycle::{LifecycleError, LifecycleTracker, OpenScope, ScopeKey, Transition};
+use crate::config::{ConfigError, LogConfig};
+use crate::event::{Event, LineHead, RunTail};
+use crate::kind::Phase;
+use crate::lifecycle::{LifecycleError, LifecycleTracker, OpenScope};
 use crate::payload::{Payload, PayloadError};
+use crate::scope::{ScopeKey, Transition};
+use crate::shared::{EndReason, Entry, Shared, Signal, State, wake_all};
 use crate::subscription::{SubscribeError, Subscription, SubscriptionBounds};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, lock};
 use keel_message::{RunId, ToolName};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::task::Waker;
-
-/// The smallest allowed `max_terminal_bytes`: the worst-case line of a
-/// `failed`/`cancelled` terminal built without `extra` members (2 KiB of
-/// error text, escaped at most 2x, plus ids and the envelope).
-pub const MIN_TERMINAL_BYTES: usize = 6 << 10;
-
-/// Retention and size bounds for one run's log.
-///
-/// **The terminal reserve.** Retention evicts oldest-first, so a commit
-/// never waits for space. What must never happen is that a run cannot be
-/// closed: every open scope must be able to take its terminal. The rule:
-///
-/// - a `failed` or `cancelled` terminal must encode to at most
-///   `max_terminal_bytes`, and one built without `extra` members always
-///   does: its payload is ids, a turn number, a short observer name and an
-///   [`ErrorText`](crate::ErrorText) of at most 2 KiB, which is why
-///   `max_terminal_bytes` may not be set below [`MIN_TERMINAL_BYTES`];
-/// - every other event encodes to at most `max_event_bytes`, or the commit
-///   is refused with [`CommitError::EventTooLarge`] and no sequence is used;
-/// - at most `max_open_scopes` scopes are open at once (the run counts);
-/// - [`LogConfig::validate`] requires
-///   `max_bytes >= max_event_bytes + max_open_scopes * max_terminal_bytes`
-///   and `max_events >= 1 + max_open_scopes`, counting each event's
-///   retained bytes (line plus [`ENTRY_OVERHEAD_BYTES`]).
-///
-/// Together: whatever was committed last, the terminals that close every
-/// scope still open fit in the window beside it, so a subscriber that was
-/// current before a cancellation always finds the whole closing tail
-/// retained, and neither bound is ever exceeded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogConfig {
-    /// Most events retained. Default 100,000.
-    pub max_events: usize,
-    /// Most retained bytes (lines plus per-entry overhead). Default 64 MiB.
-    pub max_bytes: usize,
-    /// Largest event line, except reserved terminals. Default 2 MiB.
-    pub max_event_bytes: usize,
-    /// Largest `failed`/`cancelled` terminal line. Default 8 KiB.
-    pub max_terminal_bytes: usize,
-    /// Most scopes open at once, the run included. Default 64.
-    pub max_open_scopes: usize,
-}
-
-impl Default for LogConfig {
-    fn default() -> Self {
-        LogConfig {
-            max_events: 100_000,
-            max_bytes: 64 << 20,
-            max_event_bytes: 2 << 20,
-            max_terminal_bytes: 8 << 10,
-            max_open_scopes: 64,
-        }
-    }
-}
-
-/// A `LogConfig` that breaks the reserve rule.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// `max_bytes` cannot hold the largest event plus every reserved
-    /// terminal.
-    #[error(
-        "log.max_bytes {max_bytes} < max_event_bytes {max_event_bytes} + max_open_scopes {max_open_scopes} * (max_terminal_bytes {max_terminal_bytes} + {ENTRY_OVERHEAD_BYTES}) (rule log.terminal_reserve)"
-    )]
-    BytesBelowReserve {
-        /// Configured.
-        max_bytes: usize,
-        /// Configured.
-        max_event_bytes: usize,
-        /// Configured.
-        max_open_scopes: usize,
-        /// Configured.
-        max_terminal_bytes: usize,
-    },
-    /// `max_events` cannot hold one event plus every reserved terminal.
-    #[error(
-        "log.max_events {max_events} < 1 + max_open_scopes {max_open_scopes} (rule log.terminal_reserve)"
-    )]
-    EventsBelowReserve {
-        /// Configured.
-        max_events: usize,
-        /// Configured.
-        max_open_scopes: usize,
-    },
-    /// `max_terminal_bytes` below [`MIN_TERMINAL_BYTES`].
-    #[error(
-        "log.max_terminal_bytes {max_terminal_bytes} < {MIN_TERMINAL_BYTES}, the largest minimal terminal (rule log.terminal_reserve)"
-    )]
-    TerminalBelowMinimum {
-        /// Configured.
-        max_terminal_bytes: usize,
-    },
-    /// A bound of zero.
-    #[error("log.{field} is 0 (rule log.nonzero)")]
-    Zero {
-        /// The field.
-        field: &'static str,
-    },
-}
-
-impl LogConfig {
-    /// Checks the reserve rule.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        for (field, v) in [
-            ("max_events", self.max_events),
-            ("max_bytes", self.max_bytes),
-            ("max_event_bytes", self.max_event_bytes),
-            ("max_terminal_bytes", self.max_terminal_bytes),
-            ("max_open_scopes", self.max_open_scopes),
-        ] {
-            if v == 0 {
-                return Err(ConfigError::Zero { field });
-            }
-        }
-        if self.max_terminal_bytes < MIN_TERMINAL_BYTES {
-            return Err(ConfigError::TerminalBelowMinimum {
-                max_terminal_bytes: self.max_terminal_bytes,
-            });
-        }
-        let reserve = self
-            .max_open_scopes
-            .saturating_mul(self.max_terminal_bytes.saturating_add(ENTRY_OVERHEAD_BYTES));
-        if self.max_bytes
-            < self
-                .max_event_bytes
-                .saturating_add(ENTRY_OVERHEAD_BYTES)
-                .saturating_add(reserve)
-        {
-            return Err(ConfigError::BytesBelowReserve {
-                max_bytes: self.max_bytes,
-                max_event_bytes: self.max_event_bytes,
-                max_open_scopes: self.max_open_scopes,
-                max_terminal_bytes: self.max_terminal_bytes,
-            });
-        }
-        if self.max_events < self.max_open_scopes.saturating_add(1) {
-            return Err(ConfigError::EventsBelowReserve {
-                max_events: self.max_events,
-                max_open_scopes: self.max_open_scopes,
-            });
-        }
-        Ok(())
-    }
-}
 
 /// Why a commit was refused. A refused commit changes nothing: no sequence
 /// is used, no subscriber sees anything.
@@ -190,24 +48,6 @@ pub enum CommitError {
     Closed(EndReason),
 }
 
-/// Why a log stopped taking commits before its run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EndReason {
-    /// [`RunLog::close`] was called.
-    Closed,
-    /// [`RunLog::shutdown`] was called (the engine is shutting down).
-    Shutdown,
-}
-
-impl std::fmt::Display for EndReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            EndReason::Closed => "closed",
-            EndReason::Shutdown => "shut down",
-        })
-    }
-}
-
 /// Counters and positions of a log, for monitoring and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogStats {
@@ -227,109 +67,6 @@ pub struct LogStats {
     /// The durable watermark ([`RunLog::durable_seq`]): every event up to
     /// it is durable (0 when none is).
     pub durable_seq: u64,
-}
-
-pub(crate) struct Entry {
-    pub(crate) event: std::sync::Arc<Event>,
-    /// Retained bytes of every event committed up to and including this
-    /// one: the byte distance between two sequences is a subtraction.
-    pub(crate) cum_bytes: u64,
-}
-
-pub(crate) struct State {
-    pub(crate) entries: VecDeque<Entry>,
-    /// Sequence of `entries[0]`, or `next_seq` when empty.
-    pub(crate) first_seq: u64,
-    pub(crate) next_seq: u64,
-    /// `cum_bytes` of the last committed event.
-    pub(crate) cum_bytes: u64,
-    pub(crate) retained_bytes: usize,
-    pub(crate) evicted: u64,
-    pub(crate) last_ts: u64,
-    pub(crate) tracker: LifecycleTracker,
-    pub(crate) ended: Option<EndReason>,
-    /// Wakers of `Committed` subscriptions, woken by commits and the end.
-    pub(crate) waiters: Vec<(u64, Waker)>,
-    /// The durable watermark: never lowered, never above the last commit.
-    pub(crate) durable_seq: u64,
-    /// Wakers of `Durable` subscriptions, woken when the watermark rises
-    /// and at the end.
-    pub(crate) durable_waiters: Vec<(u64, Waker)>,
-    pub(crate) next_subscriber: u64,
-    pub(crate) subscribers: usize,
-}
-
-impl State {
-    /// `cum_bytes` at `seq` (0 for seq 0), if still known: for the event
-    /// just before the window and every retained one.
-    pub(crate) fn cum_at(&self, seq: u64) -> Option<u64> {
-        if seq + 1 == self.first_seq {
-            return Some(match self.entries.front() {
-                Some(e) => e.cum_bytes - e.event.retained_bytes() as u64,
-                None => self.cum_bytes,
-            });
-        }
-        let idx = seq.checked_sub(self.first_seq)?;
-        self.entries
-            .get(usize::try_from(idx).ok()?)
-            .map(|e| e.cum_bytes)
-    }
-
-    /// `cum_bytes` at `seq`, or at the window's start when `seq` was
-    /// evicted: exact within the window, a floor before it. `seq` is at
-    /// most the last committed sequence.
-    pub(crate) fn cum_floor(&self, seq: u64) -> u64 {
-        match self.cum_at(seq) {
-            Some(cum) => cum,
-            None if seq >= self.last_seq() => self.cum_bytes,
-            None => self.cum_at(self.first_seq - 1).unwrap_or(0),
-        }
-    }
-
-    pub(crate) fn last_seq(&self) -> u64 {
-        self.next_seq - 1
-    }
-}
-
-/// Wakes and forgets every waker in `waiters`.
-fn wake_all(waiters: &mut Vec<(u64, Waker)>) {
-    for (_, waker) in waiters.drain(..) {
-        waker.wake();
-    }
-}
-
-pub(crate) struct Shared {
-    pub(crate) run_id: RunId,
-    /// The start of every line's tail (`,"run_id":"…","seq":`).
-    pub(crate) tail: RunTail,
-    pub(crate) config: LogConfig,
-    pub(crate) clock: std::sync::Arc<dyn Clock>,
-    pub(crate) state: Mutex<State>,
-    pub(crate) signal: Signal,
-}
-
-/// Lock-free copies of what a polling subscriber looks for, written under
-/// the state lock right after the state changed and read without it, so
-/// that `try_recv` with nothing new answers `Empty` without locking. A
-/// stale read is a poll that came just before the change.
-pub(crate) struct Signal {
-    /// `State::last_seq()`.
-    pub(crate) last_seq: AtomicU64,
-    /// `State::durable_seq`.
-    pub(crate) durable_seq: AtomicU64,
-    /// The log ended or the run's terminal is committed: a caught-up
-    /// subscriber must look under the lock (to finish or end).
-    pub(crate) settled: AtomicBool,
-}
-
-impl Signal {
-    fn publish(&self, state: &State) {
-        self.last_seq.store(state.last_seq(), Ordering::Release);
-        self.durable_seq.store(state.durable_seq, Ordering::Release);
-        if state.ended.is_some() || state.tracker.run_ended() {
-            self.settled.store(true, Ordering::Release);
-        }
-    }
 }
 
 /// The authoritative event log of one run.
@@ -625,7 +362,7 @@ impl RunLog {
         after: u64,
         bounds: SubscriptionBounds,
     ) -> Result<Subscription, SubscribeError> {
-        Subscription::new(self.clone(), after, bounds)
+        Subscription::new(Arc::clone(&self.shared), after, bounds)
     }
 
     /// Stops taking commits. Subscribers receive what was committed (a
@@ -695,13 +432,5 @@ impl RunLog {
             .skip(usize::try_from(skip).unwrap_or(usize::MAX))
             .map(|e| std::sync::Arc::clone(&e.event))
             .collect()
-    }
-
-    /// Whether a scope kind is the run's (helper for subscribers).
-    pub(crate) fn is_run_terminal(event: &Event) -> bool {
-        matches!(
-            event.kind().lifecycle_parts(),
-            Some((Scope::Run, Phase::Ended(_)))
-        )
     }
 }

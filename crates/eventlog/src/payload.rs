@@ -7,7 +7,7 @@
 //! and bounded.
 
 use crate::kind::{EventKind, Phase, Scope, Terminal};
-use crate::lifecycle::{ScopeKey, Transition};
+use crate::scope::{ScopeKey, Transition};
 use keel_message::{
     CallId, CanonicalJson, InteractionId, Message, ModelName, OperationId, RunId, ToolName,
 };
@@ -44,7 +44,9 @@ impl ErrorText {
         } else {
             text.into()
         };
-        ErrorText(keel_stream::secrets::screen_and_bound(&cleaned, ERROR_TEXT_MAX_BYTES).0)
+        ErrorText(
+            keel_stream::secrets::screen_and_bound(&cleaned, ERROR_TEXT_MAX_BYTES).into_text(),
+        )
     }
 
     /// The text.
@@ -804,7 +806,7 @@ impl Encoded<'_> {
                 TEXT_DELTA_FIXED_BYTES
                     + p.operation_id.as_str().len()
                     + canonical_str_len(&p.text)
-                    + crate::event::digits(p.turn)
+                    + crate::decimal::digits(p.turn)
             }
             Encoded::Text(text) => text.len(),
         }
@@ -819,7 +821,7 @@ impl Encoded<'_> {
                 out.push_str("\",\"text\":");
                 keel_message::canonical::write_canonical_str(&p.text, out);
                 out.push_str(",\"turn\":");
-                crate::event::push_u64(out, p.turn);
+                crate::decimal::push_u64(out, p.turn);
                 out.push('}');
             }
             Encoded::Text(text) => out.push_str(text),

@@ -8,12 +8,12 @@
 //! `uncertain` (nobody knows whether its effect happened), a model call
 //! closes at the position the log shows.
 
-use crate::lifecycle::ScopeKey;
 use crate::log::RunLog;
 use crate::payload::{
     Cause, ErrorText, Extra, InteractionFailed, ModelFailed, Payload, ProblemRecord, RunFailed,
     ToolFailed, ToolOutcome, TurnFailed,
 };
+use crate::scope::ScopeKey;
 use keel_message::OperationId;
 use keel_stream::{ProblemKind, ProviderProblem, RetryPosition};
 use std::collections::HashSet;

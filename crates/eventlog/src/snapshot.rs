@@ -2,10 +2,12 @@
 //! `RunLog`, byte for byte, never renumbered.
 
 use crate::clock::Clock;
+use crate::config::{ConfigError, LogConfig};
 use crate::event::{Event, EventDecodeError, SCHEMA_VERSION};
-use crate::lifecycle::{LifecycleError, LifecycleTracker, ScopeKey};
-use crate::log::{CommitError, ConfigError, LogConfig, RunLog};
+use crate::lifecycle::{LifecycleError, LifecycleTracker};
+use crate::log::{CommitError, RunLog};
 use crate::payload::Payload;
+use crate::scope::ScopeKey;
 use crate::sync::lock;
 use keel_message::{CallId, InteractionId, OperationId, RunId, ToolName};
 use serde::{Deserialize, Serialize};

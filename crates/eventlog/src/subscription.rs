@@ -1,7 +1,7 @@
 //! Subscriptions: a cursor into one run's log, with its own bounds.
 
 use crate::event::Event;
-use crate::log::{EndReason, RunLog, Signal, State};
+use crate::shared::{EndReason, Shared, Signal, State, is_run_terminal};
 use crate::sync::lock;
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -12,8 +12,8 @@ use std::task::{Context, Poll};
 /// Which events a subscription may see: everything committed, or only
 /// what is durable.
 ///
-/// The log's **durable watermark** ([`RunLog::durable_seq`]) is the highest
-/// sequence the engine declared durable with [`RunLog::mark_durable`], all
+/// The log's **durable watermark** ([`crate::RunLog::durable_seq`]) is the highest
+/// sequence the engine declared durable with [`crate::RunLog::mark_durable`], all
 /// lower sequences included (it acknowledges in sequence order). The log
 /// never raises it by itself on commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -25,7 +25,7 @@ pub enum Durability {
     Committed,
     /// Only events at or below the durable watermark: nothing a crash
     /// could take back. The subscription waits for
-    /// [`RunLog::mark_durable`] as a `Committed` one waits for commits.
+    /// [`crate::RunLog::mark_durable`] as a `Committed` one waits for commits.
     Durable,
 }
 
@@ -182,7 +182,7 @@ const BATCH: usize = 256;
 ///
 /// [`try_recv`]: Subscription::try_recv
 pub struct Subscription {
-    log: RunLog,
+    log: crate::sync::Arc<Shared>,
     cursor: Cursor,
 }
 
@@ -213,7 +213,7 @@ struct Cursor {
 impl std::fmt::Debug for Subscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscription")
-            .field("run_id", self.log.run_id())
+            .field("run_id", &self.log.run_id)
             .field("delivered", &self.cursor.delivered)
             .field("bounds", &self.cursor.bounds)
             .finish()
@@ -222,12 +222,12 @@ impl std::fmt::Debug for Subscription {
 
 impl Subscription {
     pub(crate) fn new(
-        log: RunLog,
+        log: crate::sync::Arc<Shared>,
         after: u64,
         bounds: SubscriptionBounds,
     ) -> Result<Subscription, SubscribeError> {
         let (id, replay_end) = {
-            let mut state = lock(&log.shared.state);
+            let mut state = lock(&log.state);
             let latest = state.last_seq();
             if after > latest {
                 return Err(SubscribeError::CursorAhead {
@@ -370,7 +370,7 @@ impl Cursor {
             && state
                 .entries
                 .back()
-                .is_some_and(|e| RunLog::is_run_terminal(&e.event))
+                .is_some_and(|e| is_run_terminal(&e.event))
         {
             self.terminal = Some(self.taken);
         }
@@ -435,11 +435,11 @@ impl Subscription {
         if let Some(ready) = self.cursor.next_ready() {
             return ready;
         }
-        if self.cursor.nothing_new(&self.log.shared.signal) {
+        if self.cursor.nothing_new(&self.log.signal) {
             return Err(TryRecvError::Empty);
         }
         {
-            let state = lock(&self.log.shared.state);
+            let state = lock(&self.log.state);
             self.cursor.refill(&state);
         }
         if let Some(event) = self.cursor.pop() {
@@ -469,7 +469,7 @@ impl Subscription {
         if let Some(ready) = self.cursor.next_ready() {
             return Poll::Ready(convert(ready));
         }
-        let mut state = lock(&self.log.shared.state);
+        let mut state = lock(&self.log.state);
         self.cursor.refill(&state);
         match self.cursor.next_ready() {
             Some(ready) => Poll::Ready(convert(ready)),
@@ -502,7 +502,7 @@ impl futures_core::Stream for Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let mut state = lock(&self.log.shared.state);
+        let mut state = lock(&self.log.state);
         state.subscribers = state.subscribers.saturating_sub(1);
         let id = self.cursor.id;
         match self.cursor.bounds.durability {
