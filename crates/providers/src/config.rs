@@ -1,7 +1,8 @@
 //! The configuration both adapters share: one [`ProviderConfig`] generic
 //! over the wire format's own options, its defaults, its `Debug`
-//! redaction, its bounds, and the error that refuses it.
+//! redaction and its bounds.
 
+use crate::error::ConfigError;
 use crate::http::endpoint;
 use crate::key::ApiKey;
 use keel_message::Limits;
@@ -16,39 +17,6 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_MAX_CHUNK_BYTES: usize = 1 << 20;
 /// Default bound on the error body read from a failed response (64 KiB).
 pub const DEFAULT_MAX_ERROR_BODY_BYTES: usize = 64 << 10;
-
-/// Why a provider could not be built from its configuration. Never echoes
-/// the base URL (it could carry a credential) or the key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The base URL is not an absolute `http` or `https` URL without
-    /// credentials, query or fragment.
-    #[error("base_url {problem} (rule config.base_url)")]
-    InvalidBaseUrl {
-        /// What is wrong with it.
-        problem: &'static str,
-    },
-    /// The base URL is `https` but the crate was built without a TLS
-    /// backend (its `rustls` feature, on by default, is off). Only
-    /// returned by such a build; `http://` base URLs still work.
-    #[error(
-        "base_url is https, but keel-providers was built without TLS: enable its `rustls` feature (the `tls` feature of keel) (rule config.tls)"
-    )]
-    TlsDisabled,
-    /// A bound or timeout that must be positive is zero.
-    #[error("{field} must be greater than zero (rule config.positive)")]
-    Zero {
-        /// The configuration field.
-        field: &'static str,
-    },
-    /// The HTTP client could not be built (TLS initialisation).
-    #[error("the HTTP client could not be built: {reason}")]
-    Client {
-        /// Why, as the HTTP library put it.
-        reason: String,
-    },
-}
 
 /// How to reach a provider: the settings every wire format shares, and
 /// `W`, what only that wire format has. Use it through

@@ -131,6 +131,7 @@
 mod anthropic;
 mod config;
 mod decode;
+mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod http;
@@ -147,9 +148,10 @@ pub use anthropic::{
     AnthropicOptions, DEFAULT_MAX_TOKENS,
 };
 pub use config::{
-    ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CHUNK_BYTES,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CHUNK_BYTES,
     DEFAULT_MAX_ERROR_BODY_BYTES, ProviderConfig,
 };
+pub use error::ConfigError;
 pub use key::{API_KEY_MAX_BYTES, ApiKey, ApiKeyError};
 pub use openai::{
     OPENAI_BASE_URL, OPENAI_NAMESPACE, OpenAiCompatible, OpenAiConfig, OpenAiOptions,

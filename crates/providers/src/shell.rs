@@ -4,7 +4,8 @@
 //! configuration, owns the transport and the key, runs a call from request
 //! to raw stream, and prints itself with the key redacted.
 
-use crate::config::{ConfigError, ProviderConfig};
+use crate::config::ProviderConfig;
+use crate::error::ConfigError;
 use crate::http::client::{Client, ClientSettings};
 use crate::http::headers::header;
 use crate::http::request::fixed_headers;

@@ -4,7 +4,7 @@
 
 use super::failure::{error_chain, transport_problem};
 use super::{endpoint, request, response};
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use keel_stream::RawProblem;
 use reqwest::header::HeaderMap;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! format's path. Both rules apply when the provider is built, so a
 //! misconfiguration never waits for the first request.
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 
 /// Whether this build speaks TLS (the `rustls` feature).
 const TLS: bool = cfg!(feature = "rustls");
