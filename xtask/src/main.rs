@@ -19,7 +19,9 @@ fn usage() -> &'static str {
      \x20 rfc check [--root DIR]   validate every RFC under docs/rfc and the freshness of docs/rfc/INDEX.md\n\
      \x20 rfc index [--root DIR]   regenerate docs/rfc/INDEX.md\n\
      \x20 rfc rules                list the rules `rfc check` enforces\n\
-     \x20 modules check [--root DIR]  fail on a cycle between the top-level modules of a crate\n\
+     \x20 modules check [--root DIR] [--crate NAME]...\n\
+     \x20                          fail on a cycle between the top-level modules of a library\n\
+     \x20                          crate (every crates/*, or each crates/NAME given)\n\
      \x20 help                     print this message\n\
      \n\
      DIR is the repository root (the directory containing docs/rfc and crates); by default it is\n\
@@ -30,7 +32,7 @@ enum Command {
     Check(Option<PathBuf>),
     Index(Option<PathBuf>),
     Rules,
-    Modules(Option<PathBuf>),
+    Modules(Option<PathBuf>, Vec<String>),
     Help,
 }
 
@@ -40,7 +42,7 @@ fn parse(args: &[String]) -> Result<Command, String> {
         [] | ["help" | "--help" | "-h", ..] => return Ok(Command::Help),
         ["rfc", "check", rest @ ..] => ("check", rest),
         ["rfc", "index", rest @ ..] => ("index", rest),
-        ["modules", "check", rest @ ..] => ("modules", rest),
+        ["modules", "check", rest @ ..] => return parse_modules(rest),
         ["modules", ..] => return Err("unknown modules command (only `check`)".to_owned()),
         ["rfc", "rules"] => return Ok(Command::Rules),
         ["rfc", other, ..] => return Err(format!("unknown rfc command `{other}`")),
@@ -55,9 +57,29 @@ fn parse(args: &[String]) -> Result<Command, String> {
     };
     Ok(match command {
         "check" => Command::Check(root),
-        "modules" => Command::Modules(root),
         _ => Command::Index(root),
     })
+}
+
+/// `modules check`'s arguments: `--root DIR` once, `--crate NAME` any number
+/// of times.
+fn parse_modules(mut rest: &[&str]) -> Result<Command, String> {
+    let (mut root, mut crates) = (None, Vec::new());
+    loop {
+        rest = match rest {
+            [] => return Ok(Command::Modules(root, crates)),
+            ["--root", dir, tail @ ..] if root.is_none() => {
+                root = Some(PathBuf::from(dir));
+                tail
+            }
+            ["--crate", name, tail @ ..] => {
+                crates.push((*name).to_owned());
+                tail
+            }
+            ["--root" | "--crate"] => return Err(format!("{} needs a value", rest[0])),
+            [arg, ..] => return Err(format!("unexpected argument `{arg}`")),
+        };
+    }
 }
 
 fn main() -> ExitCode {
@@ -82,7 +104,7 @@ fn main() -> ExitCode {
         }
         Command::Check(root) => resolve_root(root).and_then(|root| run_check(&root)),
         Command::Index(root) => resolve_root(root).and_then(|root| run_index(&root)),
-        Command::Modules(root) => return run_modules(resolve_root(root)),
+        Command::Modules(root, crates) => return run_modules(resolve_root(root), &crates),
     };
     result.unwrap_or_else(|err| {
         eprintln!("xtask: {err}");
@@ -124,8 +146,8 @@ fn run_index(root: &Path) -> Result<ExitCode, rfc::Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_modules(root: Result<PathBuf, rfc::Error>) -> ExitCode {
-    let report = match root.map(|root| modules::check(&root)) {
+fn run_modules(root: Result<PathBuf, rfc::Error>, crates: &[String]) -> ExitCode {
+    let report = match root.map(|root| modules::check_crates(&root, crates)) {
         Ok(Ok(report)) => report,
         Ok(Err(err)) => return fail(&err),
         Err(err) => return fail(&err),

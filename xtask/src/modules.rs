@@ -153,6 +153,8 @@ impl fmt::Display for Cycle {
 pub enum Error {
     /// `ROOT/crates` is not a directory.
     NoCratesDir(PathBuf),
+    /// A crate asked for by name has no `src/lib.rs` under `ROOT/crates`.
+    UnknownCrate(String),
     /// Reading a directory or a source file failed.
     Io {
         /// The path involved.
@@ -175,6 +177,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::NoCratesDir(path) => write!(f, "{} is not a directory", path.display()),
+            Error::UnknownCrate(name) => {
+                write!(f, "no library crate {CRATES_DIR}/{name} (no src/lib.rs)")
+            }
             Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
     }
@@ -184,7 +189,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Io { source, .. } => Some(source),
-            Error::NoCratesDir(_) => None,
+            Error::NoCratesDir(_) | Error::UnknownCrate(_) => None,
         }
     }
 }
@@ -217,13 +222,30 @@ impl Report {
 /// under `root/crates` and finds the cycles. Paths in the report are
 /// relative to `root`.
 pub fn check(root: &Path) -> Result<Report, Error> {
+    check_crates(root, &[])
+}
+
+/// As [`check`], for only the crates whose directory under `root/crates`
+/// is named in `only` (all of them when `only` is empty).
+pub fn check_crates(root: &Path, only: &[String]) -> Result<Report, Error> {
     let crates = root.join(CRATES_DIR);
     if !crates.is_dir() {
         return Err(Error::NoCratesDir(crates));
     }
+    let is_library = |dir: &Path| dir.join("src").join("lib.rs").is_file();
+    if let Some(unknown) = only.iter().find(|name| !is_library(&crates.join(name))) {
+        return Err(Error::UnknownCrate(unknown.clone()));
+    }
+    let wanted = |dir: &PathBuf| {
+        only.is_empty()
+            || dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| only.iter().any(|o| o == n))
+    };
     let mut dirs: Vec<PathBuf> = read_dir(&crates)?
         .into_iter()
-        .filter(|dir| dir.join("src").join("lib.rs").is_file())
+        .filter(|dir| is_library(dir) && wanted(dir))
         .collect();
     dirs.sort();
     let mut graphs = Vec::new();
