@@ -12,18 +12,18 @@
 //! | item | question | used by |
 //! | --- | --- | --- |
 //! | [`screen_key`] | does this JSON *member name* hold a prohibited category? | `ProviderMetadata` (this crate), for every metadata key |
-//! | [`screen_value`] | does this *text* contain a credential shape? | `ProviderMetadata` (metadata values and namespace names); `keel-providers` (wire values kept as metadata facts, header values it may show); the stream-validator fuzz target |
-//! | [`redact`] | the text with every flagged span replaced by [`REDACTED`] | text that must survive whole (tests; a host's own reports) |
+//! | [`screen_value`] | does this *text* contain a credential shape? | `ProviderMetadata` (metadata values and namespace names); `keel-providers` (a wire value becomes a metadata fact only if it passes); the stream-validator fuzz target |
+//! | [`redact`] | the text with every flagged span replaced by [`REDACTED`] | [`screen_and_bound`]; public for a host's text that must survive unbounded |
 //! | [`screen_and_bound`] | [`redact`], then a cut to a byte bound that cannot re-expose a shape | `ProviderProblem` messages (this crate); `keel_eventlog::ErrorText`, the failure text of every event (tool, observer and MCP errors) |
 //! | [`Screened`] | what [`redact`] and [`screen_and_bound`] return: the text and whether it was redacted or truncated | the callers above |
 //! | [`SecretRule`] | which rule matched; errors report the rule, never the text | `MetadataError` (this crate) |
 //!
-//! The contract for callers: a `None` from a screen and any
-//! [`Screened::text`] never match a value rule; the screens never allocate
-//! more than the text's length and never fail. Checks that are not about
-//! credential *shapes* stay with their owners: an adapter that knows its
-//! own key scrubs that exact string (`keel-providers`), and an operator's
-//! NATS URL has its user-info masked where it is printed (`keel-cli`).
+//! The contract for callers: a [`Screened::text`] never matches a value
+//! rule, and no function here fails or panics on any input. Checks that
+//! are not about credential *shapes* stay with their owners: an adapter
+//! that knows its own key scrubs that exact string (`keel-providers`), and
+//! an operator's NATS URL has its user-info masked where it is printed
+//! (`keel-cli`).
 //!
 //! Two questions are asked, and both are cheap, allocation-light scanners
 //! written by hand (no regex engine):

@@ -559,7 +559,12 @@ fn redaction_edge_cases() {
     // assignment's first byte is screened again.
     let text = fake(&["\"api_key\": \"", "sk-[redacted]"]);
     for max in 0..text.len() + 4 {
-        let out = secrets::screen_and_bound(&text, max).into_text();
+        let screened = secrets::screen_and_bound(&text, max);
+        // Cut exactly when the redacted text does not fit.
+        let whole = secrets::redact(&text);
+        assert_eq!(screened.truncated(), whole.text().len() > max, "{max}");
+        assert!(screened.redacted(), "{max}");
+        let out = screened.into_text();
         assert!(out.len() <= max, "{max}: {out:?}");
         assert_eq!(secrets::screen_value(&out), None, "{max}: {out:?}");
     }
