@@ -1,7 +1,7 @@
 //! Server entries: the JSON shape a scenario's `mcp_servers` holds, and the
 //! checked [`ServerConfig`] every other part of the crate takes.
 
-use crate::error::McpConfigError;
+use crate::config_error::McpConfigError;
 use keel_engine::{OnToolFailure, ToolPolicy};
 use serde::Deserialize;
 use std::collections::BTreeMap;

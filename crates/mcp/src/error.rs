@@ -1,44 +1,9 @@
-//! The crate's errors: one enum per operation family.
+//! Why a server could not be started (`McpStartError`). A refused
+//! server entry is `McpConfigError`, in `config_error.rs`, below the
+//! configuration types that this error names.
 
 use crate::config::ServerName;
 use std::time::Duration;
-
-/// Why a server entry was refused: the member at fault (relative to the
-/// entry, `env[1]`; empty for the entry itself), the rule, and what is
-/// wrong. Values are never echoed, only their sizes (a variable's *name*
-/// is said for `mcp.env_secret`: it is one of Keel's own, never a value).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}{message} (rule {rule})", if path.is_empty() { String::new() } else { format!("at {path}: ") })]
-pub struct McpConfigError {
-    path: String,
-    rule: &'static str,
-    message: String,
-}
-
-impl McpConfigError {
-    pub(crate) fn new(path: impl Into<String>, rule: &'static str, message: String) -> Self {
-        McpConfigError {
-            path: path.into(),
-            rule,
-            message,
-        }
-    }
-
-    /// The member at fault, relative to the entry (`env[1]`), or empty.
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-
-    /// The rule it broke (`mcp.env_name`).
-    pub fn rule(&self) -> &'static str {
-        self.rule
-    }
-
-    /// What is wrong, without the offending value.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
 
 /// Why a server could not be started. Every variant names the server;
 /// texts from the server (its stderr, its error messages) are screened for

@@ -52,6 +52,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+mod config_error;
 mod connection;
 mod error;
 pub mod flatten;
@@ -62,8 +63,9 @@ mod source;
 pub use config::{
     DEFAULT_ENV, ServerConfig, ServerEntry, ServerName, ToolPolicyEntry, Transport, WITHHELD_ENV,
 };
+pub use config_error::McpConfigError;
 pub use connection::{MESSAGE_MAX_BYTES, STDERR_TAIL_BYTES};
-pub use error::{McpConfigError, McpStartError};
+pub use error::McpStartError;
 pub use flatten::{FlattenError, Flattened, flatten};
 pub use naming::qualified_name;
 pub use server::TOOLS_MAX;
