@@ -72,6 +72,7 @@ mod request;
 mod schema_check;
 mod tool;
 mod tool_spec;
+mod tool_spec_error;
 
 pub use canonical::{CanonicalJson, JsonError};
 pub use decode::DecodeError;
@@ -84,4 +85,5 @@ pub use message::{Message, Part, Role, TextPart, ToolCallPart, ToolResultPart};
 pub use names::{ModelName, TOOL_NAME_MAX_BYTES, ToolName};
 pub use request::ModelRequest;
 pub use tool::ToolDefinition;
-pub use tool_spec::{SchemaProblem, ToolSpec, ToolSpecError};
+pub use tool_spec::ToolSpec;
+pub use tool_spec_error::{SchemaProblem, ToolSpecError};

@@ -6,7 +6,7 @@
 //! its own module because it is a JSON scanner, not a tool definition;
 //! `const fn` rules it out of serde_json and closures.
 
-use crate::tool_spec::{SchemaProblem, ToolSpecError};
+use crate::tool_spec_error::{SchemaProblem, ToolSpecError};
 
 /// `{` and `}` by name: the scanner matches them often, and named they
 /// keep brace-counting tools (and readers) from miscounting blocks.
