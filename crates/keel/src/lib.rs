@@ -21,7 +21,8 @@
 //! | `sqlite` | on | `observers::SqliteJournal` (bundled SQLite) |
 //! | `tracing` | off | `observers::TracingObserver` |
 //! | `nats` | off | JetStream observer, remote subscription and recovery |
-//! | `providers` | off | `keel::providers` (reqwest with rustls) |
+//! | `providers` | off | `keel::providers` over plain HTTP (reqwest, no TLS crate); an `https://` base URL is refused at construction (`ConfigError::TlsDisabled`, rule `config.tls`) |
+//! | `tls` | off | HTTPS for `keel::providers` (enables `providers` and `keel-providers/rustls`: rustls with aws-lc-rs, never OpenSSL) |
 //! | `mcp` | off | `keel::mcp` (rmcp) |
 //!
 //! What it is not: it has no code of its own beyond re-exports, and it
@@ -31,7 +32,8 @@
 //!
 //! The runnable host with a real adapter, a custom tool, the journal and a
 //! resuming subscriber is `examples/hello_agent.rs`
-//! (`cargo run -p keel --example hello_agent --features providers -- --demo`).
+//! (`cargo run -p keel --example hello_agent --features providers -- --demo`;
+//! against a real `https://` endpoint, `--features tls`).
 //! The smallest host, with an inline provider:
 //!
 //! ```
@@ -77,15 +79,16 @@ pub use keel_mcp as mcp;
 /// What a first host uses: `use keel::prelude::*;`.
 pub mod prelude {
     pub use keel_engine::{
-        Engine, EngineBuilder, FailureCause, RunCompleted, RunError, RunHandle, RunOutcome,
-        RunRequest, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutput, ToolPolicy,
+        Engine, EngineBuilder, FailureCause, FollowError, RunCompleted, RunError, RunFollower,
+        RunHandle, RunOutcome, RunRequest, Tool, ToolError, ToolFuture, ToolInvocation,
+        ToolOutput, ToolPolicy,
     };
     pub use keel_eventlog::{Event, RunLog, Subscription};
     pub use keel_message::{
         CanonicalJson, Message, MessageId, ModelName, Role, RunId, ToolDefinition, ToolName,
         ToolSpec,
     };
-    pub use keel_observers::{BestEffortObserver, RequiredObserver};
+    pub use keel_observers::{BestEffortObserver, RequiredObserver, RunHistory};
     #[cfg(feature = "sqlite")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub use keel_observers::{JournalConfig, JournalReader, SqliteJournal};
