@@ -35,7 +35,17 @@ pub enum Durability {
 /// Events already visible at subscribe time (the replay) do not count
 /// toward the bounds; events that became visible after it (committed, or for a
 /// [`Durability::Durable`] subscription durable) that the consumer has not
-/// taken do.
+/// taken do. The replay is bounded separately, by the log's retention
+/// ([`crate::LogConfig`]): it is read from the window as the consumer goes,
+/// and a replay the log evicts first ends with
+/// [`SubscriptionError::Evicted`].
+///
+/// Both bounds are at least 1 ([`SubscribeError::ZeroBound`]). One policy
+/// for an event larger than `max_bytes`: the next undelivered event is
+/// always deliverable whatever its size, and `max_bytes` bounds the
+/// backlog behind it; a subscription buffers at most `max_bytes` (but
+/// always one event) taken from the log, so an idle subscriber keeps at
+/// most that much of what the log has evicted alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SubscriptionBounds {
     /// Most undelivered live events. Default 4,096.
@@ -75,6 +85,13 @@ pub enum SubscribeError {
         latest: u64,
         /// The oldest cursor that can be served (`earliest - 1`).
         recovery_cursor: u64,
+    },
+    /// A bound of zero: it would end the subscription on its first live
+    /// event.
+    #[error("subscription {bound} is 0 (rule subscription.bounds_nonzero: at least 1)")]
+    ZeroBound {
+        /// `max_events` or `max_bytes`.
+        bound: &'static str,
     },
     /// The cursor is past the last committed sequence.
     #[error(
@@ -226,6 +243,14 @@ impl Subscription {
         after: u64,
         bounds: SubscriptionBounds,
     ) -> Result<Subscription, SubscribeError> {
+        for (bound, value) in [
+            ("max_events", bounds.max_events),
+            ("max_bytes", bounds.max_bytes),
+        ] {
+            if value == 0 {
+                return Err(SubscribeError::ZeroBound { bound });
+            }
+        }
         let (id, replay_end) = {
             let mut state = lock(&log.state);
             let latest = state.last_seq();
@@ -321,8 +346,15 @@ impl Cursor {
         // the replay while replaying: the replay is not part of it.
         let base = self.taken.max(self.replay_end).min(limit);
         let lag_events = limit - base;
-        // Evicted positions count from the window's start: a lower bound.
-        let lag_bytes = state.cum_floor(limit) - state.cum_floor(base);
+        // The next event is always deliverable, whatever its size: the
+        // byte bound counts the backlog behind it, so one event larger
+        // than `max_bytes` reaches a consumer that keeps up (and is
+        // buffered alone, see below). Evicted positions count from the
+        // window's start: a lower bound.
+        let lag_bytes = match lag_events {
+            0 => 0,
+            _ => state.cum_floor(limit) - state.cum_floor(base + 1),
+        };
         if lag_events > self.bounds.max_events as u64 || lag_bytes > self.bounds.max_bytes as u64 {
             self.pending = Some(SubscriptionError::SlowConsumer {
                 last_delivered: self.delivered,
@@ -354,6 +386,17 @@ impl Cursor {
             .unwrap_or(usize::MAX)
             .min(BATCH);
         let end = start.saturating_add(count).min(state.entries.len());
+        // The buffer holds at most `max_bytes` (and at least one event):
+        // what it holds stays pinned when the log evicts it, so an idle
+        // subscriber pins no more than its own byte bound.
+        let before = state.cum_floor(self.taken);
+        let fits = state
+            .entries
+            .range(start..end)
+            .take_while(|e| e.cum_bytes - before <= self.bounds.max_bytes as u64)
+            .count()
+            .max(1);
+        let end = end.min(start.saturating_add(fits));
         if start < end {
             self.buffer.extend(
                 state

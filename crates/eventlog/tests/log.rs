@@ -708,3 +708,122 @@ fn a_replay_is_read_as_it_goes_and_its_eviction_ends_typed() {
     );
     assert_eq!(behind.try_recv(), Err(TryRecvError::Finished));
 }
+
+#[test]
+fn zero_bounds_are_refused_naming_the_bound() {
+    let log = log();
+    started_model(&log);
+    for (bound, bounds) in [
+        (
+            "max_events",
+            SubscriptionBounds {
+                max_events: 0,
+                ..Default::default()
+            },
+        ),
+        (
+            "max_bytes",
+            SubscriptionBounds {
+                max_bytes: 0,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let err = log.subscribe(0, bounds).unwrap_err();
+        assert_eq!(err, SubscribeError::ZeroBound { bound });
+        assert!(
+            err.to_string().contains("rule subscription.bounds_nonzero"),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        log.stats().subscribers,
+        0,
+        "a refused subscribe counts no subscriber"
+    );
+    let one = SubscriptionBounds {
+        max_events: 1,
+        max_bytes: 1,
+        ..Default::default()
+    };
+    let mut sub = log.subscribe(3, one).unwrap();
+    log.commit(&delta(1, "op_1", "a")).unwrap();
+    assert_eq!(
+        sub.try_recv().unwrap().seq(),
+        4,
+        "bounds of 1 take one live event"
+    );
+}
+
+/// One policy for an event larger than the byte bound: the next event is
+/// always deliverable, and the bound counts the backlog behind it.
+#[test]
+fn an_event_larger_than_the_byte_bound_reaches_a_consumer_that_keeps_up() {
+    let log = log();
+    started_model(&log);
+    let bounds = SubscriptionBounds {
+        max_events: 100,
+        max_bytes: 512,
+        ..Default::default()
+    };
+    let mut sub = log.subscribe(3, bounds).unwrap();
+    for i in 0..3 {
+        let big = log.commit(&delta(1, "op_1", &"x".repeat(2000))).unwrap();
+        assert!(big.line().len() > 512);
+        assert_eq!(
+            sub.try_recv().unwrap().seq(),
+            4 + i,
+            "a fast consumer gets it"
+        );
+    }
+    // Behind by two large events: the one behind the next is over the bound.
+    log.commit(&delta(1, "op_1", &"y".repeat(2000))).unwrap();
+    log.commit(&delta(1, "op_1", &"z".repeat(2000))).unwrap();
+    match drain(&mut sub) {
+        (seqs, Some(TryRecvError::Ended(SubscriptionError::SlowConsumer { lag_bytes, .. }))) => {
+            assert!(seqs.is_empty(), "{seqs:?}");
+            assert!(lag_bytes > 512, "{lag_bytes}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// What a subscription buffered stays alive after the log evicts it; an
+/// idle subscriber keeps at most its byte bound (but one event) of it.
+#[test]
+fn an_idle_subscriber_pins_no_more_than_its_byte_bound() {
+    let (log, _) = log_with(LogConfig {
+        max_events: 50,
+        max_open_scopes: 2,
+        ..LogConfig::default()
+    });
+    log.commit(&run_started()).unwrap();
+    let mut weak = Vec::new();
+    for _ in 0..49 {
+        weak.push(Arc::downgrade(&log.commit(&note()).unwrap()));
+    }
+    let line = weak[0].upgrade().unwrap().line().len();
+    let max_bytes = 10 * (line + ENTRY_OVERHEAD_BYTES);
+    let mut idle = log
+        .subscribe(
+            0,
+            SubscriptionBounds {
+                max_bytes,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(idle.try_recv().unwrap().seq(), 1);
+    // The log moves on by its whole retention; the subscriber sleeps.
+    for _ in 0..100 {
+        log.commit(&note()).unwrap();
+    }
+    let pinned = weak.iter().filter(|w| w.upgrade().is_some()).count();
+    assert!(
+        pinned <= 10,
+        "{pinned} evicted events pinned, bound {max_bytes} bytes"
+    );
+    assert!(pinned >= 1, "the buffer holds what it took");
+    drop(idle);
+    assert_eq!(weak.iter().filter(|w| w.upgrade().is_some()).count(), 0);
+}
