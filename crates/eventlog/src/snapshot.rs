@@ -3,7 +3,7 @@
 
 use crate::clock::Clock;
 use crate::config::{ConfigError, LogConfig};
-use crate::event::{Event, EventDecodeError, SCHEMA_VERSION};
+use crate::event::{Event, EventDecodeError, MAX_SAFE, SCHEMA_VERSION};
 use crate::lifecycle::{LifecycleError, LifecycleTracker};
 use crate::log::{CommitError, RunLog};
 use crate::payload::Payload;
@@ -51,6 +51,36 @@ struct SnapshotHeader {
     run_ended: bool,
     /// Outermost first.
     open_scopes: Vec<ScopeRecord>,
+}
+
+impl SnapshotHeader {
+    /// The header's numbers are ones a log could have written: seqs and
+    /// the time within the wire's integer range (2^53 − 1, so the next
+    /// commit's `ts = max(clock, last_ts)` stays decodable), and the
+    /// window `earliest_seq..=last_seq` starting at 1 or later.
+    fn check_bounds(&self) -> Result<(), ImportError> {
+        let refuse = |detail: String| Err(ImportError::Header { detail });
+        for (field, value) in [
+            ("last_seq", self.last_seq),
+            ("last_ts", self.last_ts),
+            ("earliest_seq", self.earliest_seq),
+        ] {
+            if value > MAX_SAFE {
+                return refuse(format!("{field} {value} is over 2^53 - 1"));
+            }
+        }
+        if let Some(turn) = self.last_turn.filter(|t| *t > MAX_SAFE) {
+            return refuse(format!("last_turn {turn} is over 2^53 - 1"));
+        }
+        if self.earliest_seq == 0 || self.earliest_seq > self.last_seq + 1 {
+            return refuse(format!(
+                "earliest_seq {} is outside 1..={} (last_seq + 1)",
+                self.earliest_seq,
+                self.last_seq + 1
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -340,6 +370,7 @@ impl Snapshot {
                 detail: format!("schema is not {SCHEMA_VERSION}"),
             });
         }
+        header.check_bounds()?;
         let mut events = Vec::new();
         let mut previous = header.earliest_seq.saturating_sub(1);
         let mut previous_ts = 0;
@@ -478,6 +509,7 @@ impl RunLog {
     ) -> Result<RunLog, ImportError> {
         config.validate()?;
         let h = &snapshot.header;
+        h.check_bounds()?;
         let claimed: Vec<(ScopeKey, Option<ToolName>)> =
             h.open_scopes.iter().map(ScopeRecord::named).collect();
         let resumed = LifecycleTracker::resume_named(

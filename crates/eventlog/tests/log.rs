@@ -827,3 +827,58 @@ fn an_idle_subscriber_pins_no_more_than_its_byte_bound() {
     drop(idle);
     assert_eq!(weak.iter().filter(|w| w.upgrade().is_some()).count(), 0);
 }
+
+/// A header is a claim a log could have written: a `last_ts` past the
+/// wire's range would make the restored log's next line undecodable, and
+/// a window that does not start at 1 or later is no window.
+#[test]
+fn a_snapshot_header_out_of_range_is_refused() {
+    let (log, _) = log_with(small());
+    started_model(&log);
+    let text = log.snapshot().to_jsonl();
+    let (header, body) = text.split_once('\n').unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(header).unwrap();
+    let max_safe = (1u64 << 53) - 1;
+    // In range: restores, and its next commit decodes.
+    v["last_ts"] = max_safe.into();
+    let edge = format!(
+        "{}\n{body}",
+        keel_message::canonical::to_canonical_string(&v).unwrap()
+    );
+    let restored = RunLog::restore(
+        &Snapshot::from_jsonl(&edge).unwrap(),
+        small(),
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    let next = restored.commit(&delta(1, "op_1", "a")).unwrap();
+    assert_eq!(Event::decode(next.line()).unwrap().ts(), max_safe);
+    for (field, value, needle) in [
+        (
+            "last_ts",
+            serde_json::json!(max_safe + 1),
+            "last_ts 9007199254740992 is over 2^53 - 1",
+        ),
+        (
+            "earliest_seq",
+            serde_json::json!(0),
+            "earliest_seq 0 is outside 1..=4",
+        ),
+        (
+            "last_turn",
+            serde_json::json!(max_safe + 1),
+            "last_turn 9007199254740992 is over",
+        ),
+    ] {
+        let mut bad = v.clone();
+        bad[field] = value;
+        let tampered = format!("{}\n{body}", serde_json::to_string(&bad).unwrap());
+        let err = Snapshot::from_jsonl(&tampered).unwrap_err();
+        assert!(
+            matches!(err, ImportError::Header { .. }),
+            "{field}: {err:?}"
+        );
+        assert!(err.to_string().contains(needle), "{field}: {err}");
+        assert!(err.to_string().contains("rule snapshot.header"), "{err}");
+    }
+}
