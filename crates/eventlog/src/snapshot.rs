@@ -4,10 +4,11 @@
 use crate::clock::Clock;
 use crate::config::{ConfigError, LogConfig};
 use crate::event::{Event, EventDecodeError, MAX_SAFE, SCHEMA_VERSION};
+use crate::kind::Phase;
 use crate::lifecycle::{LifecycleError, LifecycleTracker};
 use crate::log::{CommitError, RunLog};
 use crate::payload::Payload;
-use crate::scope::ScopeKey;
+use crate::scope::{ScopeKey, Transition};
 use crate::sync::lock;
 use keel_message::{CallId, InteractionId, OperationId, RunId, ToolName};
 use serde::{Deserialize, Serialize};
@@ -534,10 +535,11 @@ impl RunLog {
             check_replay(&lock(&log.shared.state).tracker, &resumed, &claimed)?;
             log
         } else {
-            // A window: the events before it are gone, so the header's
-            // tracker state is the authority and the window is appended as
-            // it was committed (contiguity and canonical form were checked
-            // when it was parsed).
+            // A window: the events before it are gone. The state at its
+            // start is derived from the header's end state by walking the
+            // window backwards; the window is then replayed forwards from
+            // it with every lifecycle check, and must end where the header
+            // says.
             if let Some((key, _)) = claimed
                 .iter()
                 .find(|(key, tool)| matches!(key, ScopeKey::Tool { .. }) && tool.is_none())
@@ -548,9 +550,18 @@ impl RunLog {
                 };
                 return Err(ImportError::Lifecycle { line: 1, source });
             }
+            let start = WindowStart::derive(h, &claimed, &snapshot.events)?;
+            let tracker = LifecycleTracker::resume_named(
+                start.open,
+                start.last_turn,
+                start.run_ended,
+                config.max_open_scopes,
+            )
+            .map_err(|source| ImportError::Lifecycle { line: 1, source })?;
             let log =
-                RunLog::from_parts(h.run_id.clone(), config, clock, resumed, h.earliest_seq, 0);
-            log.append_verbatim(snapshot.events.iter().cloned(), 2, false)?;
+                RunLog::from_parts(h.run_id.clone(), config, clock, tracker, h.earliest_seq, 0);
+            log.append_verbatim(snapshot.events.iter().cloned(), 2, true)?;
+            check_replay(&lock(&log.shared.state).tracker, &resumed, &claimed)?;
             log
         };
         let mut state = lock(&log.shared.state);
@@ -620,6 +631,80 @@ impl RunLog {
             debug_assert_eq!(committed.line(), event.line());
         }
         Ok(())
+    }
+}
+
+/// The lifecycle state at the start of a window, derived from the
+/// header's state at its end: walking the window backwards, a scope's end
+/// means it was open before it, and its start means it was not.
+struct WindowStart {
+    /// Outermost first: the run, turns, then the scopes inside them.
+    open: Vec<(ScopeKey, Option<ToolName>)>,
+    last_turn: Option<u64>,
+    run_ended: bool,
+}
+
+impl WindowStart {
+    fn derive(
+        h: &SnapshotHeader,
+        claimed: &[(ScopeKey, Option<ToolName>)],
+        events: &[Arc<Event>],
+    ) -> Result<WindowStart, ImportError> {
+        let mut open = claimed.to_vec();
+        let mut last_turn = h.last_turn;
+        let mut run_ended = h.run_ended;
+        for (i, event) in events.iter().enumerate().rev() {
+            let line = i + 2;
+            let payload: Payload = event
+                .payload()
+                .map_err(|source| ImportError::Event { line, source })?;
+            let Transition::Lifecycle(key, phase) = payload.transition() else {
+                continue;
+            };
+            let at = open.iter().position(|(k, _)| *k == key);
+            match (phase, at) {
+                (Phase::Started, Some(at)) => {
+                    open.remove(at);
+                    if let ScopeKey::Turn(turn) = key {
+                        last_turn = turn.checked_sub(1).filter(|t| *t > 0);
+                    }
+                }
+                (Phase::Ended(_), None) => {
+                    if key == ScopeKey::Run {
+                        run_ended = false;
+                    }
+                    open.push((key, payload.tool_name().cloned()));
+                }
+                (Phase::Started, None) | (Phase::Ended(_), Some(_)) => {
+                    return Err(ImportError::Inconsistent {
+                        expected: format!(
+                            "line {line}'s {} to match the open scopes the header ends with",
+                            event.kind()
+                        ),
+                        found: format!(
+                            "{key:?} {}",
+                            if at.is_some() {
+                                "still open"
+                            } else {
+                                "not open"
+                            }
+                        ),
+                    });
+                }
+            }
+        }
+        // Nesting order: the run, then turns, then what runs inside them
+        // (a stable sort keeps the header's order within each level).
+        open.sort_by_key(|(key, _)| match key {
+            ScopeKey::Run => 0,
+            ScopeKey::Turn(_) => 1,
+            _ => 2,
+        });
+        Ok(WindowStart {
+            open,
+            last_turn,
+            run_ended,
+        })
     }
 }
 

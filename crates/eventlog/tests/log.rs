@@ -882,3 +882,62 @@ fn a_snapshot_header_out_of_range_is_refused() {
         assert!(err.to_string().contains("rule snapshot.header"), "{err}");
     }
 }
+
+/// A window's events are replayed with every lifecycle check, from the
+/// state derived from its header: a window that continues is restored, a
+/// reordered one (a delta after its model call ended) is refused.
+#[test]
+fn a_window_snapshot_is_restored_with_lifecycle_checks() {
+    let (log, _) = log_with(small());
+    started_model(&log);
+    for i in 0..20 {
+        log.commit(&delta(1, "op_1", &format!("d{i}"))).unwrap();
+    }
+    log.commit(&model_completed(1, "op_1")).unwrap();
+    let snap = log.snapshot();
+    assert!(snap.earliest_seq() > 1, "a window");
+    let last = snap.last_seq();
+    let text = snap.to_jsonl();
+    let restored = RunLog::restore(
+        &Snapshot::from_jsonl(&text).unwrap(),
+        small(),
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    commit_all(&restored, &[turn_completed(1), run_completed()]);
+
+    // Swap the last two events: the model call's end, then a delta of it.
+    let swapped = text
+        .replace(&format!("\"seq\":{last},"), "\"seq\":SWAP,")
+        .replace(
+            &format!("\"seq\":{},", last - 1),
+            &format!("\"seq\":{last},"),
+        )
+        .replace("\"seq\":SWAP,", &format!("\"seq\":{},", last - 1));
+    let mut lines: Vec<&str> = swapped.lines().collect();
+    let n = lines.len();
+    lines.swap(n - 1, n - 2);
+    let reordered = lines.join("\n") + "\n";
+    let parsed = Snapshot::from_jsonl(&reordered).unwrap();
+    let err = RunLog::restore(&parsed, small(), Arc::new(SystemClock)).unwrap_err();
+    assert!(
+        matches!(err, ImportError::Lifecycle { line, .. } if line == n),
+        "{err:?}"
+    );
+    // A header that says the model call is still open, over a window that
+    // ends it: the two disagree.
+    let (header, body) = text.split_once('\n').unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(header).unwrap();
+    v["open_scopes"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"scope": "model", "turn": 1, "operation_id": "op_1"}));
+    let lying = format!("{}\n{body}", serde_json::to_string(&v).unwrap());
+    let err = RunLog::restore(
+        &Snapshot::from_jsonl(&lying).unwrap(),
+        small(),
+        Arc::new(SystemClock),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ImportError::Inconsistent { .. }), "{err:?}");
+}
