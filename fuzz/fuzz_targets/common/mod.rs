@@ -1,5 +1,7 @@
 //! Helpers shared by the fuzz targets (not a target itself).
 
+pub mod events;
+
 /// Rotates the ASCII letters and digits inside JSON string *values*
 /// (`a→b … z→a`, `A→B … Z→A`, `0→1 … 9→0`), leaving escape sequences
 /// (`\x`, `\uXXXX`), object keys (a string followed by `:`), and everything
