@@ -207,4 +207,53 @@ pub struct ServeArgs {
     /// is a 403 before anything starts. Repeatable; none by default.
     #[arg(long, value_name = "NAME=COMMAND…")]
     pub mcp: Vec<String>,
+    /// Most connections open at once (default 1024; keep it below the
+    /// process's file limit). At the cap, a new connection closes the
+    /// oldest one that has not yet passed the token check; when every
+    /// open connection has, the new one is answered 503
+    /// too-many-connections and closed.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    pub max_connections: usize,
+    /// Most connections open at once from one IP address (default 256, at
+    /// most --max-connections), with the same rule as --max-connections:
+    /// one peer cannot fill the total.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub max_connections_per_peer: usize,
+    /// How long a connection may take to send a whole request head,
+    /// counted from when the daemon waits for it (the wait between
+    /// keep-alive requests included); then it is closed (default 10000).
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    pub header_timeout_ms: u64,
+    /// How long a request body may take after its head (default 30000);
+    /// then the request is answered 408 body-timeout.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub body_timeout_ms: u64,
+    /// How long a connection may move no byte either way before it is
+    /// closed (default 60000; event streams send a keep-alive comment
+    /// every 15 s, so keep it above that).
+    #[arg(long, default_value_t = 60_000, value_name = "MS")]
+    pub idle_timeout_ms: u64,
+    /// How long one write may wait for a client that does not read
+    /// (default 10000); then the connection is closed and its stream's
+    /// memory freed.
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    pub write_timeout_ms: u64,
+    /// Each connection's socket send buffer in bytes (default 65536; 0
+    /// keeps the kernel's, which may grow to megabytes): the most a
+    /// client that does not read holds in kernel memory.
+    #[arg(long, default_value_t = 65_536, value_name = "BYTES")]
+    pub send_buffer_bytes: usize,
+    /// Most event streams open at once (GET /v1/runs/{id}/events, /agui,
+    /// /v1/chat/{id}/stream; default 512); beyond it a 503
+    /// too-many-streams problem with Retry-After.
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    pub max_streams: usize,
+    /// Most event streams of one run open at once (default 256, at most
+    /// --max-streams); beyond it a 503 too-many-streams problem with
+    /// Retry-After.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub max_streams_per_run: usize,
 }
+
+/// The default of `keel serve --max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;

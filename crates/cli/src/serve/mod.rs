@@ -22,7 +22,13 @@
 //! subscriptions [`events::DEFAULT_BOUNDS`] per connection; at most
 //! `--max-live-runs` runs at once (503 `too-many-live-runs` beyond), each
 //! approval unanswered for at most its timeout, so the pending approvals
-//! are bounded too.
+//! are bounded too. Against hostile clients (issue #22): connection caps
+//! at accept, before the token check, that close the oldest connection
+//! which never showed the token to make room ([`admission`]); header,
+//! body, idle and write timeouts and a small socket send buffer
+//! (`conn.rs`, [`timed_io`], [`body_timeout`]); caps on event streams
+//! ([`stream_caps`]); a paged `GET /v1/runs`. Every bound is a flag
+//! ([`limits`]) and tabled in `docs/SECURITY.md` ("Hostile clients").
 //!
 //! Shutdown (SIGTERM or Ctrl-C): [`Engine::shutdown`] with
 //! `--shutdown-timeout-ms` refuses new runs (503 `shutting-down`, decided
@@ -36,17 +42,23 @@
 //! JetStream (history, then live), with the same cursors, framing and
 //! problems; the other routes stay local.
 
+pub mod admission;
 pub mod agui;
 pub mod approvals;
 pub mod auth;
+pub mod body_timeout;
 pub mod chat;
+mod conn;
 pub mod cross_site;
 pub mod events;
+pub mod limits;
 mod mcp;
 pub mod problem;
 pub mod providers;
 mod recovery;
 pub mod runs;
+pub mod stream_caps;
+pub mod timed_io;
 pub mod viewer;
 
 use crate::args::ServeArgs;
@@ -85,6 +97,10 @@ pub struct Settings {
     pub shutdown_timeout: Duration,
     /// `--log-max-events` and the other log defaults.
     pub log_config: LogConfig,
+    /// The connection caps and timeouts (`--max-connections`, …).
+    pub connections: limits::ConnectionLimits,
+    /// The event stream caps (`--max-streams`, `--max-streams-per-run`).
+    pub streams: limits::StreamLimits,
     /// `--mcp`: the MCP servers posted scenarios may use.
     #[cfg(feature = "mcp")]
     pub mcp_servers: Vec<keel_mcp::ServerConfig>,
@@ -120,6 +136,16 @@ impl Settings {
                 "--mcp: this keel was built without the `mcp` feature",
             ));
         }
+        let mut connections = limits::ConnectionLimits::from_args(args)
+            .map_err(|e| CliError::bad_input(e.to_string()))?;
+        if let Some(open_files) = limits::soft_file_limit()
+            && let Some(was) = connections.fit_file_limit(open_files)
+        {
+            eprintln!(
+                "keel: --max-connections {was} lowered to {} to fit the open-file limit {open_files}",
+                connections.max_connections()
+            );
+        }
         Ok(Settings {
             #[cfg(feature = "mcp")]
             mcp_servers: crate::mcp::parse_flags(&args.mcp)
@@ -128,6 +154,9 @@ impl Settings {
             default_approval_timeout: Duration::from_millis(args.approval_timeout_ms),
             shutdown_timeout: Duration::from_millis(args.shutdown_timeout_ms),
             log_config,
+            connections,
+            streams: limits::StreamLimits::from_args(args)
+                .map_err(|e| CliError::bad_input(e.to_string()))?,
         })
     }
 }
@@ -341,7 +370,8 @@ async fn serve_async(
             report
         })
     };
-    let served = run_server(listener, router(Arc::clone(&daemon)), stop_rx).await;
+    let config = conn::ConnConfig::new(router(Arc::clone(&daemon)), daemon.settings.connections);
+    run_server(listener, config, stop_rx).await;
     // The server stops only after the runs were shut down, unless it
     // failed: then shut them down now.
     let report = if shutdown.is_finished() {
@@ -353,7 +383,6 @@ async fn serve_async(
         shutdown_runs(&daemon).await
     };
     close_journal(daemon).await;
-    served?;
     Ok(exit_code(&report))
 }
 
@@ -361,24 +390,19 @@ async fn serve_async(
 /// [`SHUTDOWN_CONNECTIONS`] to finish.
 async fn run_server(
     listener: tokio::net::TcpListener,
-    app: Router,
+    config: conn::ConnConfig,
     stop: watch::Receiver<bool>,
-) -> Result<(), CliError> {
+) {
     let mut stop_seen = stop.clone();
-    let mut stop = stop;
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    });
-    let mut server = Box::pin(server.into_future());
+    let server = conn::accept_loop(listener, config, stop);
     tokio::select! {
-        r = &mut server => r.map_err(|e| CliError::failure(format!("server: {e}")))?,
+        () = server => {}
         () = async {
             // Graceful shutdown began: give open connections a bounded time.
             let _ = stop_seen.wait_for(|s| *s).await;
             tokio::time::sleep(SHUTDOWN_CONNECTIONS).await;
         } => eprintln!("keel: connections still open after {} s; closing them", SHUTDOWN_CONNECTIONS.as_secs()),
     }
-    Ok(())
 }
 
 /// Closes the journal once nothing else holds it (the engine, the
@@ -461,30 +485,51 @@ async fn shutdown_runs(daemon: &Daemon) -> EngineShutdown {
     report
 }
 
-/// The routes: the API behind the token check, the viewer's assets
-/// (which hold no data) outside it, and around both CORS and the
-/// cross-site defences, which run first; outermost, every error becomes a
-/// problem document.
+/// The routes: the API behind the token check (inside it, the mark that
+/// keeps a connection from being closed to make room, and the stream
+/// caps on the event streams), the viewer's assets (which hold no data)
+/// outside it, and around both the body timeout, CORS and the cross-site
+/// defences, which run first; outermost, every error becomes a problem
+/// document.
 pub fn router(daemon: Arc<Daemon>) -> Router {
+    let caps = stream_caps::StreamCaps::new(daemon.settings.streams);
+    let capped =
+        || axum::middleware::from_fn_with_state(Arc::clone(&caps), stream_caps::limit_streams);
     let api = Router::new()
         .route("/v1/runs", post(runs::create_run).get(runs::list_runs))
         .route("/v1/runs/{id}", get(runs::run_status))
-        .route("/v1/runs/{id}/events", get(events::events))
-        .route("/v1/runs/{id}/agui", get(agui::agui_events))
+        .route(
+            "/v1/runs/{id}/events",
+            get(events::events).route_layer(capped()),
+        )
+        .route(
+            "/v1/runs/{id}/agui",
+            get(agui::agui_events).route_layer(capped()),
+        )
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
         .route("/v1/runs/{id}/messages", post(runs::continue_run))
         .route("/v1/chat", post(chat::post_chat))
-        .route("/v1/chat/{id}/stream", get(chat::resume_stream))
+        .route(
+            "/v1/chat/{id}/stream",
+            get(chat::resume_stream).route_layer(capped()),
+        )
         .route(
             "/v1/runs/{id}/interactions/{interaction_id}",
             post(approvals::answer_interaction),
         )
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(admission::mark_authenticated))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&daemon),
             auth::require_token,
         ));
-    let mut app = api.merge(viewer::routes());
+    let body_timeout = body_timeout::BodyTimeout(daemon.settings.connections.body_timeout());
+    let mut app = api
+        .merge(viewer::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            body_timeout,
+            body_timeout::bound_body,
+        ));
     if let Some(cors) = cross_site::cors_layer(&daemon.cross_site, daemon.token.is_some()) {
         app = app.layer(cors);
     }
@@ -525,7 +570,20 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<String, Problem> {
     }
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
-        .map_err(|_| too_large())?;
+        .map_err(|e| match body_timeout::BodyTimedOut::find(&e) {
+            Some(timed_out) => Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body-timeout",
+                "Request body too slow",
+                timed_out.to_string(),
+            )
+            .with("bound", "body_timeout_ms")
+            .with(
+                "body_timeout_ms",
+                u64::try_from(timed_out.ms()).unwrap_or(u64::MAX),
+            ),
+            None => too_large(),
+        })?;
     String::from_utf8(bytes.to_vec()).map_err(|e| {
         Problem::new(
             StatusCode::BAD_REQUEST,
