@@ -5,8 +5,9 @@
 //!   arguments ([`ToolInvocation::parse_arguments`]);
 //! - the SQLite journal as the required observer: the run proceeds only
 //!   as fast as its events are durable;
-//! - a subscriber that reads the first events, disconnects, and resumes at
-//!   its cursor with no gap and no repeat.
+//! - a subscriber (`Engine::subscribe`) that reads the first events,
+//!   disconnects, and resumes at its cursor with no gap and no repeat,
+//!   from the journal once the run is no longer live.
 //!
 //! ```sh
 //! # No key and no network: a local OpenAI-compatible server in-process.
@@ -16,6 +17,7 @@
 //!     --base-url http://127.0.0.1:11434/v1 --model llama3.2 --db hello.db
 //! ```
 
+use keel::observers::JournalError;
 use keel::prelude::*;
 use keel::providers::OPENAI_BASE_URL;
 use std::error::Error;
@@ -104,9 +106,12 @@ pub async fn run(config: Config) -> Result<Summary, Box<dyn Error + Send + Sync>
     })?;
     // Opening the journal touches the file system: off the async threads.
     let db = config.db.clone();
-    let journal =
-        tokio::task::spawn_blocking(move || SqliteJournal::open(db, JournalConfig::default()))
-            .await??;
+    let (journal, reader) = tokio::task::spawn_blocking(move || {
+        let journal = SqliteJournal::open(db, JournalConfig::default())?;
+        let reader = journal.reader()?;
+        Ok::<_, JournalError>((journal, reader))
+    })
+    .await??;
     let journal = Arc::new(journal);
     let engine = Engine::builder()
         .provider("openai", Arc::new(provider))
@@ -114,6 +119,8 @@ pub async fn run(config: Config) -> Result<Summary, Box<dyn Error + Send + Sync>
             definition: WEATHER.definition(),
         }))
         .required_observer(journal.clone())
+        // Followers read what the live log no longer holds from the journal.
+        .history(Arc::new(reader))
         .build()?;
 
     let request = RunRequest::from_question(ModelName::parse(&config.model)?, &config.question)?;
@@ -122,9 +129,9 @@ pub async fn run(config: Config) -> Result<Summary, Box<dyn Error + Send + Sync>
 
     // First connection: a few events, then the subscriber goes away.
     let mut seen = Vec::new();
-    let mut first = run.subscribe(0)?;
+    let mut first = engine.subscribe(&run_id, 0).await?;
     while seen.len() < config.read_before_disconnect {
-        match first.recv().await {
+        match first.next().await {
             Some(event) => seen.push(event?.seq()),
             None => break,
         }
@@ -132,10 +139,12 @@ pub async fn run(config: Config) -> Result<Summary, Box<dyn Error + Send + Sync>
     let resumed_after = first.cursor();
     drop(first);
 
-    // Second connection: resume exactly after the last event delivered.
-    let mut second = run.subscribe(resumed_after)?;
+    // Second connection, once the run is over: resume exactly after the
+    // last event delivered. The run is no longer live, so the engine
+    // serves it from the journal.
     let outcome = run.join().await;
-    while let Some(event) = second.recv().await {
+    let mut second = engine.subscribe(&run_id, resumed_after).await?;
+    while let Some(event) = second.next().await {
         seen.push(event?.seq());
     }
     let done = outcome.into_result()?;

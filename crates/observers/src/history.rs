@@ -158,7 +158,9 @@ pub trait RunHistory: Send + Sync + 'static {
     fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, HistoryError>;
 
     /// Up to `limit` events of run `run_id` with `seq > after`, in
-    /// sequence order; empty when there are none (or no such run).
+    /// sequence order; empty when there are none (or no such run). A
+    /// store may end a page early (before a damaged line, say), so the
+    /// good events before it are served and the next read reports it.
     fn read_after(
         &self,
         run_id: &RunId,

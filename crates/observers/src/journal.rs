@@ -71,6 +71,22 @@
 //!   cannot write and creates no `-wal`/`-shm` file, ahead of the
 //!   `journal_mode=WAL` pragma and any `CREATE`.
 //!
+//! # Reading it back, and tests under paused time
+//!
+//! [`JournalReader`] is a [`RunHistory`](crate::RunHistory): give it to
+//! the engine (`EngineBuilder::history`) and `Engine::subscribe` reads
+//! from it what a live run's log no longer retains.
+//!
+//! The journal acknowledges in real time: the writer thread commits and
+//! fsyncs while the caller's task waits. Under Tokio's paused time
+//! (`#[tokio::test(start_paused = true)]`) a runtime with nothing else to
+//! do jumps its clock to the next timer, the pipeline's deadline, before
+//! the writer answers, so a run fails on seq 1 with
+//! [`ObserverError::DeadlineExceeded`] (pinned by
+//! `crates/engine/tests/follow.rs`). Use the journal in real-time tests;
+//! under paused time use `keel_testkit::MemoryJournal`, which has the same
+//! storage rules and answers at once.
+//!
 //! # Tables (schema version 3)
 //!
 //! ```sql

@@ -81,10 +81,10 @@ pub async fn agui_events(
             "format: the AG-UI view is served as sse only",
         ));
     }
-    let start = match events::open(&daemon, &id, &request).await? {
+    let follower = match events::open(&daemon, &id, &request).await? {
         Opened::Nothing => return Ok(events::nothing_follows()),
         Opened::Remote => return Err(Problem::unknown_run(&id)),
-        Opened::Local(start) => start,
+        Opened::Local(follower) => follower,
     };
     let cursor = request.cursor();
     let (mapper, prelude) = if cursor == 0 {
@@ -99,7 +99,7 @@ pub async fn agui_events(
     };
     let head: Vec<Result<SseEvent, Infallible>> =
         prelude.iter().map(|e| Ok(frame(cursor, e))).collect();
-    let tail = events::follow(daemon, id, &request, start, framer(mapper));
+    let tail = events::follow(daemon, follower, framer(mapper));
     Ok(events::sse_response(
         futures_util::stream::iter(head).chain(tail),
     ))

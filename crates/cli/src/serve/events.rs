@@ -1,14 +1,13 @@
 //! `GET /v1/runs/{id}/events`: a run's history as an SSE stream, or a
 //! page of JSON Lines with `format=jsonl`.
 //!
-//! One history: a live run's events come from its log; a prefix the log
-//! no longer retains is read from the journal first, and the stream then
-//! joins the log right after the last event it sent. The journal holds
-//! every event some later commit could have evicted, or will shortly: an
-//! evicted event that is not durable yet is still in the engine's window
-//! on its way to the journal, and the stream reads the journal again
-//! until it arrives. So the seam has no gap and no duplicate. A run that is not live is served from the
-//! journal alone. With `--nats`, a run that is neither live nor stored
+//! One history: a stream is the engine's [`RunFollower`]
+//! (`Engine::subscribe_with`, the journal as the engine's history): a
+//! prefix the live log no longer retains is read from the journal first,
+//! then the stream joins the log right after the last event it sent, no
+//! gap and no duplicate (an evicted event not yet durable is waited for);
+//! a run that is not live is served from the journal alone. This module
+//! keeps the HTTP side: the query, the framing, the problems. With `--nats`, a run that is neither live nor stored
 //! here is streamed from JetStream ([`RemoteSubscription`]: history, then
 //! live, no gap, no duplicate), in the same framing.
 //!
@@ -27,12 +26,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
+use keel_engine::{FollowError, RunFollower};
 use keel_eventlog::{
-    Durability, Event, Phase, RunLog, Scope, SubscribeError, Subscription, SubscriptionBounds,
-    SubscriptionError,
+    Durability, Event, Phase, Scope, SubscribeError, SubscriptionBounds, SubscriptionError,
 };
+use keel_message::RunId;
 use keel_observers::{
-    JetStreamHandle, RemoteSubscribeError, RemoteSubscription, RemoteSubscriptionError, RunStatus,
+    JetStreamHandle, RemoteSubscribeError, RemoteSubscription, RemoteSubscriptionError,
 };
 use serde_json::json;
 use std::convert::Infallible;
@@ -41,25 +41,18 @@ use std::time::Duration;
 
 /// Per-connection subscription bounds: 4,096 undelivered events or
 /// 8 MiB, whichever is reached first; durable events only (the default
-/// of every stream the daemon serves from a live log).
-pub const DEFAULT_BOUNDS: SubscriptionBounds = SubscriptionBounds {
-    max_events: 4096,
-    max_bytes: 8 << 20,
-    durability: Durability::Durable,
-};
+/// of every stream the daemon serves from a live log): the engine's
+/// [`keel_engine::FOLLOW_BOUNDS`].
+pub const DEFAULT_BOUNDS: SubscriptionBounds = keel_engine::FOLLOW_BOUNDS;
 /// Smallest `max_bytes` a client may ask for.
 const MIN_BYTES: usize = 4096;
-/// Journal lines read per query while streaming.
-const PAGE: usize = 512;
 /// Default and largest `limit` of a JSON Lines page.
 const DEFAULT_LIMIT: usize = 1000;
 const MAX_LIMIT: usize = 10_000;
 /// How long a stream waits before reading the journal again for events
-/// the log evicted while they were still on their way to it.
-pub(crate) const IN_FLIGHT_POLL: Duration = Duration::from_millis(2);
-/// How long at most it waits for one such event: longer than a required
-/// observer's default deadline (10 s); past it the journal is failing.
-pub(crate) const IN_FLIGHT_WAIT: Duration = Duration::from_secs(30);
+/// the log evicted while they were still on their way to it, and how long
+/// at most: the engine follower's.
+pub(crate) use keel_engine::{IN_FLIGHT_POLL, IN_FLIGHT_WAIT};
 /// Interval of the SSE keep-alive comments.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The `retry:` hint every stream opens with: how long a browser waits
@@ -227,46 +220,6 @@ pub async fn events(
     }
 }
 
-/// The first stored seq after `cursor` must be `cursor + 1`; else 410.
-async fn journal_serves(
-    daemon: &Daemon,
-    id: &str,
-    cursor: u64,
-    latest: u64,
-) -> Result<bool, Problem> {
-    let lookup = id.to_owned();
-    let first = daemon
-        .read(move |r| r.events_after(&lookup, cursor, 1))
-        .await?;
-    match first.first() {
-        None => Ok(false),
-        Some(line) => {
-            let seq = seq_of(line)?;
-            if seq == cursor + 1 {
-                Ok(true)
-            } else {
-                Err(Problem::cursor_expired(cursor, seq, latest))
-            }
-        }
-    }
-}
-
-fn seq_of(line: &str) -> Result<u64, Problem> {
-    Event::decode(line)
-        .map(|e| e.seq())
-        .map_err(|e| Problem::journal(format!("a stored line does not decode: {e}")))
-}
-
-/// What a live or stored run's SSE stream starts from.
-pub(crate) enum Start {
-    /// Subscribed to the live log.
-    Live(RunLog, Subscription),
-    /// The journal first, then the live log.
-    JournalThenLive(RunLog),
-    /// The journal only.
-    Journal,
-}
-
 /// `204 No Content`: the client already has the run's terminal. By the
 /// HTML standard an EventSource answered 204 stops reconnecting.
 pub(crate) fn nothing_follows() -> Response {
@@ -277,8 +230,8 @@ pub(crate) fn nothing_follows() -> Response {
 pub(crate) enum Opened {
     /// The client has the terminal: `204`.
     Nothing,
-    /// The live log or the journal.
-    Local(Start),
+    /// The engine's follower: the journal, then the live log.
+    Local(RunFollower),
     /// Neither live nor stored here: the JetStream stream (`--nats`).
     Remote,
 }
@@ -294,70 +247,50 @@ async fn stream(
             Some(handle) => remote(&daemon, handle, id, request).await,
             None => Err(Problem::unknown_run(&id)),
         },
-        Opened::Local(start) => {
+        Opened::Local(follower) => {
             let frame = keel_framer(request.naming);
-            Ok(sse_response(follow(daemon, id, request, start, frame)))
+            Ok(sse_response(follow(daemon, follower, frame)))
         }
     }
 }
 
 /// Checks the cursor against run `id` (live, else stored) and says where
-/// its stream begins; the cursor and unknown-run problems as `events`.
+/// its stream begins (`Engine::subscribe_with`: the journal, then the live
+/// log); the cursor and unknown-run problems as `events`.
 pub(crate) async fn open(
     daemon: &Arc<Daemon>,
     id: &str,
     request: &EventsRequest,
 ) -> Result<Opened, Problem> {
-    let (cursor, bounds) = (request.cursor, request.bounds);
-    let start = if let Some(run) = daemon.engine.live_run(id) {
-        let log = run.log().clone();
-        if log.run_ended() && cursor >= log.stats().last_seq {
-            return Ok(Opened::Nothing);
+    let unknown = || {
+        if daemon.nats.is_some() {
+            Ok(Opened::Remote)
+        } else {
+            Err(Problem::unknown_run(id))
         }
-        match log.subscribe(cursor, bounds) {
-            Ok(sub) => Start::Live(log, sub),
-            Err(SubscribeError::CursorAhead { requested, latest }) => {
-                return Err(Problem::cursor_ahead(requested, latest));
-            }
-            Err(SubscribeError::CursorExpired {
-                requested,
-                earliest,
-                latest,
-                ..
-            }) => {
-                if !journal_serves(daemon, id, cursor, latest).await? {
-                    return Err(Problem::cursor_expired(requested, earliest, latest));
-                }
-                Start::JournalThenLive(log)
-            }
-            Err(e) => return Err(Problem::journal(e)),
-        }
-    } else {
-        let lookup = id.to_owned();
-        let Some(summary) = daemon.read(move |r| r.run_status(&lookup)).await? else {
-            if daemon.nats.is_some() {
-                return Ok(Opened::Remote);
-            }
-            return Err(Problem::unknown_run(id));
-        };
-        if cursor > summary.last_seq {
-            return Err(Problem::cursor_ahead(cursor, summary.last_seq));
-        }
-        if cursor == summary.last_seq && summary.status != RunStatus::Running {
-            return Ok(Opened::Nothing);
-        }
-        if cursor < summary.last_seq
-            && !journal_serves(daemon, id, cursor, summary.last_seq).await?
-        {
-            return Err(Problem::cursor_expired(
-                cursor,
-                summary.last_seq + 1,
-                summary.last_seq,
-            ));
-        }
-        Start::Journal
     };
-    Ok(Opened::Local(start))
+    // An id that does not parse names no run here.
+    let Ok(run_id) = RunId::parse(id) else {
+        return unknown();
+    };
+    let opened = daemon
+        .engine
+        .subscribe_with(&run_id, request.cursor, request.bounds)
+        .await;
+    match opened {
+        Ok(follower) if follower.is_finished() => Ok(Opened::Nothing),
+        Ok(follower) => Ok(Opened::Local(follower)),
+        Err(FollowError::UnknownRun { .. }) => unknown(),
+        Err(FollowError::CursorAhead { requested, latest }) => {
+            Err(Problem::cursor_ahead(requested, latest))
+        }
+        Err(FollowError::CursorExpired {
+            requested,
+            earliest,
+            latest,
+        }) => Err(Problem::cursor_expired(requested, earliest, latest)),
+        Err(e) => Err(Problem::journal(e)),
+    }
 }
 
 /// The SSE response: the `retry:` hint first, then `events`, with
@@ -420,202 +353,6 @@ fn gap_problem(last: u64, found: u64) -> Problem {
     .with("recovery_cursor", found.saturating_sub(1))
 }
 
-/// What an SSE stream does after a step.
-enum Then {
-    /// Go on.
-    More,
-    /// The last message sent was the final one: close.
-    Close,
-    /// The history is complete: close (after a `shutdown` message when the
-    /// daemon is shutting down).
-    Done,
-}
-
-/// The messages of one step, and what follows them.
-struct Step {
-    send: Vec<SseEvent>,
-    then: Then,
-}
-
-impl Step {
-    fn more(send: Vec<SseEvent>) -> Step {
-        Step {
-            send,
-            then: Then::More,
-        }
-    }
-    fn close(last: SseEvent) -> Step {
-        Step {
-            send: vec![last],
-            then: Then::Close,
-        }
-    }
-    fn done() -> Step {
-        Step {
-            send: Vec::new(),
-            then: Then::Done,
-        }
-    }
-}
-
-/// Where one SSE stream is: the last seq sent, and the source of what
-/// follows (the live log's subscription, else the journal).
-struct Follower {
-    daemon: Arc<Daemon>,
-    id: String,
-    last: u64,
-    bounds: SubscriptionBounds,
-    log: Option<RunLog>,
-    sub: Option<Subscription>,
-    frame: Framer,
-    /// When the stream began waiting for an evicted event to reach the
-    /// journal ([`Follower::still_in_flight`]).
-    in_flight_since: Option<tokio::time::Instant>,
-}
-
-impl Follower {
-    async fn step(&mut self) -> Step {
-        match self.sub.as_mut() {
-            Some(sub) => Self::read_log(sub, &mut self.last, &mut self.frame)
-                .await
-                .unwrap_or_else(|| {
-                    // The log dropped events this stream had not taken; the
-                    // journal has them.
-                    self.sub = None;
-                    Step::more(Vec::new())
-                }),
-            None => self.read_journal().await,
-        }
-    }
-
-    /// The next event of the subscription; `None` when it was evicted.
-    async fn read_log(sub: &mut Subscription, last: &mut u64, frame: &mut Framer) -> Option<Step> {
-        let step = match sub.recv().await {
-            Some(Ok(event)) => {
-                *last = event.seq();
-                match frame(&event) {
-                    Ok(send) => Step::more(send),
-                    Err(last) => Step::close(last),
-                }
-            }
-            Some(Err(SubscriptionError::SlowConsumer {
-                last_delivered,
-                recovery_cursor,
-                lag_events,
-                lag_bytes,
-                max_events,
-                max_bytes,
-            })) => {
-                let problem = Problem::new(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "slow-consumer",
-                    "Slow consumer",
-                    format!("the client fell {lag_events} events / {lag_bytes} bytes behind (bounds {max_events} / {max_bytes}); resume after {recovery_cursor}"),
-                )
-                .with("last_delivered", last_delivered)
-                .with("recovery_cursor", recovery_cursor)
-                .with("lag_events", lag_events)
-                .with("lag_bytes", lag_bytes)
-                .with("max_events", max_events)
-                .with("max_bytes", max_bytes);
-                Step::close(error_event(&problem))
-            }
-            Some(Err(SubscriptionError::Evicted { .. })) => return None,
-            Some(Err(SubscriptionError::Ended { .. })) => Step::close(shutdown_event(*last)),
-            Some(Err(e)) => Step::close(error_event(&Problem::journal(e))),
-            None => Step::done(),
-        };
-        Some(step)
-    }
-
-    /// The next page of the journal, each line checked; when the journal
-    /// has nothing more, the live log (if any) takes over.
-    async fn read_journal(&mut self) -> Step {
-        // Read before the journal: whatever is durable now, the journal
-        // read below holds (the watermark rises after the journal's ack).
-        let durable = self.log.as_ref().map(RunLog::durable_seq);
-        let lookup = self.id.clone();
-        let after = self.last;
-        let page = match self
-            .daemon
-            .read(move |r| r.events_after(&lookup, after, PAGE))
-            .await
-        {
-            Ok(page) => page,
-            Err(problem) => return Step::close(error_event(&problem)),
-        };
-        if page.is_empty() {
-            return self.join_log(durable).await;
-        }
-        self.in_flight_since = None;
-        let mut send = Vec::with_capacity(page.len());
-        for line in &page {
-            let framed = checked(line, &self.id, self.last)
-                .map_err(|problem| error_event(&problem))
-                .and_then(|event| {
-                    self.last = event.seq();
-                    (self.frame)(&event)
-                });
-            match framed {
-                Ok(events) => send.extend(events),
-                Err(last) => {
-                    send.push(last);
-                    return Step {
-                        send,
-                        then: Then::Close,
-                    };
-                }
-            }
-        }
-        if let Some(log) = self.log.as_ref() {
-            // Join the live log as soon as it retains what follows.
-            if let Ok(s) = log.subscribe(self.last, self.bounds) {
-                self.sub = Some(s);
-            }
-        }
-        Step::more(send)
-    }
-
-    /// The journal has no more: follow the live log from `last`, or end.
-    /// `durable` is the log's watermark before the journal was read: when
-    /// the log no longer retains the next event but it was not durable
-    /// then, it is on its way to the journal (the log may evict events
-    /// still in the engine's window when its retention is smaller): read
-    /// the journal again shortly. Past the watermark it is a real gap.
-    async fn join_log(&mut self, durable: Option<u64>) -> Step {
-        let Some(log) = self.log.as_ref() else {
-            return Step::done();
-        };
-        match log.subscribe(self.last, self.bounds) {
-            Ok(s) => {
-                self.sub = Some(s);
-                Step::more(Vec::new())
-            }
-            Err(SubscribeError::CursorExpired { .. })
-                if durable.is_some_and(|d| d <= self.last) && self.still_in_flight() =>
-            {
-                tokio::time::sleep(IN_FLIGHT_POLL).await;
-                Step::more(Vec::new())
-            }
-            Err(SubscribeError::CursorExpired { earliest, .. }) => {
-                Step::close(error_event(&gap_problem(self.last, earliest)))
-            }
-            Err(e) => Step::close(error_event(&Problem::journal(e))),
-        }
-    }
-}
-
-impl Follower {
-    /// Whether to keep waiting for an evicted event to reach the journal:
-    /// for [`IN_FLIGHT_WAIT`] after the wait began (past it the journal is
-    /// failing, and the stream ends with the gap).
-    fn still_in_flight(&mut self) -> bool {
-        let now = tokio::time::Instant::now();
-        let since = *self.in_flight_since.get_or_insert(now);
-        now.duration_since(since) < IN_FLIGHT_WAIT
-    }
-}
-
 /// A stored line as the next event of run `id` after `last`: it decodes,
 /// follows `last` and names the run; else the problem to end with.
 pub(crate) fn checked(line: &str, id: &str, last: u64) -> Result<Event, Problem> {
@@ -633,46 +370,73 @@ pub(crate) fn checked(line: &str, id: &str, last: u64) -> Result<Event, Problem>
     Ok(event)
 }
 
-/// The SSE messages of run `id` from `start` (the request's cursor and
-/// bounds), each run event framed by `frame`: the journal, then the live
-/// log, no gap, no duplicate; `shutdown` when the daemon stops.
+/// The SSE messages of a follower, each run event framed by `frame`: the
+/// journal, then the live log, no gap, no duplicate (the engine's
+/// [`RunFollower`]); `shutdown` when the daemon stops.
 pub(crate) fn follow(
     daemon: Arc<Daemon>,
-    id: String,
-    request: &EventsRequest,
-    start: Start,
-    frame: Framer,
+    mut follower: RunFollower,
+    mut frame: Framer,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
-    let (log, sub) = match start {
-        Start::Live(log, sub) => (Some(log), Some(sub)),
-        Start::JournalThenLive(log) => (Some(log), None),
-        Start::Journal => (None, None),
-    };
-    let mut follower = Follower {
-        daemon,
-        id,
-        last: request.cursor,
-        bounds: request.bounds,
-        log,
-        sub,
-        frame,
-        in_flight_since: None,
-    };
     async_stream::stream! {
-        loop {
-            let step = follower.step().await;
-            for event in step.send {
-                yield Ok(event);
-            }
-            match step.then {
-                Then::More => {}
-                Then::Close => return,
-                Then::Done => break,
+        while let Some(next) = follower.next().await {
+            match next {
+                Ok(event) => match frame(&event) {
+                    Ok(send) => {
+                        for message in send {
+                            yield Ok(message);
+                        }
+                    }
+                    Err(last) => {
+                        yield Ok(last);
+                        return;
+                    }
+                },
+                Err(e) => {
+                    yield Ok(end_event(&e, follower.cursor()));
+                    return;
+                }
             }
         }
-        if follower.daemon.shutting_down() {
-            yield Ok(shutdown_event(follower.last));
+        if daemon.shutting_down() {
+            yield Ok(shutdown_event(follower.cursor()));
         }
+    }
+}
+
+/// The last message of a stream whose follower ended with `e` after
+/// `last`: a slow consumer is 429, a log shut down is `shutdown`, a
+/// missing event is the gap problem, anything else a journal problem.
+fn end_event(e: &FollowError, last: u64) -> SseEvent {
+    match e {
+        FollowError::Live(SubscriptionError::SlowConsumer {
+            last_delivered,
+            recovery_cursor,
+            lag_events,
+            lag_bytes,
+            max_events,
+            max_bytes,
+        }) => {
+            let problem = Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "slow-consumer",
+                "Slow consumer",
+                format!("the client fell {lag_events} events / {lag_bytes} bytes behind (bounds {max_events} / {max_bytes}); resume after {recovery_cursor}"),
+            )
+            .with("last_delivered", *last_delivered)
+            .with("recovery_cursor", *recovery_cursor)
+            .with("lag_events", *lag_events)
+            .with("lag_bytes", *lag_bytes)
+            .with("max_events", *max_events)
+            .with("max_bytes", *max_bytes);
+            error_event(&problem)
+        }
+        FollowError::Live(SubscriptionError::Ended { .. }) => shutdown_event(last),
+        FollowError::Gap {
+            last_delivered,
+            next_available,
+        } => error_event(&gap_problem(*last_delivered, *next_available)),
+        other => error_event(&Problem::journal(other)),
     }
 }
 

@@ -321,6 +321,8 @@ async fn open_daemon(
     }
     let engine = engine
         .required_observer(Arc::clone(&journal) as Arc<dyn RequiredObserver>)
+        // Streams read what a live log no longer retains from the journal.
+        .history(Arc::clone(&reader) as Arc<dyn keel_observers::RunHistory>)
         .log_config(settings.log_config.clone())
         .interaction_handler(Arc::clone(&approvals) as Arc<dyn InteractionHandler>)
         .build()

@@ -215,7 +215,8 @@ impl JournalReader {
 
 /// The journal as a run's durable history: [`JournalReader::run_status`]
 /// and [`JournalReader::events_after`], each line decoded (with the
-/// canonical round-trip check). What the writer acknowledged before a call
+/// canonical round-trip check). A page ends before a line that does not
+/// decode; a read that starts at one is [`HistoryError::Corrupt`]. What the writer acknowledged before a call
 /// began is in its answer (each call reads one snapshot).
 impl RunHistory for JournalReader {
     fn name(&self) -> &str {
@@ -241,14 +242,23 @@ impl RunHistory for JournalReader {
         let mut last = after;
         let mut events = Vec::with_capacity(lines.len());
         for line in &lines {
-            let event = Event::decode(line).map_err(|e| HistoryError::Corrupt {
-                store: "sqlite".to_owned(),
-                run_id: run_id.to_string(),
-                after: last,
-                detail: e.to_string(),
-            })?;
-            last = event.seq();
-            events.push(Arc::new(event));
+            match Event::decode(line) {
+                Ok(event) => {
+                    last = event.seq();
+                    events.push(Arc::new(event));
+                }
+                // The good events before a bad line are served; the next
+                // read starts at the bad line and fails.
+                Err(_) if !events.is_empty() => break,
+                Err(e) => {
+                    return Err(HistoryError::Corrupt {
+                        store: "sqlite".to_owned(),
+                        run_id: run_id.to_string(),
+                        after: last,
+                        detail: e.to_string(),
+                    });
+                }
+            }
         }
         Ok(events)
     }
