@@ -80,8 +80,8 @@ pub use keel_mcp as mcp;
 pub mod prelude {
     pub use keel_engine::{
         Engine, EngineBuilder, FailureCause, FollowError, RunCompleted, RunError, RunFollower,
-        RunHandle, RunOutcome, RunRequest, Tool, ToolError, ToolFuture, ToolInvocation,
-        ToolOutput, ToolPolicy,
+        RunHandle, RunOutcome, RunRequest, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutput,
+        ToolPolicy,
     };
     pub use keel_eventlog::{Event, RunLog, Subscription};
     pub use keel_message::{
