@@ -84,7 +84,7 @@ pub async fn agui_events(
     let follower = match events::open(&daemon, &id, &request).await? {
         Opened::Nothing => return Ok(events::nothing_follows()),
         Opened::Remote => return Err(Problem::unknown_run(&id)),
-        Opened::Local(follower) => follower,
+        Opened::Local(follower) => *follower,
     };
     let cursor = request.cursor();
     let (mapper, prelude) = if cursor == 0 {

@@ -231,7 +231,7 @@ pub(crate) enum Opened {
     /// The client has the terminal: `204`.
     Nothing,
     /// The engine's follower: the journal, then the live log.
-    Local(RunFollower),
+    Local(Box<RunFollower>),
     /// Neither live nor stored here: the JetStream stream (`--nats`).
     Remote,
 }
@@ -249,7 +249,7 @@ async fn stream(
         },
         Opened::Local(follower) => {
             let frame = keel_framer(request.naming);
-            Ok(sse_response(follow(daemon, follower, frame)))
+            Ok(sse_response(follow(daemon, *follower, frame)))
         }
     }
 }
@@ -279,7 +279,7 @@ pub(crate) async fn open(
         .await;
     match opened {
         Ok(follower) if follower.is_finished() => Ok(Opened::Nothing),
-        Ok(follower) => Ok(Opened::Local(follower)),
+        Ok(follower) => Ok(Opened::Local(Box::new(follower))),
         Err(FollowError::UnknownRun { .. }) => unknown(),
         Err(FollowError::CursorAhead { requested, latest }) => {
             Err(Problem::cursor_ahead(requested, latest))
