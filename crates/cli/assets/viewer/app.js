@@ -8,6 +8,7 @@
 (() => {
   const TOKEN_KEY = 'keel-token';
   const LIST_POLL_MS = 1000;
+  const LIST_MAX_PAGES = 20;
   const BACKOFF_MIN_MS = 250;
   const BACKOFF_MAX_MS = 5000;
   const TERMINALS = new Set(['completed', 'failed', 'cancelled']);
@@ -271,23 +272,37 @@
       timer = null;
       if (stopped) return;
       try {
-        const response = await fetch('/v1/runs', {
-          headers: apiHeaders({ Accept: 'application/json' }),
-          credentials: 'omit',
-          cache: 'no-store',
-        });
-        if (response.status === 401) {
-          askForToken();
-          return; // until the token is saved
-        }
-        if (!response.ok) {
-          const p = await problemOf(response);
-          showNotice(p.title, p.detail);
-        } else {
+        // The list is paged (`next`); follow it, at most LIST_MAX_PAGES
+        // pages a poll, so a daemon with many runs still shows them all.
+        const runs = [];
+        let after = null;
+        let failed = false;
+        for (let page = 0; page < LIST_MAX_PAGES; page++) {
+          const query = after === null ? '' : '?after=' + encodeURIComponent(after);
+          const response = await fetch('/v1/runs' + query, {
+            headers: apiHeaders({ Accept: 'application/json' }),
+            credentials: 'omit',
+            cache: 'no-store',
+          });
+          if (response.status === 401) {
+            askForToken();
+            return; // until the token is saved
+          }
+          if (!response.ok) {
+            const p = await problemOf(response);
+            showNotice(p.title, p.detail);
+            failed = true;
+            break;
+          }
           const doc = await response.json();
+          if (Array.isArray(doc && doc.runs)) runs.push(...doc.runs);
+          after = doc && typeof doc.next === 'string' ? doc.next : null;
+          if (after === null) break;
+        }
+        if (!failed) {
           const notice = $('notice');
           if (!notice.hidden && notice.dataset.kind !== 'auth') hideNotice();
-          render(Array.isArray(doc && doc.runs) ? doc.runs : []);
+          render(runs);
         }
       } catch (e) {
         showNotice('Cannot reach the daemon.', String(e && e.message ? e.message : e));
