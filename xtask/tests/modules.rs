@@ -1,33 +1,26 @@
 //! `cargo xtask modules check` over temporary crate trees.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::ScratchDir;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use xtask::modules::{self, ModuleGraph};
 
 /// A scratch repository root, removed on drop.
 struct Tree {
     root: PathBuf,
+    _dir: ScratchDir,
 }
 
 impl Tree {
     fn new() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let root = std::env::temp_dir().join(format!(
-            "keel-xtask-modules-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
+        let dir = ScratchDir::new("modules");
+        let root = dir.path().to_path_buf();
         fs::create_dir_all(root.join("crates")).unwrap();
-        Tree { root }
+        Tree { root, _dir: dir }
     }
 
     /// Writes `crates/<krate>/src/<path>`.
@@ -40,12 +33,6 @@ impl Tree {
 
     fn krate(&self, name: &str) -> PathBuf {
         self.root.join("crates").join(name)
-    }
-}
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.root);
     }
 }
 

@@ -1,11 +1,11 @@
 //! `cargo xtask rfc check` / `rfc index` over temporary `docs/rfc` trees.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::ScratchDir;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use xtask::rfc::{self, Rule};
 
@@ -89,22 +89,15 @@ const R: &str = "rejected/2026-01-03-example.md";
 /// A temporary repository root with an empty `docs/rfc`, removed on drop.
 struct Tree {
     root: PathBuf,
+    _dir: ScratchDir,
 }
 
 impl Tree {
     fn new() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let root = std::env::temp_dir().join(format!(
-            "keel-xtask-rfc-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
+        let dir = ScratchDir::new("rfc");
+        let root = dir.path().to_path_buf();
         fs::create_dir_all(root.join(rfc::RFC_DIR)).unwrap();
-        Tree { root }
+        Tree { root, _dir: dir }
     }
 
     /// Writes `text` at `rel`, relative to `docs/rfc`.
@@ -141,12 +134,6 @@ impl Tree {
                 (path, v.rule().name().to_owned())
             })
             .collect()
-    }
-}
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.root);
     }
 }
 
