@@ -371,7 +371,10 @@ mod tests {
         conn.execute("UPDATE events SET line = '{}' WHERE seq = 3", [])
             .unwrap();
         drop(conn);
-        match history.read_after(&run, 0, 10) {
+        // The good events before it are served; a read from it fails.
+        let before = history.read_after(&run, 0, 10).unwrap();
+        assert_eq!(before.iter().map(|e| e.seq()).collect::<Vec<_>>(), [1, 2]);
+        match history.read_after(&run, 2, 10) {
             Err(HistoryError::Corrupt {
                 after: 2, run_id, ..
             }) => assert_eq!(run_id, "run_h"),
