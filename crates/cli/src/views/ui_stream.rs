@@ -133,13 +133,30 @@ pub enum ViewError {
         source: EventDecodeError,
     },
     /// Events out of order (not seq + 1).
-    #[error("seq {found} does not follow {last}")]
+    #[error("seq {found} does not follow {last} (rule ui_stream.in_order)")]
     OutOfOrder {
         /// The last seq mapped.
         last: u64,
         /// The seq offered.
         found: u64,
     },
+    /// An event after the stream's `finish`: nothing follows it.
+    #[error("seq {seq} comes after the stream finished (rule ui_stream.after_end)")]
+    AfterEnd {
+        /// The seq offered.
+        seq: u64,
+    },
+}
+
+impl ViewError {
+    /// The rule the refusal names.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            ViewError::Payload { .. } => "ui_stream.payload",
+            ViewError::OutOfOrder { .. } => "ui_stream.in_order",
+            ViewError::AfterEnd { .. } => "ui_stream.after_end",
+        }
+    }
 }
 
 /// The mapping's state: open text part, the turn's tool calls and
@@ -219,6 +236,9 @@ impl UiStream {
 
     /// The chunks of the next event (seq `last_seq() + 1`).
     pub fn feed(&mut self, event: &Event) -> Result<Vec<Chunk>, ViewError> {
+        if self.ended() {
+            return Err(ViewError::AfterEnd { seq: event.seq() });
+        }
         if event.seq() != self.last_seq + 1 {
             return Err(ViewError::OutOfOrder {
                 last: self.last_seq,
@@ -447,6 +467,29 @@ mod tests {
         assert_eq!(events.len(), expected.len(), "one expectation per event");
         assert_eq!(view.paused(), paused, "paused");
         let _ = EventKind::RunInput;
+        Ok(())
+    }
+
+    /// Found by the `ui_stream` fuzz target: an event after the run's end
+    /// made a `start-step` after `finish`. It is refused, naming the rule.
+    #[test]
+    fn nothing_follows_the_finish() -> TestResult {
+        let mut view = UiStream::new();
+        let line = |seq: u64, kind: &str, payload: &str| {
+            Event::decode(&format!(
+                r#"{{"kind":"{kind}","payload":{payload},"run_id":"run_1","seq":{seq},"ts":{seq}}}"#
+            ))
+        };
+        view.feed(&line(1, "run.started", r#"{"model":"m"}"#)?)?;
+        view.feed(&line(2, "run.completed", "{}")?)?;
+        assert!(view.ended());
+        let err = view
+            .feed(&line(3, "turn.started", r#"{"turn":1}"#)?)
+            .err()
+            .ok_or("an event after the finish was mapped")?;
+        assert_eq!(err.rule(), "ui_stream.after_end");
+        assert!(err.to_string().contains("seq 3"), "{err}");
+        assert_eq!(view.last_seq(), 2, "nothing moved");
         Ok(())
     }
 
