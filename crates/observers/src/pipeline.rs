@@ -167,6 +167,8 @@ struct Worker {
 /// to best-effort observers, which never block.
 pub struct Pipeline {
     required: Vec<Arc<dyn RequiredObserver>>,
+    /// Dropping the pipeline drops each sender, which closes its queue and
+    /// ends its worker thread (not waited for: `shutdown` does that).
     best_effort: Vec<BestEffortSlot>,
     config: PipelineConfig,
     acknowledged: AtomicU64,
@@ -541,14 +543,5 @@ impl Pipeline {
             }
         }
         report
-    }
-}
-
-impl Drop for Pipeline {
-    fn drop(&mut self) {
-        // Close the queues so worker threads end; do not wait for them.
-        for slot in &self.best_effort {
-            lock(&slot.sender).take();
-        }
     }
 }

@@ -181,9 +181,7 @@ impl StreamValidator {
                     None => StreamViolation::ArgumentsNotJson { rule: e.rule() },
                 }
             })?;
-        if !arguments.is_object() {
-            return Err(StreamViolation::ArgumentsNotObject);
-        }
+        // `ToolCallPart` owns the object rule; its error maps below.
         let part = ToolCallPart::new_with(call_id.clone(), name, arguments, &self.limits).map_err(
             |e| match e.kind() {
                 MessageErrorKind::Limit(limit) => StreamViolation::OverBound(*limit),

@@ -38,12 +38,18 @@ fn run_row(
         let ok = v
             .accept(item.clone())
             .unwrap_or_else(|e| panic!("[{area}/{name}] prefix item {i} rejected: {e}"));
+        assert_eq!(
+            v.is_terminated(),
+            ok.is_terminal(),
+            "[{area}/{name}] terminated after prefix item {i}"
+        );
         expected_stream.push(ok);
     }
     let position_before = v.position();
     let result = v.accept(last.clone());
     match (expect, result) {
         (Valid, Ok(item)) => {
+            assert_eq!(v.is_terminated(), item.is_terminal(), "[{area}/{name}]");
             expected_stream.push(item);
             if let Err(e) = v.end_of_stream() {
                 assert_eq!(e, StreamViolation::NoTerminal);
@@ -154,6 +160,11 @@ fn small_limits() -> Limits {
 #[test]
 fn text_deltas() {
     let make = || validator(ValidatorConfig::default(), small_limits(), &[]);
+    assert_eq!(
+        make().limits(),
+        &small_limits(),
+        "the validator keeps its limits"
+    );
     let check = |name: &str, items: Vec<RawItem>, expect: Expect| {
         run_row("text", name, &make, items, expect)
     };
