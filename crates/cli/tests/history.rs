@@ -601,3 +601,49 @@ fn a_db_that_is_not_sqlite_is_bad_input() {
         "the file was modified"
     );
 }
+
+/// A tampered export: a credential placed in a completion's metadata,
+/// the line kept canonical and the run lifecycle-valid. Import screens
+/// it as the live stream does: refused naming the path, the value never
+/// echoed, nothing stored.
+#[test]
+fn import_refuses_a_credential_in_metadata_and_stores_nothing() {
+    let a = Sandbox::new();
+    let (run_id, lines) = run_json(&a, "weather_tools.json");
+    let exported = a.ok(&["export", &run_id]);
+    let seq = seq_of(&lines, "model.completed");
+    let secret = ["Bearer ", "abcDEF123456", "ghiJKL789"].concat();
+    let tampered: Vec<String> = exported
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i != seq {
+                return l.to_owned();
+            }
+            // `metadata` sorts between `finish` and `operation_id`.
+            let at = l.find(r#","operation_id""#).unwrap();
+            let metadata = format!(r#","metadata":{{"openai":{{"authorization":"{secret}"}}}}"#);
+            format!("{}{metadata}{}", &l[..at], &l[at..])
+        })
+        .collect();
+    let b = Sandbox::new();
+    let path = b.write("tampered.jsonl", &(tampered.join("\n") + "\n"));
+    let out = keel()
+        .arg("import")
+        .arg(&path)
+        .args(b.db_args())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("tampered.jsonl:{}: ", seq + 1)),
+        "{stderr}"
+    );
+    assert!(stderr.contains("rule metadata.no_secrets"), "{stderr}");
+    assert!(stderr.contains("$.openai"), "{stderr}");
+    for shown in [&stdout, &stderr] {
+        assert!(!shown.contains("abcDEF123456"), "echoed: {shown}");
+    }
+    assert!(!b.db().exists(), "nothing was stored");
+}

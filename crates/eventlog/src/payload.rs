@@ -227,7 +227,7 @@ pub struct ModelCompleted {
     pub usage: Option<Usage>,
     /// Allowlisted, screened provider metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<CanonicalJson>,
+    pub metadata: Option<keel_stream::ProviderMetadata>,
     /// Unknown members.
     #[serde(flatten)]
     pub extra: Extra,

@@ -14,7 +14,7 @@ use keel_eventlog::{
     Cause, ErrorText, Extra, ModelCompleted, ModelFailed, ModelStarted, Payload, ProblemRecord,
     TextDelta, ToolCall,
 };
-use keel_message::{CanonicalJson, ModelRequest, OperationId, ToolCallPart};
+use keel_message::{ModelRequest, OperationId, ToolCallPart};
 use keel_stream::{
     Completion, ProblemKind, ProviderProblem, RawStream, RetryPosition, StreamItem, StreamValidator,
 };
@@ -277,11 +277,8 @@ impl Runner {
             );
             return self.model_failed(at, problem, position).await;
         }
-        let metadata = if done.metadata().is_empty() {
-            None
-        } else {
-            CanonicalJson::parse(&done.metadata().to_canonical_string()).ok()
-        };
+        // The validated, screened type goes into the event as it is.
+        let metadata = (!done.metadata().is_empty()).then(|| done.metadata().clone());
         self.rec
             .record(Payload::ModelCompleted(ModelCompleted {
                 turn: at.turn,
