@@ -14,7 +14,9 @@ use serde_json::json;
 /// tampered export would be), canonical JSON.
 fn completed_line(metadata: &str) -> String {
     let head = r#"{"kind":"model.completed","payload":{"finish":"stop","metadata":"#;
-    format!(r#"{head}{metadata},"operation_id":"op_1","turn":1}},"run_id":"run_1","seq":4,"ts":1}}"#)
+    format!(
+        r#"{head}{metadata},"operation_id":"op_1","turn":1}},"run_id":"run_1","seq":4,"ts":1}}"#
+    )
 }
 
 #[test]
@@ -54,8 +56,16 @@ fn a_credential_in_stored_metadata_is_refused_by_path() {
 fn stored_metadata_keeps_the_namespace_rules() {
     for (row, metadata, rule) in [
         ("not an object", r#"[1]"#, "metadata.object"),
-        ("namespace not an object", r#"{"openai":1}"#, "metadata.namespace_object"),
-        ("bad namespace name", r#"{"OpenAI":{}}"#, "metadata.namespace_name"),
+        (
+            "namespace not an object",
+            r#"{"openai":1}"#,
+            "metadata.namespace_object",
+        ),
+        (
+            "bad namespace name",
+            r#"{"OpenAI":{}}"#,
+            "metadata.namespace_name",
+        ),
     ] {
         let err = Event::decode(&completed_line(metadata)).unwrap_err();
         assert!(err.to_string().contains(rule), "row {row}: {err}");
