@@ -134,6 +134,12 @@ pub struct ImportArgs {
     /// before anything is parsed or stored (rule import.input_bytes).
     #[arg(long, default_value_t = IMPORT_MAX_BYTES, value_name = "BYTES")]
     pub max_bytes: u64,
+    /// A provider metadata namespace this journal accepts (repeatable;
+    /// like a scenario's `allow_metadata`). A file whose `model.completed`
+    /// metadata holds any other namespace is refused whole (rule
+    /// import.metadata_allowlist).
+    #[arg(long = "allow-metadata", value_name = "NS")]
+    pub allow_metadata: Vec<String>,
     /// The journal.
     #[command(flatten)]
     pub db: DbArgs,

@@ -602,6 +602,27 @@ fn a_db_that_is_not_sqlite_is_bad_input() {
     );
 }
 
+/// `exported` with the completion on the file's line `line + 1` holding
+/// `metadata` (JSON), re-encoded as canonical JSON.
+fn with_metadata(exported: &str, line: usize, metadata: &str) -> String {
+    let lines: Vec<String> = exported
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i != line {
+                return l.to_owned();
+            }
+            let mut event: serde_json::Value = serde_json::from_str(l).unwrap();
+            event["payload"]["metadata"] = serde_json::from_str(metadata).unwrap();
+            keel_message::CanonicalJson::from_value(&event)
+                .unwrap()
+                .as_str()
+                .to_owned()
+        })
+        .collect();
+    lines.join("\n") + "\n"
+}
+
 /// A tampered export: a credential placed in a completion's metadata,
 /// the line kept canonical and the run lifecycle-valid. Import screens
 /// it as the live stream does: refused naming the path, the value never
@@ -613,24 +634,13 @@ fn import_refuses_a_credential_in_metadata_and_stores_nothing() {
     let exported = a.ok(&["export", &run_id]);
     let seq = seq_of(&lines, "model.completed");
     let secret = ["Bearer ", "abcDEF123456", "ghiJKL789"].concat();
-    let tampered: Vec<String> = exported
-        .lines()
-        .enumerate()
-        .map(|(i, l)| {
-            if i != seq {
-                return l.to_owned();
-            }
-            // `metadata` sorts between `finish` and `operation_id`.
-            let at = l.find(r#","operation_id""#).unwrap();
-            let metadata = format!(r#","metadata":{{"openai":{{"authorization":"{secret}"}}}}"#);
-            format!("{}{metadata}{}", &l[..at], &l[at..])
-        })
-        .collect();
+    let metadata = format!(r#"{{"openai":{{"authorization":"{secret}"}}}}"#);
     let b = Sandbox::new();
-    let path = b.write("tampered.jsonl", &(tampered.join("\n") + "\n"));
+    let path = b.write("tampered.jsonl", &with_metadata(&exported, seq, &metadata));
     let out = keel()
         .arg("import")
         .arg(&path)
+        .args(["--allow-metadata", "openai"])
         .args(b.db_args())
         .output()
         .unwrap();
@@ -646,4 +656,50 @@ fn import_refuses_a_credential_in_metadata_and_stores_nothing() {
         assert!(!shown.contains("abcDEF123456"), "echoed: {shown}");
     }
     assert!(!b.db().exists(), "nothing was stored");
+}
+
+/// The importing side's allowlist applies: a namespace it does not allow
+/// is refused whole (the import cannot drop it and keep the bytes), one
+/// it allows is imported.
+#[test]
+fn import_applies_the_importers_metadata_allowlist() {
+    let a = Sandbox::new();
+    let (run_id, lines) = run_json(&a, "weather_tools.json");
+    let exported = a.ok(&["export", &run_id]);
+    let seq = seq_of(&lines, "model.completed");
+    let b = Sandbox::new();
+    let metadata = r#"{"openai":{"system_fingerprint":"fp_44709d6fcb"}}"#;
+    let path = b.write("run.jsonl", &with_metadata(&exported, seq, metadata));
+    let import = |allow: &[&str]| {
+        let mut cmd = keel();
+        // The scenario's own completions carry the `scripted` namespace.
+        cmd.arg("import").arg(&path).args(b.db_args());
+        cmd.args(["--allow-metadata", "scripted"]);
+        for ns in allow {
+            cmd.args(["--allow-metadata", ns]);
+        }
+        let out = cmd.output().unwrap();
+        (out.status.code(), text(&out).1)
+    };
+    for allow in [&[][..], &["anthropic"][..]] {
+        let (code, stderr) = import(allow);
+        assert_eq!(code, Some(2), "{allow:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "run.jsonl:{}: model.completed metadata namespace $.openai is not allowed here (rule import.metadata_allowlist",
+                seq + 1
+            )),
+            "{stderr}"
+        );
+        assert!(!b.db().exists(), "nothing was stored");
+    }
+    let (code, stderr) = import(&["Bad-Name"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--allow-metadata: namespace name"),
+        "{stderr}"
+    );
+    let (code, stderr) = import(&["openai"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(b.ok(&["export", &run_id]).contains("fp_44709d6fcb"));
 }

@@ -31,6 +31,10 @@ fn valid_metadata_round_trips_byte_for_byte() {
     };
     done.metadata = Some(metadata.clone());
     let line = line_of(&Payload::ModelCompleted(done), 4, 1);
+    assert!(
+        line.contains(r#""metadata":{"anthropic":{"request_id":"req_011CNvz5"},"openai":{"system_fingerprint":"fp_44709d6fcb"}}"#),
+        "{line}"
+    );
     let event = Event::decode(&line).unwrap();
     assert_eq!(event.line(), line);
     let Payload::ModelCompleted(decoded) = event.payload().unwrap() else {

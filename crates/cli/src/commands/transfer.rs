@@ -36,12 +36,13 @@ use crate::args::{ExportArgs, ImportArgs};
 use crate::commands::history::all_lines;
 use crate::error::{CliError, EXIT_OK};
 use keel_eventlog::{
-    ENTRY_OVERHEAD_BYTES, Event, ImportError, LogConfig, RunLog, Snapshot, SystemClock,
+    ENTRY_OVERHEAD_BYTES, Event, ImportError, LogConfig, Payload, RunLog, Snapshot, SystemClock,
 };
 use keel_message::RunId;
 use keel_observers::{
     JournalConfig, JournalReader, ObserverError, RequiredObserver, SqliteJournal, Synchronous,
 };
+use keel_stream::MetadataAllowlist;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -124,9 +125,12 @@ fn read_bounded(path: &std::path::Path, file: &str, max_bytes: u64) -> Result<St
 /// `keel import FILE`.
 pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     let file = args.file.display().to_string();
+    let allowlist = MetadataAllowlist::new(&args.allow_metadata)
+        .map_err(|e| CliError::bad_input(format!("--allow-metadata: {}", e.kind())))?;
     let text = read_bounded(&args.file, &file, args.max_bytes)?;
     let log = replay(&file, &text)?;
     let imported = log.retained_after(0);
+    check_metadata_allowed(&file, &imported, &allowlist)?;
 
     let mut config = JournalConfig::default();
     // One fsync at close instead of one per event: acknowledged events
@@ -165,6 +169,32 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
         stats.duplicates
     );
     Ok(EXIT_OK)
+}
+
+/// Refuses a file whose completions carry metadata in a namespace the
+/// importing side does not allow: the live path would have dropped it, and
+/// an import keeps every event's bytes, so it cannot drop it either.
+/// Namespace names are validated plain names, safe to show.
+fn check_metadata_allowed(
+    file: &str,
+    events: &[Arc<Event>],
+    allowlist: &MetadataAllowlist,
+) -> Result<(), CliError> {
+    for event in events {
+        let Ok(Payload::ModelCompleted(done)) = event.payload() else {
+            continue;
+        };
+        let namespaces = done.metadata.iter().flat_map(|m| m.namespaces());
+        if let Some((name, _)) = namespaces.into_iter().find(|(n, _)| !allowlist.contains(n)) {
+            // The header is line 1, and the file is the whole run.
+            return Err(CliError::bad_input(format!(
+                "{file}:{}: model.completed metadata namespace $.{name} is not allowed here \
+                 (rule import.metadata_allowlist; allow it with --allow-metadata {name})",
+                event.seq() + 1
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Parses and checks an export (see the module docs); the log it gives
