@@ -63,3 +63,55 @@ fn a_snapshot_lists_its_events_and_debug_names_the_run() {
     );
     assert!(shown.contains("stats"), "{shown}");
 }
+
+/// The most events a subscriber at `after = 3` can fall behind by and
+/// still be served whole, with `max_events` as given.
+fn events_behind_and_still_served(max_events: usize) -> u64 {
+    let bounds = SubscriptionBounds {
+        max_events,
+        ..Default::default()
+    };
+    let mut served = 0;
+    for behind in 1..=(max_events as u64 + 3) {
+        let log = log();
+        commit_all(
+            &log,
+            &[run_started(), turn_started(1), model_started(1, "op_1")],
+        );
+        let mut sub = log.subscribe(3, bounds).unwrap();
+        for _ in 0..behind {
+            log.commit(&delta(1, "op_1", "x")).unwrap();
+        }
+        match drain(&mut sub) {
+            (seqs, None) if seqs.len() as u64 == behind => served = behind,
+            (_, Some(TryRecvError::Ended(SubscriptionError::SlowConsumer { .. }))) => break,
+            other => panic!("behind by {behind}: {other:?}"),
+        }
+    }
+    served
+}
+
+/// A subscriber exactly at its event bound is still served; one more
+/// event behind and it is a slow consumer.
+#[test]
+fn a_subscriber_exactly_at_its_event_bound_is_served() {
+    for max_events in [1, 3, 8] {
+        assert_eq!(
+            events_behind_and_still_served(max_events),
+            max_events as u64,
+            "max_events {max_events}"
+        );
+    }
+}
+
+#[test]
+fn subscription_debug_names_the_run_and_its_bounds() {
+    let log = log();
+    let sub = log.subscribe(0, SubscriptionBounds::default()).unwrap();
+    let shown = format!("{sub:?}");
+    assert!(shown.starts_with("Subscription"), "{shown}");
+    assert!(
+        shown.contains("run_1") && shown.contains("bounds"),
+        "{shown}"
+    );
+}
