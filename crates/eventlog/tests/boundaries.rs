@@ -115,3 +115,39 @@ fn subscription_debug_names_the_run_and_its_bounds() {
         "{shown}"
     );
 }
+
+/// Commits `run.started` and `notes` notes of 1,000 bytes under `config`.
+fn filled(config: LogConfig, notes: usize) -> RunLog {
+    let log = log_with(config).0;
+    log.commit(&run_started()).unwrap();
+    for _ in 0..notes {
+        log.commit(&note_of(1_000)).unwrap();
+    }
+    log
+}
+
+/// Retained bytes exactly at `max_bytes` evict nothing; one byte less
+/// of room evicts the oldest event.
+#[test]
+fn retained_bytes_exactly_at_max_bytes_evict_nothing() {
+    let roomy = LogConfig {
+        max_event_bytes: 2_000,
+        max_terminal_bytes: MIN_TERMINAL_BYTES,
+        max_open_scopes: 1,
+        ..LogConfig::default()
+    };
+    let total = filled(roomy.clone(), 20).stats().retained_bytes;
+    let exact = LogConfig {
+        max_bytes: total,
+        ..roomy.clone()
+    };
+    exact.validate().unwrap();
+    let stats = filled(exact, 20).stats();
+    assert_eq!((stats.evicted, stats.retained_bytes), (0, total));
+    let tight = LogConfig {
+        max_bytes: total - 1,
+        ..roomy
+    };
+    let stats = filled(tight, 20).stats();
+    assert_eq!((stats.evicted, stats.earliest_seq), (1, 2));
+}
