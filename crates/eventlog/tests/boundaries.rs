@@ -151,3 +151,20 @@ fn retained_bytes_exactly_at_max_bytes_evict_nothing() {
     let stats = filled(tight, 20).stats();
     assert_eq!((stats.evicted, stats.earliest_seq), (1, 2));
 }
+
+/// The snapshot of a log with nothing committed (`earliest_seq` 1,
+/// `last_seq` 0: the window is exactly one past the end) reads back and
+/// restores.
+#[test]
+fn the_snapshot_of_an_empty_log_reads_back() {
+    let text = log().snapshot().to_jsonl();
+    let snapshot = Snapshot::from_jsonl(&text).unwrap();
+    assert_eq!((snapshot.earliest_seq(), snapshot.events().len()), (1, 0));
+    let restored = RunLog::restore(
+        &snapshot,
+        LogConfig::default(),
+        std::sync::Arc::new(SystemClock),
+    )
+    .unwrap();
+    assert_eq!(restored.commit(&run_started()).unwrap().seq(), 1);
+}
