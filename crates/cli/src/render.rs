@@ -7,7 +7,7 @@
 //! the log: there is no second channel. It also says what the run is
 //! waiting on ([`Transcript::waiting`]), for the spinner.
 
-use keel_eventlog::{Event, Payload, ToolOutcome, ToolRetry};
+use keel_eventlog::{Event, Payload, ToolRetry};
 use keel_stream::FinishReason;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -279,7 +279,9 @@ impl Transcript {
                     self.at_line_start = true;
                 }
                 self.in_text = false;
-                if matches!(p.finish, FinishReason::Length | FinishReason::ContentFilter) {
+                // An unknown finish reason (from a newer version's log) is
+                // shown like the unusual known ones, verbatim.
+                if !matches!(p.finish, FinishReason::Stop | FinishReason::ToolCalls) {
                     let text = self.paint("33", &format!("(the model stopped: {})", p.finish));
                     self.line(out, &text);
                 }
@@ -288,7 +290,7 @@ impl Transcript {
                 self.waiting = None;
                 self.stats.model_failures += 1;
                 self.last_failure_partial_retryable =
-                    p.problem.retryable && p.position == keel_stream::RetryPosition::Partial;
+                    p.problem.retryable && p.position.may_have_output();
                 let retryable = if p.problem.retryable {
                     ", retryable"
                 } else {
@@ -298,7 +300,7 @@ impl Transcript {
                     "✗ model call failed: {} ({}, {}{retryable})",
                     p.problem.message, p.problem.kind, p.position
                 );
-                if p.position == keel_stream::RetryPosition::Partial {
+                if p.position.may_have_output() {
                     text.push_str(" — the partial output above is discarded");
                 }
                 let text = self.paint("31", &text);
@@ -353,15 +355,14 @@ impl Transcript {
                 self.update_tool_wait();
                 let mut typed = Vec::new();
                 if let Some(o) = p.outcome {
-                    typed.push(match o {
-                        ToolOutcome::Definitive => "outcome definitive",
-                        ToolOutcome::Uncertain => "outcome uncertain",
-                    });
+                    typed.push(format!("outcome {o}"));
                 }
                 if let Some(r) = p.retry {
                     typed.push(match r {
-                        ToolRetry::Retryable => "retryable",
-                        ToolRetry::NotRetryable => "not retryable",
+                        ToolRetry::Retryable => "retryable".to_owned(),
+                        ToolRetry::NotRetryable => "not retryable".to_owned(),
+                        // A newer version's value, shown verbatim.
+                        other => format!("retry {other}"),
                     });
                 }
                 let typed = if typed.is_empty() {

@@ -314,24 +314,31 @@ pub struct ToolCompleted {
     pub extra: Extra,
 }
 
-/// A typed tool failure's outcome: did the side effect happen?
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolOutcome {
-    /// The tool definitely did not take effect.
-    Definitive,
-    /// The tool may have taken effect (a timeout, a lost connection).
-    Uncertain,
+keel_stream::wire_enum! {
+    /// A typed tool failure's outcome: did the side effect happen?
+    /// Extensible: a value this version does not know decodes as
+    /// [`ToolOutcome::Unknown`] and re-encodes verbatim; its generic
+    /// meaning is [`Uncertain`](ToolOutcome::Uncertain) (the side effect
+    /// may have happened).
+    pub enum ToolOutcome ("tool outcome") {
+        /// The tool definitely did not take effect.
+        Definitive => "definitive",
+        /// The tool may have taken effect (a timeout, a lost connection).
+        Uncertain => "uncertain",
+    }
 }
 
-/// Whether a failed tool call may be retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolRetry {
-    /// Retrying may succeed.
-    Retryable,
-    /// Retrying will not help.
-    NotRetryable,
+keel_stream::wire_enum! {
+    /// Whether a failed tool call may be retried. Extensible: a value this
+    /// version does not know decodes as [`ToolRetry::Unknown`] and
+    /// re-encodes verbatim; its generic meaning is
+    /// [`NotRetryable`](ToolRetry::NotRetryable) (never retry on a guess).
+    pub enum ToolRetry ("tool retry") {
+        /// Retrying may succeed.
+        Retryable => "retryable",
+        /// Retrying will not help.
+        NotRetryable => "not_retryable",
+    }
 }
 
 /// `tool.failed`.

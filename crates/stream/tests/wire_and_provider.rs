@@ -117,7 +117,7 @@ fn decoding_runs_the_constructors() {
         r#"{"type":"completion","finish":"stop","extra":1}"#,
         r#"{"type":"text_delta","text":""}"#,
         r#"{"type":"tool_call","call_id":"c1","name":"t","arguments":[1]}"#,
-        r#"{"type":"failure","problem":{"kind":"other","message":"m","retryable":false},"position":"middle"}"#,
+        r#"{"type":"failure","problem":{"kind":"other","message":"m","retryable":false},"position":"Middle"}"#,
     ];
     for line in bad {
         assert!(serde_json::from_str::<StreamItem>(line).is_err(), "{line}");
