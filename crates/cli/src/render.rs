@@ -606,6 +606,43 @@ mod tests {
         );
     }
 
+    /// Values a newer version added are shown verbatim: an unknown finish
+    /// reason like the unusual known ones, an unknown position as partial,
+    /// an unknown tool outcome and retry by their words.
+    #[test]
+    fn renders_unknown_wire_values_verbatim() {
+        let mut t = Transcript::new(false);
+        let mut out = String::new();
+        for e in [
+            ev(1, "run.started", r#"{"model":"m"}"#),
+            ev(2, "turn.started", r#"{"turn":1}"#),
+            ev(
+                3,
+                "model.failed",
+                r#"{"operation_id":"op_1","position":"after_tool_calls","problem":{"kind":"quota","message":"x","retryable":true},"turn":1}"#,
+            ),
+            ev(
+                4,
+                "model.completed",
+                r#"{"finish":"paused_for_moderation","operation_id":"op_2","turn":1}"#,
+            ),
+            ev(
+                5,
+                "tool.failed",
+                r#"{"call_id":"c1","error":"odd","outcome":"maybe","retry":"later","tool":"t","turn":1}"#,
+            ),
+        ] {
+            out.push_str(&t.render(&e));
+        }
+        for shown in [
+            "✗ model call failed: x (quota, after_tool_calls, retryable) — the partial output above is discarded",
+            "(the model stopped: paused_for_moderation)",
+            "✗ t failed: odd (outcome maybe, retry later)",
+        ] {
+            assert!(out.contains(shown), "{shown:?} not in {out:?}");
+        }
+    }
+
     #[test]
     fn shortens_long_text() {
         let long = "é".repeat(300);

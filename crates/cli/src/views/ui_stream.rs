@@ -675,6 +675,61 @@ mod tests {
         check(&events, &chunks, false)
     }
 
+    /// Values a newer version added: an unknown position reads as partial
+    /// (discarded, the value verbatim), an unknown problem kind, tool
+    /// outcome and retry pass through verbatim, and an unknown finish
+    /// reason becomes the SDK's `other`.
+    #[test]
+    fn unknown_wire_values_have_documented_fallbacks() -> TestResult {
+        check(
+            &[
+                ("run.started", r#"{}"#),
+                ("turn.started", r#"{"turn":1}"#),
+                (
+                    "model.started",
+                    r#"{"attempt":1,"model":"m","operation_id":"op_1","turn":1}"#,
+                ),
+                (
+                    "model.failed",
+                    r#"{"operation_id":"op_1","position":"after_tool_calls","problem":{"kind":"quota","message":"x","retryable":true},"turn":1}"#,
+                ),
+                (
+                    "model.started",
+                    r#"{"attempt":2,"model":"m","operation_id":"op_2","turn":1}"#,
+                ),
+                (
+                    "model.completed",
+                    r#"{"finish":"paused_for_moderation","operation_id":"op_2","turn":1}"#,
+                ),
+                (
+                    "tool.failed",
+                    r#"{"call_id":"c1","error":"odd","outcome":"maybe","retry":"later","tool":"t","turn":1}"#,
+                ),
+                ("turn.completed", r#"{"turn":1}"#),
+                ("run.completed", r#"{}"#),
+            ],
+            &[
+                &[],
+                &[r#"{"type":"start-step"}"#],
+                &[],
+                &[
+                    r#"{"type":"data-keel-discarded","id":"op_1","data":{"operation_id":"op_1","position":"after_tool_calls","problem":{"kind":"quota","retryable":true},"text_ids":[],"tool_call_ids":[]}}"#,
+                ],
+                &[],
+                &[],
+                &[
+                    r#"{"type":"tool-output-error","toolCallId":"c1","errorText":"odd"}"#,
+                    r#"{"type":"data-keel-tool-failed","id":"c1","data":{"call_id":"c1","outcome":"maybe","retry":"later","tool":"t"}}"#,
+                ],
+                &[r#"{"type":"finish-step"}"#],
+                &[
+                    r#"{"type":"finish","finishReason":"other","messageMetadata":{"keel":{"outcome":"completed","usage":null}}}"#,
+                ],
+            ],
+            false,
+        )
+    }
+
     #[test]
     fn typed_tool_failures_carry_their_disposition() -> TestResult {
         check(
