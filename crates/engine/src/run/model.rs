@@ -85,9 +85,10 @@ impl Runner {
                 AttemptEnd::Completed(output) => return Ok(Ok(output)),
                 AttemptEnd::Failed { problem, position } => (problem, position),
             };
-            // An unknown position (never made live) reads as partial.
-            let allowed =
-                !position.may_have_output() || retry.partial == PartialRetry::Restart;
+            let allowed = match position {
+                RetryPosition::Pristine => true,
+                RetryPosition::Partial => retry.partial == PartialRetry::Restart,
+            };
             let seed = hash_seed(self.run_id.as_str(), turn);
             if problem.retryable()
                 && allowed
