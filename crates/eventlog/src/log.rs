@@ -133,10 +133,6 @@ impl RunLog {
         last_ts: u64,
     ) -> RunLog {
         let settled = tracker.run_ended();
-        // The last committed sequence, and the durable watermark: restored
-        // events (a snapshot window starts here) are durable by
-        // definition. One value for the signal and the state alike.
-        let last_seq = next_seq - 1;
         RunLog {
             shared: Arc::new(Shared {
                 tail: RunTail::new(&run_id),
@@ -144,8 +140,8 @@ impl RunLog {
                 config,
                 clock,
                 signal: Signal {
-                    last_seq: AtomicU64::new(last_seq),
-                    durable_seq: AtomicU64::new(last_seq),
+                    last_seq: AtomicU64::new(next_seq - 1),
+                    durable_seq: AtomicU64::new(next_seq - 1),
                     settled: AtomicBool::new(settled),
                 },
                 state: Mutex::new(State {
@@ -159,7 +155,9 @@ impl RunLog {
                     tracker,
                     ended: None,
                     waiters: Vec::new(),
-                    durable_seq: last_seq,
+                    // Restored events (a snapshot window starts here) are
+                    // durable by definition.
+                    durable_seq: next_seq - 1,
                     durable_waiters: Vec::new(),
                     next_subscriber: 0,
                     subscribers: 0,
@@ -229,26 +227,47 @@ impl RunLog {
 
     /// Appends an event that already has its sequence and timestamp
     /// (restore and import): the same checks as a commit, no renumbering.
-    /// `payload` is the event's, decoded.
+    /// `payload` (the event's, decoded) is `None` for a snapshot window
+    /// whose lifecycle state comes from its header.
     pub(crate) fn commit_verbatim(
         &self,
         event: &std::sync::Arc<Event>,
-        payload: &Payload,
+        payload: Option<&Payload>,
     ) -> Result<std::sync::Arc<Event>, CommitError> {
-        let (transition, tool) = (payload.transition(), payload.tool_name());
+        let transition = payload.map(|p| (p.transition(), p.tool_name()));
         let mut state = lock(&self.shared.state);
         if let Some(reason) = state.ended {
             return Err(CommitError::Closed(reason));
         }
-        state.tracker.check_named(&transition, tool)?;
+        if let Some((t, tool)) = &transition {
+            state.tracker.check_named(t, *tool)?;
+        }
         if event.seq() != state.next_seq {
             return Err(CommitError::OutOfSequence {
                 expected: state.next_seq,
                 found: event.seq(),
             });
         }
-        self.check_size(event.line().len(), &transition)?;
-        state.tracker.apply_named(&transition, tool)?;
+        if let Some((t, tool)) = &transition {
+            self.check_size(event.line().len(), t)?;
+            state.tracker.apply_named(t, *tool)?;
+        } else if event.line().len()
+            > self
+                .shared
+                .config
+                .max_event_bytes
+                .max(self.shared.config.max_terminal_bytes)
+        {
+            return Err(CommitError::EventTooLarge {
+                bytes: event.line().len(),
+                max: self
+                    .shared
+                    .config
+                    .max_event_bytes
+                    .max(self.shared.config.max_terminal_bytes),
+                bound: "max_event_bytes",
+            });
+        }
         self.append_locked(&mut state, std::sync::Arc::clone(event));
         // Restored and imported events are durable by definition (they
         // were read back from where they were kept).
