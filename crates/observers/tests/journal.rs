@@ -1260,3 +1260,38 @@ fn a_cancelled_batch_is_committed_whole_or_not_at_all() {
     assert_eq!(journal.stats().duplicates, 30);
     journal.close().unwrap();
 }
+
+/// Requests offered while the writer is blocked are grouped into
+/// transactions of at most `max_batch` events, and a transaction closes
+/// as soon as its lines reach `max_batch_bytes`: with the bound exactly
+/// at 4 events, or exactly at 3 events' bytes, the largest transaction
+/// holds exactly that many.
+#[test]
+fn a_grouped_transaction_stops_exactly_at_its_bounds() {
+    // Twelve runs whose first events are all the same length.
+    let events: Vec<Arc<Event>> = (b'a'..=b'l')
+        .map(|c| note(&format!("run_{}", c as char), 1, "x"))
+        .collect();
+    let size = events[0].line().len();
+    assert!(events.iter().all(|e| e.line().len() == size));
+    for (bound, max_batch, max_batch_bytes, largest) in [
+        ("max_batch", 4, 1 << 20, 4),
+        ("max_batch_bytes", 512, 3 * size, 3),
+    ] {
+        let dir = TempDir::new("group");
+        let mut config = JournalConfig::default();
+        config.max_batch = max_batch;
+        config.max_batch_bytes = max_batch_bytes;
+        let journal = SqliteJournal::open(dir.db(), config).unwrap();
+        let release = WriteLock::take(&dir.db()).release_after(Duration::from_millis(300));
+        let answers = rt().block_on(futures_util::future::join_all(
+            events.iter().map(|e| journal.observe(e)),
+        ));
+        release.join().unwrap();
+        assert!(answers.iter().all(Result::is_ok), "{bound}: {answers:?}");
+        let stats = journal.stats();
+        assert_eq!(stats.stored, 12, "{bound}: {stats:?}");
+        assert_eq!(stats.largest_batch, largest, "{bound}: {stats:?}");
+        journal.close().unwrap();
+    }
+}
