@@ -99,12 +99,12 @@ fn item(u: &mut Unstructured<'_>) -> Result<RawItem> {
             arguments: pick(u, ARGUMENTS)?,
         }),
         7 | 8 => RawItem::Completion(RawCompletion {
-            finish: *u.choose(&[
-                FinishReason::Stop,
-                FinishReason::ToolCalls,
-                FinishReason::Length,
-                FinishReason::ContentFilter,
-            ])?,
+            // Mostly known reasons; now and then one only a stored event
+            // may carry (rule stream.known_value refuses it live).
+            finish: match FinishReason::KNOWN.get(usize::from(u.int_in_range(0u8..=4)?)) {
+                Some(known) => known.clone(),
+                None => FinishReason::from_wire("paused").expect("a well-formed word"),
+            },
             usage: if u.arbitrary()? {
                 Some(RawUsage {
                     input_tokens: u.arbitrary()?,
@@ -120,7 +120,7 @@ fn item(u: &mut Unstructured<'_>) -> Result<RawItem> {
             },
         }),
         _ => RawItem::Failure(RawProblem {
-            kind: *u.choose(&ProblemKind::ALL)?,
+            kind: u.choose(&ProblemKind::ALL)?.clone(),
             message: u.arbitrary()?,
             retryable: u.arbitrary()?,
             retry_after: if u.arbitrary()? {
@@ -209,6 +209,7 @@ fuzz_target!(|data: &[u8]| {
                 partial = true;
             }
             Ok(StreamItem::Completion(c)) => {
+                assert!(c.finish().is_known(), "an unknown finish accepted live");
                 match c.finish() {
                     FinishReason::ToolCalls => {
                         assert!(!call_ids.is_empty(), "tool_calls finish without calls")

@@ -7,7 +7,7 @@
 //! the log: there is no second channel. It also says what the run is
 //! waiting on ([`Transcript::waiting`]), for the spinner.
 
-use keel_eventlog::{Event, Payload, ToolOutcome, ToolRetry};
+use keel_eventlog::{Event, Payload, ToolRetry};
 use keel_stream::FinishReason;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -279,7 +279,9 @@ impl Transcript {
                     self.at_line_start = true;
                 }
                 self.in_text = false;
-                if matches!(p.finish, FinishReason::Length | FinishReason::ContentFilter) {
+                // An unknown finish reason (from a newer version's log) is
+                // shown like the unusual known ones, verbatim.
+                if !matches!(p.finish, FinishReason::Stop | FinishReason::ToolCalls) {
                     let text = self.paint("33", &format!("(the model stopped: {})", p.finish));
                     self.line(out, &text);
                 }
@@ -288,7 +290,7 @@ impl Transcript {
                 self.waiting = None;
                 self.stats.model_failures += 1;
                 self.last_failure_partial_retryable =
-                    p.problem.retryable && p.position == keel_stream::RetryPosition::Partial;
+                    p.problem.retryable && p.position.may_have_output();
                 let retryable = if p.problem.retryable {
                     ", retryable"
                 } else {
@@ -298,7 +300,7 @@ impl Transcript {
                     "✗ model call failed: {} ({}, {}{retryable})",
                     p.problem.message, p.problem.kind, p.position
                 );
-                if p.position == keel_stream::RetryPosition::Partial {
+                if p.position.may_have_output() {
                     text.push_str(" — the partial output above is discarded");
                 }
                 let text = self.paint("31", &text);
@@ -353,15 +355,14 @@ impl Transcript {
                 self.update_tool_wait();
                 let mut typed = Vec::new();
                 if let Some(o) = p.outcome {
-                    typed.push(match o {
-                        ToolOutcome::Definitive => "outcome definitive",
-                        ToolOutcome::Uncertain => "outcome uncertain",
-                    });
+                    typed.push(format!("outcome {o}"));
                 }
                 if let Some(r) = p.retry {
                     typed.push(match r {
-                        ToolRetry::Retryable => "retryable",
-                        ToolRetry::NotRetryable => "not retryable",
+                        ToolRetry::Retryable => "retryable".to_owned(),
+                        ToolRetry::NotRetryable => "not retryable".to_owned(),
+                        // A newer version's value, shown verbatim.
+                        other => format!("retry {other}"),
                     });
                 }
                 let typed = if typed.is_empty() {
@@ -603,6 +604,43 @@ mod tests {
             "● run run_1 · model m\nChecking.\n→ get_weather {\"city\":\"Oslo\"}\n← {\"temp_c\":3}\n\
              ✓ completed in 9.00s · 1 turn · 1 model call · 1 tool call · tokens 12 in / 7 out\n"
         );
+    }
+
+    /// Values a newer version added are shown verbatim: an unknown finish
+    /// reason like the unusual known ones, an unknown position as partial,
+    /// an unknown tool outcome and retry by their words.
+    #[test]
+    fn renders_unknown_wire_values_verbatim() {
+        let mut t = Transcript::new(false);
+        let mut out = String::new();
+        for e in [
+            ev(1, "run.started", r#"{"model":"m"}"#),
+            ev(2, "turn.started", r#"{"turn":1}"#),
+            ev(
+                3,
+                "model.failed",
+                r#"{"operation_id":"op_1","position":"after_tool_calls","problem":{"kind":"quota","message":"x","retryable":true},"turn":1}"#,
+            ),
+            ev(
+                4,
+                "model.completed",
+                r#"{"finish":"paused_for_moderation","operation_id":"op_2","turn":1}"#,
+            ),
+            ev(
+                5,
+                "tool.failed",
+                r#"{"call_id":"c1","error":"odd","outcome":"maybe","retry":"later","tool":"t","turn":1}"#,
+            ),
+        ] {
+            out.push_str(&t.render(&e));
+        }
+        for shown in [
+            "✗ model call failed: x (quota, after_tool_calls, retryable) — the partial output above is discarded",
+            "(the model stopped: paused_for_moderation)",
+            "✗ t failed: odd (outcome maybe, retry later)",
+        ] {
+            assert!(out.contains(shown), "{shown:?} not in {out:?}");
+        }
     }
 
     #[test]

@@ -635,27 +635,48 @@ fn import_refuses_a_credential_in_metadata_and_stores_nothing() {
     let seq = seq_of(&lines, "model.completed");
     let secret = ["Bearer ", "abcDEF123456", "ghiJKL789"].concat();
     let metadata = format!(r#"{{"openai":{{"authorization":"{secret}"}}}}"#);
-    let b = Sandbox::new();
-    let path = b.write("tampered.jsonl", &with_metadata(&exported, seq, &metadata));
-    let out = keel()
-        .arg("import")
-        .arg(&path)
-        .args(["--allow-metadata", "openai"])
-        .args(b.db_args())
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(&format!("tampered.jsonl:{}: ", seq + 1)),
-        "{stderr}"
-    );
-    assert!(stderr.contains("rule metadata.no_secrets"), "{stderr}");
-    assert!(stderr.contains("$.openai"), "{stderr}");
-    for shown in [&stdout, &stderr] {
-        assert!(!shown.contains("abcDEF123456"), "echoed: {shown}");
+    let tampered = with_metadata(&exported, seq, &metadata);
+    // Into a new journal, and into one that already holds a run.
+    for existing in [false, true] {
+        let b = Sandbox::new();
+        let before = existing.then(|| {
+            run_json(&b, "plain_answer.json");
+            b.ok(&["runs"])
+        });
+        let path = b.write("tampered.jsonl", &tampered);
+        let out = keel()
+            .arg("import")
+            .arg(&path)
+            .args(["--allow-metadata", "openai", "--allow-metadata", "scripted"])
+            .args(b.db_args())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "tampered.jsonl:{}: model.completed metadata $.openai.authorization: ",
+                seq + 1
+            )),
+            "{stderr}"
+        );
+        assert!(stderr.contains("(rule metadata.no_secrets)"), "{stderr}");
+        for shown in [&stdout, &stderr] {
+            assert!(!shown.contains("abcDEF123456"), "echoed: {shown}");
+        }
+        match before {
+            None => assert!(!b.db().exists(), "nothing was stored"),
+            Some(before) => {
+                assert_eq!(b.ok(&["runs"]), before, "nothing was stored");
+                let out = keel()
+                    .args(["events", &run_id])
+                    .args(b.db_args())
+                    .output()
+                    .unwrap();
+                assert_eq!(out.status.code(), Some(2), "{}", text(&out).1);
+            }
+        }
     }
-    assert!(!b.db().exists(), "nothing was stored");
 }
 
 /// The importing side's allowlist applies: a namespace it does not allow
@@ -668,6 +689,8 @@ fn import_applies_the_importers_metadata_allowlist() {
     let exported = a.ok(&["export", &run_id]);
     let seq = seq_of(&lines, "model.completed");
     let b = Sandbox::new();
+    run_json(&b, "plain_answer.json");
+    let before = b.ok(&["runs"]);
     let metadata = r#"{"openai":{"system_fingerprint":"fp_44709d6fcb"}}"#;
     let path = b.write("run.jsonl", &with_metadata(&exported, seq, metadata));
     let import = |allow: &[&str]| {
@@ -686,12 +709,12 @@ fn import_applies_the_importers_metadata_allowlist() {
         assert_eq!(code, Some(2), "{allow:?}: {stderr}");
         assert!(
             stderr.contains(&format!(
-                "run.jsonl:{}: model.completed metadata namespace $.openai is not allowed here (rule import.metadata_allowlist",
+                "run.jsonl:{}: seq {seq}: model.completed metadata namespace $.openai is not allowed here (rule import.metadata_allowlist",
                 seq + 1
             )),
             "{stderr}"
         );
-        assert!(!b.db().exists(), "nothing was stored");
+        assert_eq!(b.ok(&["runs"]), before, "nothing was stored");
     }
     let (code, stderr) = import(&["Bad-Name"]);
     assert_eq!(code, Some(2), "{stderr}");

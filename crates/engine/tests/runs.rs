@@ -417,6 +417,39 @@ async fn malformed_scripts_become_protocol_failures() {
     }
 }
 
+/// The live path records known values only: a tool's typed failure with
+/// an outcome or retry this version does not know (made with `from_wire`)
+/// is recorded as the generic meaning, `uncertain` and `not_retryable`.
+#[tokio::test(start_paused = true)]
+async fn a_tools_unknown_outcome_and_retry_are_recorded_as_their_generic_meaning() {
+    let provider = ScriptedProvider::new(vec![
+        vec![call("c1"), ScriptItem::complete(FinishReason::ToolCalls)],
+        done(),
+    ]);
+    let tool = weather(vec![ToolStep::typed_error(
+        "odd",
+        ToolOutcome::from_wire("maybe").unwrap(),
+        ToolRetry::from_wire("later").unwrap(),
+    )]);
+    let engine = builder(provider).tool(Arc::new(tool)).build().unwrap();
+    let (outcome, events) = run_to_end(&engine, "run_unknown_tool_values").await;
+    assert!(
+        matches!(outcome, RunOutcome::Completed { .. }),
+        "{outcome:?}"
+    );
+    let typed: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e.payload().unwrap() {
+            Payload::ToolFailed(f) => Some((f.outcome, f.retry)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        typed,
+        [(Some(ToolOutcome::Uncertain), Some(ToolRetry::NotRetryable))]
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn tool_failures_feed_back_by_default_with_full_correlation() {
     let provider = ScriptedProvider::new(vec![

@@ -133,6 +133,10 @@ impl RunLog {
         last_ts: u64,
     ) -> RunLog {
         let settled = tracker.run_ended();
+        // The last committed sequence, and the durable watermark: restored
+        // events (a snapshot window starts here) are durable by
+        // definition. One value for the signal and the state alike.
+        let last_seq = next_seq - 1;
         RunLog {
             shared: Arc::new(Shared {
                 tail: RunTail::new(&run_id),
@@ -140,8 +144,8 @@ impl RunLog {
                 config,
                 clock,
                 signal: Signal {
-                    last_seq: AtomicU64::new(next_seq - 1),
-                    durable_seq: AtomicU64::new(next_seq - 1),
+                    last_seq: AtomicU64::new(last_seq),
+                    durable_seq: AtomicU64::new(last_seq),
                     settled: AtomicBool::new(settled),
                 },
                 state: Mutex::new(State {
@@ -155,9 +159,7 @@ impl RunLog {
                     tracker,
                     ended: None,
                     waiters: Vec::new(),
-                    // Restored events (a snapshot window starts here) are
-                    // durable by definition.
-                    durable_seq: next_seq - 1,
+                    durable_seq: last_seq,
                     durable_waiters: Vec::new(),
                     next_subscriber: 0,
                     subscribers: 0,
@@ -227,47 +229,26 @@ impl RunLog {
 
     /// Appends an event that already has its sequence and timestamp
     /// (restore and import): the same checks as a commit, no renumbering.
-    /// `payload` (the event's, decoded) is `None` for a snapshot window
-    /// whose lifecycle state comes from its header.
+    /// `payload` is the event's, decoded.
     pub(crate) fn commit_verbatim(
         &self,
         event: &std::sync::Arc<Event>,
-        payload: Option<&Payload>,
+        payload: &Payload,
     ) -> Result<std::sync::Arc<Event>, CommitError> {
-        let transition = payload.map(|p| (p.transition(), p.tool_name()));
+        let (transition, tool) = (payload.transition(), payload.tool_name());
         let mut state = lock(&self.shared.state);
         if let Some(reason) = state.ended {
             return Err(CommitError::Closed(reason));
         }
-        if let Some((t, tool)) = &transition {
-            state.tracker.check_named(t, *tool)?;
-        }
+        state.tracker.check_named(&transition, tool)?;
         if event.seq() != state.next_seq {
             return Err(CommitError::OutOfSequence {
                 expected: state.next_seq,
                 found: event.seq(),
             });
         }
-        if let Some((t, tool)) = &transition {
-            self.check_size(event.line().len(), t)?;
-            state.tracker.apply_named(t, *tool)?;
-        } else if event.line().len()
-            > self
-                .shared
-                .config
-                .max_event_bytes
-                .max(self.shared.config.max_terminal_bytes)
-        {
-            return Err(CommitError::EventTooLarge {
-                bytes: event.line().len(),
-                max: self
-                    .shared
-                    .config
-                    .max_event_bytes
-                    .max(self.shared.config.max_terminal_bytes),
-                bound: "max_event_bytes",
-            });
-        }
+        self.check_size(event.line().len(), &transition)?;
+        state.tracker.apply_named(&transition, tool)?;
         self.append_locked(&mut state, std::sync::Arc::clone(event));
         // Restored and imported events are durable by definition (they
         // were read back from where they were kept).

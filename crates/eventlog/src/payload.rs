@@ -11,7 +11,9 @@ use crate::scope::{ScopeKey, Transition};
 use keel_message::{
     CallId, CanonicalJson, InteractionId, Message, ModelName, OperationId, RunId, ToolName,
 };
-use keel_stream::{FinishReason, ProblemKind, ProviderProblem, RetryPosition, Usage};
+use keel_stream::{
+    FinishReason, ProblemKind, ProviderMetadata, ProviderProblem, RetryPosition, Usage,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -225,9 +227,10 @@ pub struct ModelCompleted {
     /// Token usage, when the provider reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
-    /// Allowlisted, screened provider metadata.
+    /// Allowlisted, screened provider metadata. Decoding validates it as
+    /// the live stream does; a refusal is a [`PayloadError::Metadata`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<keel_stream::ProviderMetadata>,
+    pub metadata: Option<ProviderMetadata>,
     /// Unknown members.
     #[serde(flatten)]
     pub extra: Extra,
@@ -314,24 +317,31 @@ pub struct ToolCompleted {
     pub extra: Extra,
 }
 
-/// A typed tool failure's outcome: did the side effect happen?
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolOutcome {
-    /// The tool definitely did not take effect.
-    Definitive,
-    /// The tool may have taken effect (a timeout, a lost connection).
-    Uncertain,
+keel_stream::wire_enum! {
+    /// A typed tool failure's outcome: did the side effect happen?
+    /// Extensible: a value this version does not know decodes as
+    /// [`ToolOutcome::Unknown`] and re-encodes verbatim; its generic
+    /// meaning is [`Uncertain`](ToolOutcome::Uncertain) (the side effect
+    /// may have happened).
+    pub enum ToolOutcome ("tool outcome") {
+        /// The tool definitely did not take effect.
+        Definitive => "definitive",
+        /// The tool may have taken effect (a timeout, a lost connection).
+        Uncertain => "uncertain",
+    }
 }
 
-/// Whether a failed tool call may be retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolRetry {
-    /// Retrying may succeed.
-    Retryable,
-    /// Retrying will not help.
-    NotRetryable,
+keel_stream::wire_enum! {
+    /// Whether a failed tool call may be retried. Extensible: a value this
+    /// version does not know decodes as [`ToolRetry::Unknown`] and
+    /// re-encodes verbatim; its generic meaning is
+    /// [`NotRetryable`](ToolRetry::NotRetryable) (never retry on a guess).
+    pub enum ToolRetry ("tool retry") {
+        /// Retrying may succeed.
+        Retryable => "retryable",
+        /// Retrying will not help.
+        NotRetryable => "not_retryable",
+    }
 }
 
 /// `tool.failed`.
@@ -534,6 +544,12 @@ pub enum PayloadError {
     /// A JSON rule broke while canonicalizing.
     #[error(transparent)]
     Json(#[from] keel_message::JsonError),
+    /// A `model.completed` whose metadata breaks a rule the live stream
+    /// enforces (the namespace rules, the bounds, the secret screen). The
+    /// error names the rule (`metadata.no_secrets`, …) and the JSON path
+    /// (a secret-shaped member name by position), never a value.
+    #[error("model.completed metadata {0}")]
+    Metadata(#[from] keel_stream::MetadataError),
 }
 
 macro_rules! payload_table {
@@ -564,9 +580,11 @@ macro_rules! payload_table {
                 if !value.is_object() {
                     return Err(PayloadError::NotObject { kind: name.to_string() });
                 }
+                let (value, metadata) = take_metadata(kind, value)?;
                 $(
                     if *kind == $kind {
                         let payload = Payload::$variant(serde_json::from_value(value).map_err(schema)?);
+                        let payload = with_metadata(payload, metadata);
                         payload.check()?;
                         return Ok(payload);
                     }
@@ -610,6 +628,40 @@ payload_table! {
     TextDelta => EventKind::TextDelta,
     ToolCall => EventKind::ToolCall,
     RunInput => EventKind::RunInput,
+}
+
+/// Takes a `model.completed` payload's `metadata` member out of `value`
+/// and validates it as a [`ProviderMetadata`] here rather than in its serde
+/// `Deserialize`, so a refusal keeps its type ([`PayloadError::Metadata`]:
+/// the rule and the path). A `null` is left to serde: it decodes as absent,
+/// and the canonical check then refuses the line.
+fn take_metadata(
+    kind: &EventKind,
+    mut value: serde_json::Value,
+) -> Result<(serde_json::Value, Option<ProviderMetadata>), PayloadError> {
+    if *kind != EventKind::Lifecycle(Scope::Model, Ended(Completed)) {
+        return Ok((value, None));
+    }
+    let Some(members) = value.as_object_mut() else {
+        return Ok((value, None));
+    };
+    let metadata = match members.remove("metadata") {
+        None => None,
+        Some(serde_json::Value::Null) => {
+            members.insert("metadata".to_owned(), serde_json::Value::Null);
+            None
+        }
+        Some(raw) => Some(ProviderMetadata::from_value(&raw)?),
+    };
+    Ok((value, metadata))
+}
+
+/// Puts the metadata [`take_metadata`] validated back into its completion.
+fn with_metadata(mut payload: Payload, metadata: Option<ProviderMetadata>) -> Payload {
+    if let (Payload::ModelCompleted(done), Some(metadata)) = (&mut payload, metadata) {
+        done.metadata = Some(metadata);
+    }
+    payload
 }
 
 /// Names the failing member without quoting values.

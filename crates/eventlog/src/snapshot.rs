@@ -531,7 +531,7 @@ impl RunLog {
                 1,
                 0,
             );
-            log.append_verbatim(snapshot.events.iter().cloned(), 2, true)?;
+            log.append_verbatim(snapshot.events.iter().cloned(), 2)?;
             check_replay(&lock(&log.shared.state).tracker, &resumed, &claimed)?;
             log
         } else {
@@ -560,7 +560,7 @@ impl RunLog {
             .map_err(|source| ImportError::Lifecycle { line: 1, source })?;
             let log =
                 RunLog::from_parts(h.run_id.clone(), config, clock, tracker, h.earliest_seq, 0);
-            log.append_verbatim(snapshot.events.iter().cloned(), 2, true)?;
+            log.append_verbatim(snapshot.events.iter().cloned(), 2)?;
             check_replay(&lock(&log.shared.state).tracker, &resumed, &claimed)?;
             log
         };
@@ -596,38 +596,31 @@ impl RunLog {
         }
         let tracker = LifecycleTracker::new(config.max_open_scopes);
         let log = RunLog::from_parts(run_id, config, clock, tracker, 1, 0);
-        log.append_verbatim(events.into_iter(), 1, true)?;
+        log.append_verbatim(events.into_iter(), 1)?;
         Ok(log)
     }
 
-    /// Appends already-numbered events, checking size and (when
-    /// `check_lifecycle`) the lifecycle exactly as a commit does.
-    /// `first_line` numbers errors.
+    /// Appends already-numbered events, checking size and the lifecycle
+    /// exactly as a commit does. `first_line` numbers errors.
     fn append_verbatim(
         &self,
         events: impl Iterator<Item = Arc<Event>>,
         first_line: usize,
-        check_lifecycle: bool,
     ) -> Result<(), ImportError> {
         for (i, event) in events.enumerate() {
             let line = first_line + i;
-            let payload = if check_lifecycle {
-                let payload: Payload = event
-                    .payload()
-                    .map_err(|source| ImportError::Event { line, source })?;
-                Some(payload)
-            } else {
-                None
-            };
-            let committed = self
-                .commit_verbatim(&event, payload.as_ref())
-                .map_err(|source| match source {
-                    CommitError::Lifecycle(source) => ImportError::Lifecycle { line, source },
-                    other => ImportError::Commit {
-                        line,
-                        source: other,
-                    },
-                })?;
+            let payload: Payload = event
+                .payload()
+                .map_err(|source| ImportError::Event { line, source })?;
+            let committed =
+                self.commit_verbatim(&event, &payload)
+                    .map_err(|source| match source {
+                        CommitError::Lifecycle(source) => ImportError::Lifecycle { line, source },
+                        other => ImportError::Commit {
+                            line,
+                            source: other,
+                        },
+                    })?;
             debug_assert_eq!(committed.line(), event.line());
         }
         Ok(())

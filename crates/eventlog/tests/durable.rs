@@ -581,3 +581,36 @@ fn a_restored_ended_run_finishes_caught_up_subscribers() {
         );
     }
 }
+
+/// Dropping a subscription that waits forgets only its own waker: another
+/// subscription waiting on the same log (committed or durable) still
+/// wakes on the next event.
+#[tokio::test(flavor = "current_thread")]
+async fn dropping_a_waiting_subscription_leaves_the_others_waiting() {
+    use futures_util::FutureExt;
+    for durability in [Durability::Committed, Durability::Durable] {
+        let log = log();
+        log.commit(&run_started()).unwrap();
+        log.mark_durable(1);
+        let bounds = SubscriptionBounds {
+            durability,
+            ..SubscriptionBounds::default()
+        };
+        let mut kept = log.subscribe(1, bounds).unwrap();
+        let mut dropped = log.subscribe(1, bounds).unwrap();
+        let reader = tokio::spawn(async move { kept.recv().await.map(|r| r.map(|e| e.seq())) });
+        tokio::task::yield_now().await;
+        assert!(dropped.recv().now_or_never().is_none(), "{durability:?}");
+        drop(dropped);
+        log.commit(&note()).unwrap();
+        log.mark_durable(2);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            reader.is_finished(),
+            "{durability:?}: the kept one never woke"
+        );
+        assert_eq!(reader.await.unwrap(), Some(Ok(2)), "{durability:?}");
+    }
+}

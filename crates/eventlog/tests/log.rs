@@ -896,7 +896,6 @@ fn a_window_snapshot_is_restored_with_lifecycle_checks() {
     log.commit(&model_completed(1, "op_1")).unwrap();
     let snap = log.snapshot();
     assert!(snap.earliest_seq() > 1, "a window");
-    let last = snap.last_seq();
     let text = snap.to_jsonl();
     let restored = RunLog::restore(
         &Snapshot::from_jsonl(&text).unwrap(),
@@ -907,17 +906,8 @@ fn a_window_snapshot_is_restored_with_lifecycle_checks() {
     commit_all(&restored, &[turn_completed(1), run_completed()]);
 
     // Swap the last two events: the model call's end, then a delta of it.
-    let swapped = text
-        .replace(&format!("\"seq\":{last},"), "\"seq\":SWAP,")
-        .replace(
-            &format!("\"seq\":{},", last - 1),
-            &format!("\"seq\":{last},"),
-        )
-        .replace("\"seq\":SWAP,", &format!("\"seq\":{},", last - 1));
-    let mut lines: Vec<&str> = swapped.lines().collect();
-    let n = lines.len();
-    lines.swap(n - 1, n - 2);
-    let reordered = lines.join("\n") + "\n";
+    let reordered = swap_last_two_events(&text);
+    let n = reordered.lines().count();
     let parsed = Snapshot::from_jsonl(&reordered).unwrap();
     let err = RunLog::restore(&parsed, small(), Arc::new(SystemClock)).unwrap_err();
     assert!(

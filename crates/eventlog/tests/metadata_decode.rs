@@ -43,35 +43,107 @@ fn valid_metadata_round_trips_byte_for_byte() {
     assert_eq!(decoded.metadata, Some(metadata));
 }
 
-#[test]
-fn a_credential_in_stored_metadata_is_refused_by_path() {
-    let secret = ["Bearer ", "abcDEF123456", "ghiJKL789"].concat();
-    let line = completed_line(&format!(r#"{{"openai":{{"authorization":"{secret}"}}}}"#));
-    let err = Event::decode(&line).unwrap_err();
-    let shown = err.to_string();
-    assert!(shown.contains("metadata.no_secrets"), "{shown}");
-    assert!(shown.contains("$.openai"), "names the path: {shown}");
-    for text in [shown, format!("{err:?}")] {
-        assert!(!text.contains("abcDEF123456"), "echoed the value: {text}");
+/// Builds a string from parts, so that no complete secret-shaped literal
+/// sits in the source (secret scanners read test files too).
+fn fake(parts: &[&str]) -> String {
+    parts.concat()
+}
+
+/// Decodes a completion holding `metadata` and returns the typed metadata
+/// refusal, after checking that neither its `Display` nor its `Debug` (nor
+/// those of the decode error around it) holds `hidden`.
+fn refusal(metadata: &str, hidden: &str) -> keel_stream::MetadataError {
+    let err = Event::decode(&completed_line(metadata)).unwrap_err();
+    for text in [err.to_string(), format!("{err:?}")] {
+        assert!(!text.contains(hidden), "echoed {hidden:?}: {text}");
+    }
+    match err {
+        EventDecodeError::Payload(PayloadError::Metadata(e)) => e,
+        other => panic!("not a metadata refusal: {other:?}"),
     }
 }
 
 #[test]
-fn stored_metadata_keeps_the_namespace_rules() {
-    for (row, metadata, rule) in [
-        ("not an object", r#"[1]"#, "metadata.object"),
+fn a_credential_in_stored_metadata_is_refused_by_path() {
+    let token = fake(&["abcDEF123456", "ghiJKL789"]);
+    let bearer = fake(&["Bearer ", &token]);
+    // A credential member name, then a credential value under a plain name.
+    for (metadata, path) in [
+        (
+            format!(r#"{{"openai":{{"authorization":"{bearer}"}}}}"#),
+            "$.openai.authorization",
+        ),
+        (
+            format!(r#"{{"openai":{{"request_id":"{bearer}"}}}}"#),
+            "$.openai.request_id",
+        ),
+    ] {
+        let err = refusal(&metadata, &token);
+        assert_eq!(err.path(), path);
+        let shown = PayloadError::Metadata(err).to_string();
+        assert!(
+            shown.starts_with(&format!("model.completed metadata {path}: ")),
+            "{shown}"
+        );
+        assert!(shown.ends_with("(rule metadata.no_secrets)"), "{shown}");
+    }
+}
+
+#[test]
+fn a_secret_shaped_member_name_is_named_by_position() {
+    let key = fake(&["sk-", "proj-", "Ab3De5Gh7Jk9Mn2Pq4St6Vw8Yz1Bc3Df5Hg7"]);
+    let metadata = format!(r#"{{"openai":{{"{key}":1,"model":"m"}}}}"#);
+    let err = refusal(&metadata, "Ab3De5Gh7Jk9");
+    // Members sort: `model` is #0, the key #1.
+    assert_eq!(err.path(), "$.openai[key#1]");
+    assert!(matches!(
+        err.kind(),
+        keel_stream::MetadataErrorKind::SecretKey { .. }
+    ));
+}
+
+#[test]
+fn stored_metadata_keeps_the_namespace_rules_and_bounds() {
+    let big = "x".repeat(5000);
+    for (row, metadata, path, rule) in [
+        (
+            "not an object",
+            r#"[1]"#.to_owned(),
+            "$",
+            "rule metadata.object",
+        ),
         (
             "namespace not an object",
-            r#"{"openai":1}"#,
-            "metadata.namespace_object",
+            r#"{"openai":1}"#.to_owned(),
+            "$.openai",
+            "rule metadata.namespace_object",
         ),
         (
             "bad namespace name",
-            r#"{"OpenAI":{}}"#,
-            "metadata.namespace_name",
+            r#"{"OpenAI":{}}"#.to_owned(),
+            "$.OpenAI",
+            "rule metadata.namespace_name",
+        ),
+        (
+            "over metadata_bytes",
+            format!(r#"{{"openai":{{"note":"{big}"}}}}"#),
+            "$",
+            "limits.metadata_bytes",
         ),
     ] {
-        let err = Event::decode(&completed_line(metadata)).unwrap_err();
-        assert!(err.to_string().contains(rule), "row {row}: {err}");
+        let err = refusal(&metadata, "xxxxxxxx");
+        assert_eq!(err.path(), path, "row {row}");
+        let shown = err.to_string();
+        assert!(shown.contains(rule), "row {row}: {shown}");
     }
+}
+
+#[test]
+fn a_null_metadata_is_not_canonical() {
+    // `null` decodes as absent; the line then re-encodes without it.
+    let err = Event::decode(&completed_line("null")).unwrap_err();
+    assert!(
+        matches!(err, EventDecodeError::NotCanonical { .. }),
+        "{err:?}"
+    );
 }

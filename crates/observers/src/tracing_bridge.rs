@@ -101,25 +101,17 @@ impl TracingObserver {
                     span.record("gen_ai.usage.input_tokens", u.input_tokens());
                     span.record("gen_ai.usage.output_tokens", u.output_tokens());
                 }
-                span.record("gen_ai.response.finish_reasons", finish_name(p.finish));
+                // An unknown value is recorded verbatim: it obeys the value
+                // grammar (at most 64 bytes of `[a-z0-9_]`).
+                span.record("gen_ai.response.finish_reasons", p.finish.as_str());
             }
             Payload::ModelFailed(p) => {
                 span.record("error.type", p.problem.kind.as_str());
-                span.record(
-                    "keel.retry_position",
-                    match p.position {
-                        keel_stream::RetryPosition::Pristine => "pristine",
-                        keel_stream::RetryPosition::Partial => "partial",
-                    },
-                );
+                span.record("keel.retry_position", p.position.as_str());
             }
             Payload::ToolFailed(p) => {
-                let kind = match p.outcome {
-                    Some(keel_eventlog::ToolOutcome::Definitive) => "definitive",
-                    Some(keel_eventlog::ToolOutcome::Uncertain) => "uncertain",
-                    None => "tool_error",
-                };
-                span.record("error.type", kind);
+                let kind = p.outcome.as_ref().map(keel_eventlog::ToolOutcome::as_str);
+                span.record("error.type", kind.unwrap_or("tool_error"));
             }
             Payload::InteractionFailed(_) => {
                 span.record("error.type", "interaction_error");
@@ -127,15 +119,6 @@ impl TracingObserver {
             _ => {}
         }
         drop(span);
-    }
-}
-
-fn finish_name(f: keel_stream::FinishReason) -> &'static str {
-    match f {
-        keel_stream::FinishReason::Stop => "stop",
-        keel_stream::FinishReason::ToolCalls => "tool_calls",
-        keel_stream::FinishReason::Length => "length",
-        keel_stream::FinishReason::ContentFilter => "content_filter",
     }
 }
 

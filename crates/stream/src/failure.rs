@@ -4,31 +4,30 @@ use crate::problem::{ProblemKind, ProviderProblem};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Where in the stream a failure happened, as the host saw it: the basis
-/// of every retry decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RetryPosition {
-    /// No valid text delta or tool call had been accepted: a retry cannot
-    /// duplicate output.
-    Pristine,
-    /// At least one valid text delta or tool call had been accepted.
-    Partial,
-}
-
-impl RetryPosition {
-    /// The wire name, `"pristine"` or `"partial"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RetryPosition::Pristine => "pristine",
-            RetryPosition::Partial => "partial",
-        }
+crate::wire_enum! {
+    /// Where in the stream a failure happened, as the host saw it: the
+    /// basis of every retry decision. Extensible: a value this version does
+    /// not know decodes as [`RetryPosition::Unknown`] and re-encodes
+    /// verbatim; a reader treats it as [`Partial`](RetryPosition::Partial)
+    /// ([`may_have_output`](RetryPosition::may_have_output)), the side on
+    /// which a retry can never silently duplicate output. Only the
+    /// validator computes a position, and only a known one.
+    pub enum RetryPosition ("retry position") {
+        /// No valid text delta or tool call had been accepted: a retry
+        /// cannot duplicate output.
+        Pristine => "pristine",
+        /// At least one valid text delta or tool call had been accepted.
+        Partial => "partial",
     }
 }
 
-impl fmt::Display for RetryPosition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+impl RetryPosition {
+    /// Whether output may have been accepted before the failure: true for
+    /// [`Partial`](RetryPosition::Partial) and for an unknown position
+    /// (the conservative reading), false only for
+    /// [`Pristine`](RetryPosition::Pristine).
+    pub fn may_have_output(&self) -> bool {
+        !matches!(self, RetryPosition::Pristine)
     }
 }
 
@@ -59,7 +58,7 @@ impl ModelFailure {
     }
     /// Where it went wrong.
     pub fn position(&self) -> RetryPosition {
-        self.position
+        self.position.clone()
     }
     /// Shorthand for `self.problem().kind()`.
     pub fn kind(&self) -> ProblemKind {

@@ -62,35 +62,23 @@ impl<'de> Deserialize<'de> for TextDelta {
     }
 }
 
-/// Why the model stopped generating.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FinishReason {
-    /// A natural end (OpenAI `stop`; Anthropic `end_turn`, `stop_sequence`).
-    Stop,
-    /// The model wants the host to run its tool calls (Anthropic `tool_use`).
-    ToolCalls,
-    /// The output-token bound was hit (Anthropic `max_tokens`).
-    Length,
-    /// The provider's filter stopped the output (Anthropic `refusal`).
-    ContentFilter,
-}
-
-impl FinishReason {
-    /// The wire name, e.g. `"tool_calls"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::ToolCalls => "tool_calls",
-            FinishReason::Length => "length",
-            FinishReason::ContentFilter => "content_filter",
-        }
-    }
-}
-
-impl fmt::Display for FinishReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::wire_enum! {
+    /// Why the model stopped generating. Extensible: a value this version
+    /// does not know decodes as [`FinishReason::Unknown`] and re-encodes
+    /// verbatim; its generic meaning is "the model stopped for a reason
+    /// this reader cannot name" (the views map it to their protocol's
+    /// generic value, e.g. the AI SDK's `other`). Providers map their
+    /// reasons to the known values; the validator refuses `Unknown` on the
+    /// live path (rule `stream.known_value`).
+    pub enum FinishReason ("finish reason") {
+        /// A natural end (OpenAI `stop`; Anthropic `end_turn`, `stop_sequence`).
+        Stop => "stop",
+        /// The model wants the host to run its tool calls (Anthropic `tool_use`).
+        ToolCalls => "tool_calls",
+        /// The output-token bound was hit (Anthropic `max_tokens`).
+        Length => "length",
+        /// The provider's filter stopped the output (Anthropic `refusal`).
+        ContentFilter => "content_filter",
     }
 }
 
@@ -119,7 +107,7 @@ impl Completion {
     }
     /// Why generation stopped.
     pub fn finish(&self) -> FinishReason {
-        self.finish
+        self.finish.clone()
     }
     /// Token usage, when reported.
     pub fn usage(&self) -> Option<Usage> {
@@ -155,7 +143,7 @@ struct CompletionWire {
 impl Serialize for Completion {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         CompletionOut {
-            finish: self.finish,
+            finish: self.finish.clone(),
             usage: self.usage,
             metadata: &self.metadata,
         }

@@ -39,6 +39,13 @@
 //!   other hand, is optional, so metadata that breaks a rule fails the
 //!   stream with a [`MetadataError`] naming the rule and the JSON path.
 //! - **Non-allowlisted metadata is dropped unread**, not rejected.
+//! - **Wire enums are additive.** [`FinishReason`], [`ProblemKind`] and
+//!   [`RetryPosition`] decode a value this version does not know as their
+//!   `Unknown` variant ([`UnknownValue`], rule `wire_value.syntax`) and
+//!   encode it back byte for byte, so a newer minor version's events stay
+//!   readable. Only decoding makes one: the validator refuses an unknown
+//!   value in a raw item (rule `stream.known_value`), so the live path
+//!   produces known values only.
 //!
 //! What it is not: it does no I/O, speaks no provider wire format and runs
 //! no tasks; it depends only on `futures-core` for the `Stream` trait, not
@@ -105,6 +112,7 @@ pub mod secrets;
 mod usage;
 mod validator;
 mod violation;
+pub mod wire_value;
 
 pub use failure::{ModelFailure, RetryPosition};
 pub use item::{Completion, FinishReason, StreamItem, TextDelta};
@@ -117,3 +125,4 @@ pub use raw::{RawCompletion, RawItem, RawProblem, RawToolCall, RawUsage};
 pub use usage::{Usage, UsageOverflow};
 pub use validator::{StopAfterToolCalls, StreamValidator, ValidatorConfig};
 pub use violation::StreamViolation;
+pub use wire_value::{UNKNOWN_VALUE_MAX_BYTES, UnknownValue, WireEnum, WireValueError};

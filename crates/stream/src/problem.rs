@@ -10,38 +10,44 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What went wrong with a model call, provider-neutrally.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProblemKind {
-    /// Too many requests (HTTP 429).
-    RateLimited,
-    /// The provider is overloaded (HTTP 529, 503 "overloaded").
-    Overloaded,
-    /// The provider could not be reached, or the stream ended without its
-    /// terminator.
-    Unavailable,
-    /// The call took too long.
-    Timeout,
-    /// The credentials were missing, wrong or not allowed (HTTP 401, 403).
-    Auth,
-    /// The provider refused the request as malformed (HTTP 400, 404, 422).
-    InvalidRequest,
-    /// The provider refused the request or its output on policy grounds.
-    ContentFilter,
-    /// The request did not fit the model's context window.
-    ContextLength,
-    /// The provider (or its adapter) broke the stream protocol; also every
-    /// host-side validation failure.
-    Protocol,
-    /// The host cancelled the call.
-    Cancelled,
-    /// Anything else.
-    Other,
+crate::wire_enum! {
+    /// What went wrong with a model call, provider-neutrally. Extensible:
+    /// a value this version does not know decodes as
+    /// [`ProblemKind::Unknown`] and re-encodes verbatim; its generic
+    /// meaning is [`Other`](ProblemKind::Other) (the engine's retry policy
+    /// treats it so). Providers map their errors to the known kinds; the
+    /// validator refuses `Unknown` on the live path (rule
+    /// `stream.known_value`).
+    pub enum ProblemKind ("problem kind") {
+        /// Too many requests (HTTP 429).
+        RateLimited => "rate_limited",
+        /// The provider is overloaded (HTTP 529, 503 "overloaded").
+        Overloaded => "overloaded",
+        /// The provider could not be reached, or the stream ended without
+        /// its terminator.
+        Unavailable => "unavailable",
+        /// The call took too long.
+        Timeout => "timeout",
+        /// The credentials were missing, wrong or not allowed (HTTP 401, 403).
+        Auth => "auth",
+        /// The provider refused the request as malformed (HTTP 400, 404, 422).
+        InvalidRequest => "invalid_request",
+        /// The provider refused the request or its output on policy grounds.
+        ContentFilter => "content_filter",
+        /// The request did not fit the model's context window.
+        ContextLength => "context_length",
+        /// The provider (or its adapter) broke the stream protocol; also
+        /// every host-side validation failure.
+        Protocol => "protocol",
+        /// The host cancelled the call.
+        Cancelled => "cancelled",
+        /// Anything else.
+        Other => "other",
+    }
 }
 
 impl ProblemKind {
-    /// Every kind, in declaration order.
+    /// Every known kind, in declaration order (the same as [`ProblemKind::KNOWN`]).
     pub const ALL: [ProblemKind; 11] = [
         ProblemKind::RateLimited,
         ProblemKind::Overloaded,
@@ -55,29 +61,6 @@ impl ProblemKind {
         ProblemKind::Cancelled,
         ProblemKind::Other,
     ];
-
-    /// The wire name, e.g. `"rate_limited"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProblemKind::RateLimited => "rate_limited",
-            ProblemKind::Overloaded => "overloaded",
-            ProblemKind::Unavailable => "unavailable",
-            ProblemKind::Timeout => "timeout",
-            ProblemKind::Auth => "auth",
-            ProblemKind::InvalidRequest => "invalid_request",
-            ProblemKind::ContentFilter => "content_filter",
-            ProblemKind::ContextLength => "context_length",
-            ProblemKind::Protocol => "protocol",
-            ProblemKind::Cancelled => "cancelled",
-            ProblemKind::Other => "other",
-        }
-    }
-}
-
-impl fmt::Display for ProblemKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// A validated provider problem: kind, a bounded and screened message, a
@@ -143,7 +126,7 @@ impl ProviderProblem {
 
     /// What went wrong.
     pub fn kind(&self) -> ProblemKind {
-        self.kind
+        self.kind.clone()
     }
     /// The screened, bounded message.
     pub fn message(&self) -> &str {
@@ -197,7 +180,7 @@ struct ProblemWire {
 impl Serialize for ProviderProblem {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         ProblemOut {
-            kind: self.kind,
+            kind: self.kind.clone(),
             message: &self.message,
             retryable: self.retryable,
             retry_after_ms: self.retry_after.map(|d| {
@@ -241,8 +224,10 @@ mod tests {
                 ProblemKind::Protocol => 8,
                 ProblemKind::Cancelled => 9,
                 ProblemKind::Other => 10,
+                ProblemKind::Unknown(_) => usize::MAX,
             };
             assert_eq!(index, i, "{kind:?}");
         }
+        assert_eq!(ProblemKind::ALL.as_slice(), ProblemKind::KNOWN);
     }
 }

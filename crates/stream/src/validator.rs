@@ -7,6 +7,7 @@ use crate::problem::ProviderProblem;
 use crate::raw::{RawCompletion, RawItem, RawProblem, RawToolCall};
 use crate::usage::Usage;
 use crate::violation::StreamViolation;
+use crate::wire_value::WireEnum;
 use keel_message::{
     Bound, CallId, CanonicalJson, Limits, MessageErrorKind, ToolCallPart, ToolName,
 };
@@ -160,10 +161,13 @@ impl StreamValidator {
             )?)),
             RawItem::ToolCall(call) => self.tool_call(call).map(StreamItem::ToolCall),
             RawItem::Completion(c) => self.completion(c).map(StreamItem::Completion),
-            RawItem::Failure(problem) => Ok(StreamItem::Failure(ModelFailure::new(
-                ProviderProblem::from_raw(problem, &self.limits),
-                self.position(),
-            ))),
+            RawItem::Failure(problem) => {
+                known(&problem.kind)?;
+                Ok(StreamItem::Failure(ModelFailure::new(
+                    ProviderProblem::from_raw(problem, &self.limits),
+                    self.position(),
+                )))
+            }
         }
     }
 
@@ -195,6 +199,7 @@ impl StreamValidator {
 
     fn completion(&mut self, raw: RawCompletion) -> Result<Completion, StreamViolation> {
         let had_calls = !self.call_ids.is_empty();
+        known(&raw.finish)?;
         match raw.finish {
             FinishReason::ToolCalls if !had_calls => {
                 return Err(StreamViolation::FinishWithoutToolCalls);
@@ -217,6 +222,15 @@ impl StreamValidator {
             }
         };
         Ok(Completion::new(raw.finish, usage, metadata))
+    }
+}
+
+/// Rule `stream.known_value`: a raw item carries known values only.
+fn known<E: WireEnum>(value: &E) -> Result<(), StreamViolation> {
+    if value.is_known() {
+        Ok(())
+    } else {
+        Err(StreamViolation::UnknownValue { what: E::WHAT })
     }
 }
 

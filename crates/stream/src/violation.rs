@@ -63,6 +63,14 @@ pub enum StreamViolation {
     /// Completion metadata that broke a metadata rule.
     #[error("completion metadata rejected: {0}")]
     Metadata(#[from] MetadataError),
+    /// A raw finish reason or problem kind that is the enum's `Unknown`
+    /// variant: only decoding a stored event makes one, and the live path
+    /// produces known values only.
+    #[error("raw {what} is not a known value (rule stream.known_value)")]
+    UnknownValue {
+        /// `finish reason` or `problem kind`.
+        what: &'static str,
+    },
     /// The stream ended with no completion or failure.
     #[error("stream ended without a terminal item (rule stream.terminal)")]
     NoTerminal,

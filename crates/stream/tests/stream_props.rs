@@ -159,11 +159,11 @@ fn raw(case: &Case) -> RawItem {
             .as_str(),
         ),
         Case::Complete {
-            finish,
+            ref finish,
             usage,
             meta,
         } => complete_with(
-            finish,
+            finish.clone(),
             match usage {
                 UsageKind::None => None,
                 UsageKind::Ok => Some((12, 7)),
@@ -177,7 +177,7 @@ fn raw(case: &Case) -> RawItem {
                 MetaKind::NotObject => Some(json!("openai")),
             },
         ),
-        Case::Fail(kind) => RawItem::fail(kind, "provider problem", true),
+        Case::Fail(ref kind) => RawItem::fail(kind.clone(), "provider problem", true),
     }
 }
 
@@ -249,13 +249,13 @@ fn oracle(cases: &[Case], allow_stop: bool) -> (Vec<Outcome>, Option<&'static st
                     }
                 }
                 Case::Complete {
-                    finish,
+                    ref finish,
                     usage,
                     meta,
                 } => {
-                    if finish == FinishReason::ToolCalls && ids.is_empty() {
+                    if *finish == FinishReason::ToolCalls && ids.is_empty() {
                         Err("finish_without_tool_calls")
-                    } else if finish == FinishReason::Stop && !ids.is_empty() && !allow_stop {
+                    } else if *finish == FinishReason::Stop && !ids.is_empty() && !allow_stop {
                         Err("stop_after_tool_calls")
                     } else if matches!(usage, UsageKind::Overflow) {
                         Err("usage_overflow")

@@ -394,6 +394,20 @@ fn completions() {
         vec![c1(), complete(FinishReason::ToolCalls)],
         Valid,
     );
+    // Rule stream.known_value: only a stored event may carry an unknown
+    // finish reason; the live path produces known ones.
+    check(
+        "unknown finish reason",
+        vec![
+            text("hi"),
+            complete(FinishReason::from_wire("paused").unwrap()),
+        ],
+        Violation(|e| {
+            *e == StreamViolation::UnknownValue {
+                what: "finish reason",
+            } && e.to_string().contains("rule stream.known_value")
+        }),
+    );
     check(
         "length after a call",
         vec![c1(), complete(FinishReason::Length)],
@@ -702,6 +716,26 @@ fn failures_are_validated_problems() {
     );
     assert_eq!(f.problem().message(), "Rate limit reach");
     assert!(f.problem().truncated());
+
+    // Rule stream.known_value: a raw problem of an unknown kind is a
+    // violation (the protocol failure it becomes names the rule).
+    let mut v = default_validator();
+    let unknown = ProblemKind::from_wire("quota").unwrap();
+    let e = v.accept(fail(unknown)).unwrap_err();
+    assert_eq!(
+        e,
+        StreamViolation::UnknownValue {
+            what: "problem kind"
+        }
+    );
+    let failure = e.into_failure(RetryPosition::Pristine);
+    assert_eq!(failure.kind(), ProblemKind::Protocol);
+    assert!(
+        failure
+            .problem()
+            .message()
+            .contains("rule stream.known_value")
+    );
 }
 
 #[test]

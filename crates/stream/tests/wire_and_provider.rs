@@ -117,7 +117,7 @@ fn decoding_runs_the_constructors() {
         r#"{"type":"completion","finish":"stop","extra":1}"#,
         r#"{"type":"text_delta","text":""}"#,
         r#"{"type":"tool_call","call_id":"c1","name":"t","arguments":[1]}"#,
-        r#"{"type":"failure","problem":{"kind":"other","message":"m","retryable":false},"position":"middle"}"#,
+        r#"{"type":"failure","problem":{"kind":"other","message":"m","retryable":false},"position":"Middle"}"#,
     ];
     for line in bad {
         assert!(serde_json::from_str::<StreamItem>(line).is_err(), "{line}");
@@ -304,4 +304,28 @@ fn providers_are_dyn_and_dropping_the_stream_stops_them() {
     assert_eq!(failure.position(), RetryPosition::Pristine);
     assert_eq!(failure.kind(), ProblemKind::Unavailable);
     assert!(failure.problem().retryable());
+}
+
+/// Additive wire enums (issue #22): a stream item carrying values this
+/// version does not know decodes, keeps them and re-encodes byte for byte.
+#[test]
+fn unknown_enum_values_round_trip_through_items() {
+    for line in [
+        r#"{"type":"completion","finish":"paused_for_moderation"}"#,
+        r#"{"type":"failure","problem":{"kind":"quota","message":"m","retryable":false},"position":"after_tool_calls"}"#,
+    ] {
+        let item: StreamItem = serde_json::from_str(line).unwrap();
+        assert_eq!(serde_json::to_string(&item).unwrap(), line);
+    }
+    let item: StreamItem =
+        serde_json::from_str(r#"{"type":"completion","finish":"paused_for_moderation"}"#).unwrap();
+    let StreamItem::Completion(c) = item else {
+        panic!("{item:?}")
+    };
+    assert_eq!(c.finish().as_str(), "paused_for_moderation");
+    assert!(!c.finish().is_known());
+    // An unknown position reads as the conservative side.
+    let position = RetryPosition::from_wire("after_tool_calls").unwrap();
+    assert!(position.may_have_output() && RetryPosition::Partial.may_have_output());
+    assert!(!RetryPosition::Pristine.may_have_output());
 }

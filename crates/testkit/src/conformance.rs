@@ -119,8 +119,10 @@ pub struct Expectation {
     pub text: String,
     /// The finalized tool calls, in order.
     pub tool_calls: Vec<ExpectedToolCall>,
-    /// The completion's finish reason; `null` when the stream failed.
-    #[serde(deserialize_with = "nullable")]
+    /// The completion's finish reason; `null` when the stream failed. A
+    /// value this version does not know is refused (rule
+    /// `script.known_value`): an expectation names what an adapter yields.
+    #[serde(deserialize_with = "crate::script::known_opt")]
     pub finish: Option<FinishReason>,
     /// The completion's usage; `null` when unreported or the stream failed.
     #[serde(deserialize_with = "nullable")]
@@ -185,14 +187,16 @@ pub struct ExpectedUsage {
 /// assert_eq!((p.kind, p.position), (ProblemKind::Overloaded, RetryPosition::Partial));
 /// # Ok::<(), serde_json::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExpectedProblem {
-    /// The problem kind.
+    /// The problem kind (a known one: rule `script.known_value`).
+    #[serde(deserialize_with = "crate::script::known")]
     pub kind: ProblemKind,
     /// Whether it is retryable.
     pub retryable: bool,
-    /// The host-computed retry position.
+    /// The host-computed retry position (a known one).
+    #[serde(deserialize_with = "crate::script::known")]
     pub position: RetryPosition,
 }
 
@@ -517,7 +521,11 @@ pub fn compare(expect: &Expectation, seen: &Observed) -> Result<(), ConformanceF
     compare_tool_calls(&expect.tool_calls, &seen.tool_calls)?;
     let show = |f: Option<FinishReason>| f.map_or("null".to_owned(), |f| f.as_str().to_owned());
     if expect.finish != seen.finish() {
-        return Err(mismatch("finish", show(expect.finish), show(seen.finish())));
+        return Err(mismatch(
+            "finish",
+            show(expect.finish.clone()),
+            show(seen.finish()),
+        ));
     }
     let show = |u: Option<ExpectedUsage>| {
         u.map_or("null".to_owned(), |u| {

@@ -1,7 +1,7 @@
 //! Scripted stream items: one model call as a scenario file writes it.
 
 use keel_stream::{
-    FinishReason, ProblemKind, RawCompletion, RawItem, RawProblem, RawToolCall, RawUsage,
+    FinishReason, ProblemKind, RawCompletion, RawItem, RawProblem, RawToolCall, RawUsage, WireEnum,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -52,6 +52,9 @@ use std::time::Duration;
 /// // ... but a misspelled member is not.
 /// assert!(serde_json::from_str::<ScriptItem>(r#"{"text": "a", "extra": 1}"#).is_err());
 /// assert!(serde_json::from_str::<ScriptItem>(r#"{"complete": {"finsh": "stop"}}"#).is_err());
+/// // Nor is a finish reason or problem kind this version does not know.
+/// let unknown = serde_json::from_str::<ScriptItem>(r#"{"complete": {"finish": "paused"}}"#);
+/// assert!(unknown.unwrap_err().to_string().contains("rule script.known_value"));
 /// # Ok::<(), serde_json::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -137,6 +140,38 @@ impl ScriptArguments {
     }
 }
 
+/// Decodes a wire enum value this version knows; a well-formed unknown one
+/// is refused (rule `script.known_value`), so a typo in a script fails at
+/// load rather than as a protocol failure at run time.
+pub(crate) fn known<'de, D, E>(d: D) -> Result<E, D::Error>
+where
+    D: Deserializer<'de>,
+    E: WireEnum + Deserialize<'de>,
+{
+    let value = E::deserialize(d)?;
+    check_known(value)
+}
+
+/// As [`known`], for an optional member (`#[serde(default)]` for absence).
+pub(crate) fn known_opt<'de, D, E>(d: D) -> Result<Option<E>, D::Error>
+where
+    D: Deserializer<'de>,
+    E: WireEnum + Deserialize<'de>,
+{
+    Option::<E>::deserialize(d)?.map(check_known).transpose()
+}
+
+fn check_known<E: WireEnum, Er: serde::de::Error>(value: E) -> Result<E, Er> {
+    if value.is_known() {
+        Ok(value)
+    } else {
+        Err(Er::custom(format_args!(
+            "{} is not a value this version knows (rule script.known_value)",
+            E::WHAT
+        )))
+    }
+}
+
 /// A scripted completion: `{"finish", "usage"?, "metadata"?}`.
 ///
 /// ```
@@ -152,7 +187,9 @@ impl ScriptArguments {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptComplete {
-    /// Why generation stopped.
+    /// Why generation stopped: a known value (rule `script.known_value`;
+    /// a script is the live path, which produces known values only).
+    #[serde(deserialize_with = "known")]
     pub finish: FinishReason,
     /// Token usage; any counts, even ones the validator will refuse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,7 +237,8 @@ pub struct ScriptUsage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptFail {
-    /// What went wrong.
+    /// What went wrong: a known kind (rule `script.known_value`).
+    #[serde(deserialize_with = "known")]
     pub kind: ProblemKind,
     /// The provider's message (screened by the host).
     pub message: String,
@@ -225,7 +263,7 @@ impl ScriptFail {
     /// The raw problem a provider reports.
     pub fn to_raw(&self) -> RawProblem {
         RawProblem {
-            kind: self.kind,
+            kind: self.kind.clone(),
             message: self.message.clone(),
             retryable: self.retryable,
             retry_after: self.retry_after_ms.map(Duration::from_millis),
@@ -332,7 +370,7 @@ impl ScriptItem {
                 arguments: call.arguments.to_text(),
             }),
             ScriptItem::Complete(done) => RawItem::Completion(RawCompletion {
-                finish: done.finish,
+                finish: done.finish.clone(),
                 usage: done.usage.map(|u| RawUsage {
                     input_tokens: u.input_tokens,
                     output_tokens: u.output_tokens,
@@ -379,7 +417,7 @@ impl ScriptItem {
                 })
             }
             RawItem::Completion(done) => ScriptItem::Complete(ScriptComplete {
-                finish: done.finish,
+                finish: done.finish.clone(),
                 usage: done.usage.map(|u| ScriptUsage {
                     input_tokens: u.input_tokens,
                     output_tokens: u.output_tokens,
@@ -387,7 +425,7 @@ impl ScriptItem {
                 metadata: done.metadata.clone(),
             }),
             RawItem::Failure(problem) => ScriptItem::Fail(ScriptFail {
-                kind: problem.kind,
+                kind: problem.kind.clone(),
                 message: problem.message.clone(),
                 retryable: problem.retryable,
                 retry_after_ms: problem

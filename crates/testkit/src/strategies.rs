@@ -1097,7 +1097,7 @@ impl Builder {
                 turn: t,
                 operation_id: op,
                 problem: ProblemRecord {
-                    kind: attempt.kind,
+                    kind: attempt.kind.clone(),
                     message: ErrorText::new("scripted failure"),
                     retryable: true,
                     retry_after_ms: None,

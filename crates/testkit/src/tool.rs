@@ -1,6 +1,6 @@
 //! `ScriptedTool`: a `keel_engine::Tool` that plays back a script.
 
-use crate::script::ShapeError;
+use crate::script::{ShapeError, known_opt};
 use crate::sync::{Signal, lock, scripted_panic};
 use keel_engine::{
     Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolOutput, ToolPolicy, ToolRetry,
@@ -120,11 +120,20 @@ pub struct ScriptToolError {
     /// What went wrong.
     pub message: String,
     /// Whether the effect definitely did not happen (`definitive`) or may
-    /// have (`uncertain`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// have (`uncertain`); a value this version does not know is refused
+    /// (rule `script.known_value`).
+    #[serde(
+        default,
+        deserialize_with = "known_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub outcome: Option<ToolOutcome>,
-    /// `retryable` or `not_retryable`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `retryable` or `not_retryable` (rule `script.known_value`).
+    #[serde(
+        default,
+        deserialize_with = "known_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub retry: Option<ToolRetry>,
 }
 

@@ -31,7 +31,7 @@ fn every_fixture_expectation_loads() {
             // and finish is null exactly when it is.
             if f.expect.problem.is_some() {
                 assert_eq!(
-                    (f.expect.usage, f.expect.finish),
+                    (f.expect.usage, f.expect.finish.clone()),
                     (None, None),
                     "{}",
                     f.name
@@ -60,6 +60,7 @@ fn the_loader_is_strict() {
     Fixture::from_json("x", good).unwrap();
     for bad in [
         good.replace(r#""finish": "stop""#, r#""finish": "done""#),
+        good.replace(r#""finish": "stop", "#, ""),
         good.replace(r#""problem": null"#, r#""problem": null, "notes": 1"#),
         good.replace(r#""usage": null, "#, ""),
         good.replace(r#""status": 200"#, r#""status": "200""#),

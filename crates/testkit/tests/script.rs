@@ -210,3 +210,22 @@ fn a_panic_item_has_no_wire_form() {
         assert!(serde_json::from_str::<ScriptItem>(text).is_err(), "{text}");
     }
 }
+
+/// Rule `script.known_value`: a script is the live path, so a finish
+/// reason or problem kind this version does not know is refused at load,
+/// naming the rule and not the value.
+#[test]
+fn unknown_enum_values_are_refused_at_load() {
+    for text in [
+        r#"{"complete": {"finish": "paused_for_moderation"}}"#,
+        r#"{"fail": {"kind": "quota", "message": "m", "retryable": false}}"#,
+    ] {
+        let e = serde_json::from_str::<ScriptItem>(text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rule script.known_value"), "{e}");
+        assert!(!e.contains("quota") && !e.contains("paused"), "{e}");
+    }
+    let known = r#"{"fail": {"kind": "other", "message": "m", "retryable": false}}"#;
+    assert!(serde_json::from_str::<ScriptItem>(known).is_ok());
+}

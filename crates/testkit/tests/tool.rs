@@ -234,3 +234,21 @@ fn panic_sync_has_no_wire_form() {
     assert_eq!(step, ToolStep::panic("x"));
     assert!(serde_json::from_str::<ToolStep>(r#"{"panic_sync": "x"}"#).is_err());
 }
+
+/// Rule `script.known_value`: a scripted tool error's outcome and retry are
+/// values this version knows; an unknown one is refused at load.
+#[test]
+fn unknown_tool_outcome_or_retry_is_refused_at_load() {
+    for text in [
+        r#"{"message": "m", "outcome": "maybe"}"#,
+        r#"{"message": "m", "retry": "later"}"#,
+    ] {
+        let e = serde_json::from_str::<ScriptToolError>(text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rule script.known_value"), "{e}");
+    }
+    let ok: ScriptToolError =
+        serde_json::from_str(r#"{"message": "m", "outcome": "uncertain"}"#).unwrap();
+    assert_eq!((ok.outcome, ok.retry), (Some(ToolOutcome::Uncertain), None));
+}

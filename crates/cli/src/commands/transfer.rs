@@ -188,9 +188,10 @@ fn check_metadata_allowed(
         if let Some((name, _)) = namespaces.into_iter().find(|(n, _)| !allowlist.contains(n)) {
             // The header is line 1, and the file is the whole run.
             return Err(CliError::bad_input(format!(
-                "{file}:{}: model.completed metadata namespace $.{name} is not allowed here \
-                 (rule import.metadata_allowlist; allow it with --allow-metadata {name})",
-                event.seq() + 1
+                "{file}:{line}: seq {seq}: model.completed metadata namespace $.{name} is not \
+                 allowed here (rule import.metadata_allowlist; allow it with --allow-metadata {name})",
+                line = event.seq() + 1,
+                seq = event.seq(),
             )));
         }
     }

@@ -16,6 +16,11 @@
 //! event) and at most [`MAX_OPEN_CALLS`] open tool calls (one more is the
 //! typed error [`AguiError::TooManyOpenCalls`]). Each event is mapped on
 //! its own: nothing is buffered across events beyond that state.
+//!
+//! Values a newer version added to an extensible wire enum (a finish
+//! reason, problem kind, retry position, tool outcome or retry) need no
+//! mapping here: they reach the client verbatim inside the `keel.*`
+//! `CUSTOM` events, which carry the payload as it is in the log.
 
 use keel_eventlog::{Event, Payload, history};
 use keel_message::{Limits, Message, Part, Role};

@@ -30,13 +30,19 @@
 //! kinds) becomes nothing. After the run's terminal the framing adds
 //! `[DONE]`.
 //!
+//! Values a newer version added (rule `wire_value.syntax`, kept verbatim
+//! by the log): an unknown finish reason becomes the SDK's `other`; an
+//! unknown retry position reads as `partial` (the attempt's output is
+//! marked discarded, `position` carrying the value verbatim); an unknown
+//! problem kind, tool `outcome` or `retry` is passed through verbatim in
+//! the `data-keel-*` parts.
+//!
 //! [`UiStream::paused`] says when the run waits only for approvals: every
 //! tool call of the turn without a result has a pending approval and no
 //! model call is open. The daemon ends a chat response there (the client
 //! answers with its next request), as the SDK's own servers do.
 
 use keel_eventlog::{Event, EventDecodeError, Payload};
-use keel_stream::RetryPosition;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -286,7 +292,9 @@ impl UiStream {
             Payload::ModelFailed(p) => {
                 self.close_text(&mut out);
                 self.model_open = false;
-                if p.position == RetryPosition::Partial {
+                // An unknown position reads as partial: the attempt's
+                // output may be incomplete, so it is marked discarded.
+                if p.position.may_have_output() {
                     out.push(self.discarded(&p));
                 }
             }
@@ -327,7 +335,7 @@ impl UiStream {
                 "text_ids": std::mem::take(&mut self.attempt_texts),
                 "tool_call_ids": std::mem::take(&mut self.attempt_calls),
                 "problem": {"kind": p.problem.kind.as_str(), "retryable": p.problem.retryable},
-                "position": "partial",
+                "position": p.position.as_str(),
             }),
         }
     }
@@ -665,6 +673,61 @@ mod tests {
         events.push(("run.cancelled", r#"{"reason":"stop"}"#));
         chunks.push(&[r#"{"type":"abort","reason":"stop"}"#]);
         check(&events, &chunks, false)
+    }
+
+    /// Values a newer version added: an unknown position reads as partial
+    /// (discarded, the value verbatim), an unknown problem kind, tool
+    /// outcome and retry pass through verbatim, and an unknown finish
+    /// reason becomes the SDK's `other`.
+    #[test]
+    fn unknown_wire_values_have_documented_fallbacks() -> TestResult {
+        check(
+            &[
+                ("run.started", r#"{}"#),
+                ("turn.started", r#"{"turn":1}"#),
+                (
+                    "model.started",
+                    r#"{"attempt":1,"model":"m","operation_id":"op_1","turn":1}"#,
+                ),
+                (
+                    "model.failed",
+                    r#"{"operation_id":"op_1","position":"after_tool_calls","problem":{"kind":"quota","message":"x","retryable":true},"turn":1}"#,
+                ),
+                (
+                    "model.started",
+                    r#"{"attempt":2,"model":"m","operation_id":"op_2","turn":1}"#,
+                ),
+                (
+                    "model.completed",
+                    r#"{"finish":"paused_for_moderation","operation_id":"op_2","turn":1}"#,
+                ),
+                (
+                    "tool.failed",
+                    r#"{"call_id":"c1","error":"odd","outcome":"maybe","retry":"later","tool":"t","turn":1}"#,
+                ),
+                ("turn.completed", r#"{"turn":1}"#),
+                ("run.completed", r#"{}"#),
+            ],
+            &[
+                &[],
+                &[r#"{"type":"start-step"}"#],
+                &[],
+                &[
+                    r#"{"type":"data-keel-discarded","id":"op_1","data":{"operation_id":"op_1","position":"after_tool_calls","problem":{"kind":"quota","retryable":true},"text_ids":[],"tool_call_ids":[]}}"#,
+                ],
+                &[],
+                &[],
+                &[
+                    r#"{"type":"tool-output-error","toolCallId":"c1","errorText":"odd"}"#,
+                    r#"{"type":"data-keel-tool-failed","id":"c1","data":{"call_id":"c1","outcome":"maybe","retry":"later","tool":"t"}}"#,
+                ],
+                &[r#"{"type":"finish-step"}"#],
+                &[
+                    r#"{"type":"finish","finishReason":"other","messageMetadata":{"keel":{"outcome":"completed","usage":null}}}"#,
+                ],
+            ],
+            false,
+        )
     }
 
     #[test]

@@ -85,10 +85,8 @@ impl Runner {
                 AttemptEnd::Completed(output) => return Ok(Ok(output)),
                 AttemptEnd::Failed { problem, position } => (problem, position),
             };
-            let allowed = match position {
-                RetryPosition::Pristine => true,
-                RetryPosition::Partial => retry.partial == PartialRetry::Restart,
-            };
+            // An unknown position (never made live) reads as partial.
+            let allowed = !position.may_have_output() || retry.partial == PartialRetry::Restart;
             let seed = hash_seed(self.run_id.as_str(), turn);
             if problem.retryable()
                 && allowed
@@ -306,7 +304,7 @@ impl Runner {
                 turn: at.turn,
                 operation_id: at.operation_id.clone(),
                 problem: ProblemRecord::from(&problem),
-                position,
+                position: position.clone(),
                 extra: Extra::new(),
             }))
             .await?;

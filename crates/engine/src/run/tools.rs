@@ -61,6 +61,26 @@ pub(super) enum ToolsEnd {
     Ended(EndsRun),
 }
 
+/// The live path records known values only: a tool's unknown outcome
+/// (made with `ToolOutcome::from_wire`) is recorded as its generic meaning,
+/// `uncertain`.
+fn known_outcome(outcome: ToolOutcome) -> ToolOutcome {
+    if outcome.is_known() {
+        outcome
+    } else {
+        ToolOutcome::Uncertain
+    }
+}
+
+/// As [`known_outcome`]: an unknown retry is recorded as `not_retryable`.
+fn known_retry(retry: ToolRetry) -> ToolRetry {
+    if retry.is_known() {
+        retry
+    } else {
+        ToolRetry::NotRetryable
+    }
+}
+
 /// The outcome of one tool call, as fed back to the model.
 struct ToolEnd {
     part: Part,
@@ -271,8 +291,8 @@ impl Runner {
             Ok(Err(_panic)) => Err(CallFailure::plain("tool panicked".to_owned())),
             Ok(Ok(Err(e))) => Err(CallFailure {
                 message: e.message,
-                outcome: e.outcome,
-                retry: e.retry,
+                outcome: e.outcome.map(known_outcome),
+                retry: e.retry.map(known_retry),
             }),
             Ok(Ok(Ok(output))) if output.content().len() > part_bytes => {
                 Err(CallFailure::uncertain(

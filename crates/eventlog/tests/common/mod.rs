@@ -227,3 +227,20 @@ pub fn drain(sub: &mut Subscription) -> (Vec<u64>, Option<TryRecvError>) {
         }
     }
 }
+
+/// A snapshot's JSON Lines with its last two events swapped, each keeping
+/// the sequence of its new position (so the lines stay contiguous).
+pub fn swap_last_two_events(text: &str) -> String {
+    let mut lines: Vec<&str> = text.lines().collect();
+    let n = lines.len();
+    lines.swap(n - 1, n - 2);
+    let seq_of = |line: &str| Event::decode(line).unwrap().seq();
+    let (earlier, later) = (seq_of(lines[n - 1]), seq_of(lines[n - 2]));
+    let renumber = |line: &str, from: u64, to: u64| {
+        line.replace(&format!("\"seq\":{from},"), &format!("\"seq\":{to},"))
+    };
+    let mut out: Vec<String> = lines[..n - 2].iter().map(|l| (*l).to_owned()).collect();
+    out.push(renumber(lines[n - 2], later, earlier));
+    out.push(renumber(lines[n - 1], earlier, later));
+    out.join("\n") + "\n"
+}

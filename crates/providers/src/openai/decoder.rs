@@ -220,7 +220,7 @@ impl OpenAiDecoder {
     /// Emits the assembled calls in index order. After a `length` or
     /// `content_filter` finish, calls whose arguments are not a complete
     /// JSON object were cut off and are dropped.
-    fn emit_calls(&mut self, finish: FinishReason, out: &mut VecDeque<RawItem>) {
+    fn emit_calls(&mut self, finish: &FinishReason, out: &mut VecDeque<RawItem>) {
         let interrupted = matches!(finish, FinishReason::Length | FinishReason::ContentFilter);
         for (index, call) in std::mem::take(&mut self.calls) {
             let arguments = arguments_or_empty(call.arguments);
@@ -242,7 +242,7 @@ impl OpenAiDecoder {
     }
 
     fn complete(&mut self, out: &mut VecDeque<RawItem>) -> Flow {
-        let Some(finish) = self.finish else {
+        let Some(finish) = self.finish.clone() else {
             return protocol(out, "stream ended with [DONE] before any finish_reason");
         };
         out.push_back(RawItem::Completion(RawCompletion {
@@ -306,8 +306,8 @@ impl Decoder for OpenAiDecoder {
                         return protocol(out, format!("unknown finish_reason {shown}"));
                     }
                 };
+                self.emit_calls(&finish, out);
                 self.finish = Some(finish);
-                self.emit_calls(finish, out);
             }
         }
         Flow::More
