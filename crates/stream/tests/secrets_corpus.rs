@@ -143,6 +143,68 @@ fn secret_values() -> Vec<(String, SecretRule)> {
             fake(&["X-Amz-Security-", "Token=", "FwoGZXIvYXdzE"]),
             CredentialAssignment,
         ),
+        // The assignment syntaxes of other languages and tools.
+        (
+            fake(&["curl -u ", "deploy:", "hunter2-pw https://x.example"]),
+            CredentialAssignment,
+        ),
+        (
+            fake(&["curl --user=", "deploy:", "hunter2-pw"]),
+            CredentialAssignment,
+        ),
+        (
+            fake(&["'secret'", " => ", "'s3cr3t-value'"]),
+            CredentialAssignment,
+        ),
+        (
+            fake(&["$password ", ":= ", "\"hunter2-pw\""]),
+            CredentialAssignment,
+        ),
+        (
+            fake(&[
+                "<add key=\"ApiKey\" ",
+                "value=\"",
+                "opaque-credential-xyz\"/>",
+            ]),
+            CredentialAssignment,
+        ),
+        (
+            fake(&["<setting name='db.password' ", "value='", "hunter2-pw'>"]),
+            CredentialAssignment,
+        ),
+        (
+            fake(&["<password>", "hunter2-pw", "</password>"]),
+            CredentialAssignment,
+        ),
+        (
+            fake(&["adafruit_key", "=", "opaque-credential-xyz"]),
+            CredentialAssignment,
+        ),
+        // Formats recognised by their vendor prefix alone.
+        (fake(&["glp", "tt-", a20, a20]), GitLabToken),
+        (fake(&["xa", "pp-1-", "A0B1C2D3E4-", a20]), SlackToken),
+        (fake(&["api", "_org_", a36]), HuggingFaceToken),
+        (fake(&["AB", "IA", "IOSFODNN7EXAMPLE"]), AwsAccessKey),
+        (fake(&["A3", "TX", "IOSFODNN7EXAMPLE"]), AwsAccessKey),
+        (
+            fake(&["shp", "at_", "0123456789abcdef0123456789abcdef"]),
+            VendorToken,
+        ),
+        (fake(&["SG", ".", a20, a20, a20]), VendorToken),
+        (fake(&["hv", "s.", a36, a36, a20]), VendorToken),
+        (
+            fake(&["doo", "_v1_", "0123456789abcdef".repeat(4).as_str()]),
+            VendorToken,
+        ),
+        (
+            fake(&["SK", "0123456789abcdef0123456789abcdef"]),
+            VendorToken,
+        ),
+        (fake(&["a1b2", "Q~", a20, "Zy.x_w~V-u12"]), VendorToken),
+        (
+            fake(&["123456789", ":", a20, "Ab3De5Gh7Jk9Mn2Pq4S"]),
+            VendorToken,
+        ),
     ]
 }
 
@@ -152,6 +214,17 @@ fn secret_keys() -> Vec<(&'static str, SecretRule)> {
     vec![
         ("authorization", CredentialKey),
         ("Authorization", CredentialKey),
+        ("adafruit_key", CredentialKey),
+        ("ADAFRUIT_KEY", CredentialKey),
+        ("flutterwave-encryption-key", CredentialKey),
+        ("gitlab-pat", CredentialKey),
+        ("curl-auth-user", CredentialKey),
+        ("adobe-client-id", CredentialKey),
+        ("sendbird-access-id", CredentialKey),
+        ("new-relic-user-api-id", CredentialKey),
+        ("microsoft-teams-webhook", CredentialKey),
+        ("github-oauth", CredentialKey),
+        ("jwt-base64", CredentialKey),
         ("proxy-authorization", CredentialKey),
         ("Proxy Authorization", CredentialKey),
         ("x-api-key", CredentialKey),
@@ -371,6 +444,16 @@ fn benign_values() -> Vec<&'static str> {
         "ghp",
         "password reset required",
         "-----",
+        "ls -u 5",
+        "curl -u deploy https://x.example",
+        "'model' => 'gpt-5'",
+        "<add key=\"model\" value=\"gpt-5\"/>",
+        "<model>gpt-5</model>",
+        "<password></password>",
+        "invalid key: model",
+        "s.short",
+        "llama3.1:8b at 12:00:17",
+        "expected 0123456789abcdef0123456789abcdef|fffffffffffff",
     ]
 }
 
@@ -398,6 +481,14 @@ fn benign_keys() -> Vec<&'static str> {
         "anthropic-ratelimit-input-tokens-remaining",
         "region",
         "id",
+        "key",
+        "cache_key",
+        "prompt_cache_key",
+        "idempotency-key",
+        "partitionKey",
+        "monkey",
+        "turkey_count",
+        "keys_total",
     ]
 }
 

@@ -1,0 +1,413 @@
+//! Self-identifying credential formats: tokens a vendor marks with a
+//! literal prefix (`glpat-`, `shpat_`, `hvs.`) or an infix (`…Q~…`,
+//! `….atlasv1.…`), so that they are recognisable under any key.
+//!
+//! The table is derived from the self-identifying rules of gitleaks'
+//! default configuration (v8.30, MIT) and from detect-secrets' plugins; a
+//! rule is self-identifying when its pattern matches the bare token with no
+//! keyword around it. Each entry keeps the vendor's prefix exactly and
+//! widens the body to a character class and a minimum length, which is
+//! enough to tell the token from prose, ids and hashes: a short prefix
+//! (`SK`, `AC`, `s.`) takes an exact length and a token end instead. The
+//! corpus test (`tests/secrets_corpus.rs`, data in `tests/corpus/`) holds
+//! the figures.
+
+use super::SecretRule;
+use super::scan::{is_alnum, run};
+
+/// Which bytes may follow a prefix: a union of classes.
+#[derive(Clone, Copy)]
+pub(super) struct Body(u16);
+
+impl Body {
+    const UPPER: Body = Body(1);
+    const LOWER: Body = Body(1 << 1);
+    const DIGIT: Body = Body(1 << 2);
+    const HEX: Body = Body(1 << 3);
+    const DASH: Body = Body(1 << 4);
+    const UNDERSCORE: Body = Body(1 << 5);
+    const DOT: Body = Body(1 << 6);
+    const PLUS_SLASH: Body = Body(1 << 7);
+    const EQUALS: Body = Body(1 << 8);
+    const TILDE: Body = Body(1 << 9);
+
+    const ALNUM: Body = Body::UPPER.or(Body::LOWER).or(Body::DIGIT);
+    /// `[A-Za-z0-9_-]`, the usual token alphabet.
+    const KEY: Body = Body::ALNUM.or(Body::DASH).or(Body::UNDERSCORE);
+    /// Base64 with padding.
+    const B64: Body = Body::ALNUM.or(Body::PLUS_SLASH).or(Body::EQUALS);
+
+    const fn or(self, other: Body) -> Body {
+        Body(self.0 | other.0)
+    }
+
+    const fn has(self, class: Body) -> bool {
+        self.0 & class.0 != 0
+    }
+
+    pub(super) fn admits(self, b: u8) -> bool {
+        (self.has(Body::UPPER) && b.is_ascii_uppercase())
+            || (self.has(Body::LOWER) && b.is_ascii_lowercase())
+            || (self.has(Body::DIGIT) && b.is_ascii_digit())
+            || (self.has(Body::HEX) && b.is_ascii_hexdigit())
+            || (self.has(Body::DASH) && b == b'-')
+            || (self.has(Body::UNDERSCORE) && b == b'_')
+            || (self.has(Body::DOT) && b == b'.')
+            || (self.has(Body::PLUS_SLASH) && matches!(b, b'+' | b'/'))
+            || (self.has(Body::EQUALS) && b == b'=')
+            || (self.has(Body::TILDE) && b == b'~')
+    }
+}
+
+/// A vendor prefix at a token start, then at least `min` body bytes (or,
+/// when `exact`, exactly `min` and then a token end).
+pub(super) struct Prefixed {
+    prefix: &'static [u8],
+    fold_case: bool,
+    body: Body,
+    min: usize,
+    exact: bool,
+    rule: SecretRule,
+}
+
+const fn p(prefix: &'static [u8], body: Body, min: usize, rule: SecretRule) -> Prefixed {
+    Prefixed {
+        prefix,
+        fold_case: false,
+        body,
+        min,
+        exact: false,
+        rule,
+    }
+}
+
+impl Prefixed {
+    /// The prefix matches in any case (the vendor's pattern is `(?i)`).
+    const fn fold(mut self) -> Prefixed {
+        self.fold_case = true;
+        self
+    }
+
+    /// Exactly `min` body bytes, then a token end: for short prefixes.
+    const fn exact(mut self) -> Prefixed {
+        self.exact = true;
+        self
+    }
+
+    /// The end of this format's token starting at `at`, if it is one.
+    fn matches(&self, bytes: &[u8], at: usize) -> Option<usize> {
+        let head = bytes.get(at..at + self.prefix.len())?;
+        let same = if self.fold_case {
+            head.eq_ignore_ascii_case(self.prefix)
+        } else {
+            head == self.prefix
+        };
+        if !same {
+            return None;
+        }
+        let body_at = at + self.prefix.len();
+        let n = run(bytes, body_at, |b| self.body.admits(b));
+        let end = body_at + n;
+        if self.exact {
+            let ends_token = bytes.get(end).is_none_or(|&b| !is_alnum(b));
+            (n == self.min && ends_token).then_some(end)
+        } else {
+            (n >= self.min).then_some(end)
+        }
+    }
+}
+
+use Body as B;
+use SecretRule::{
+    AnthropicKey, AwsAccessKey, GitHubToken, GitLabToken, GoogleApiKey, HuggingFaceToken, NpmToken,
+    OpenAiKey, PyPiToken, SlackToken, StripeKey, VendorToken,
+};
+
+/// Hex digits and a dash, for segmented hex tokens.
+const HEX_DASH: Body = B::HEX.or(B::DASH);
+/// `[\w.-]`.
+const KEY_DOT: Body = B::KEY.or(B::DOT);
+/// `[\w.=-]`, PlanetScale's alphabet.
+const KEY_DOT_EQ: Body = B::KEY.or(B::DOT).or(B::EQUALS);
+
+/// Every prefixed format. Where one prefix extends another (`sk-ant-` and
+/// `sk-`), the longest that matches names the rule.
+pub(super) const PREFIXED: &[Prefixed] = &[
+    // Model providers.
+    p(b"sk-ant-", B::KEY, 20, AnthropicKey),
+    p(b"sk-", B::KEY, 20, OpenAiKey),
+    p(b"pplx-", B::ALNUM, 40, VendorToken),
+    p(b"hf_", B::ALNUM, 30, HuggingFaceToken),
+    p(b"api_org_", B::ALNUM, 30, HuggingFaceToken),
+    p(b"AIza", B::KEY, 35, GoogleApiKey),
+    p(b"ABSK", B::B64, 100, VendorToken),
+    p(b"bedrock-api-key-", B::B64, 20, VendorToken),
+    // Code hosts and registries.
+    p(b"ghp_", B::ALNUM, 20, GitHubToken),
+    p(b"gho_", B::ALNUM, 20, GitHubToken),
+    p(b"ghs_", B::ALNUM, 20, GitHubToken),
+    p(b"ghu_", B::ALNUM, 20, GitHubToken),
+    p(b"ghr_", B::ALNUM, 20, GitHubToken),
+    p(b"github_pat_", B::ALNUM.or(B::UNDERSCORE), 20, GitHubToken),
+    p(b"glpat-", B::KEY.or(B::DOT), 20, GitLabToken),
+    p(b"gldt-", B::KEY, 20, GitLabToken),
+    p(b"glft-", B::KEY, 20, GitLabToken),
+    p(b"glsoat-", B::KEY, 20, GitLabToken),
+    p(b"glrt-", B::KEY.or(B::DOT), 20, GitLabToken),
+    p(b"glcbt-", B::KEY, 20, GitLabToken),
+    p(b"glffct-", B::KEY, 20, GitLabToken),
+    p(b"glimt-", B::KEY, 25, GitLabToken),
+    p(b"glagent-", B::KEY, 50, GitLabToken),
+    p(b"gloas-", B::KEY, 64, GitLabToken),
+    p(b"glptt-", B::KEY, 40, GitLabToken),
+    p(b"GR1348941", B::KEY, 20, GitLabToken),
+    p(b"_gitlab_session=", B::ALNUM, 32, GitLabToken),
+    p(b"npm_", B::ALNUM, 30, NpmToken).fold(),
+    p(b"pypi-", B::KEY, 32, PyPiToken),
+    p(b"rubygems_", B::HEX, 48, VendorToken),
+    p(b"CLOJARS_", B::ALNUM, 60, VendorToken).fold(),
+    p(b"AKCp", B::ALNUM, 69, VendorToken),
+    p(b"AKC", B::ALNUM, 10, VendorToken),
+    p(b"cmVmd", B::ALNUM, 59, VendorToken),
+    p(b"rdme_", B::ALNUM, 70, VendorToken),
+    p(
+        b"sgp_",
+        HEX_DASH.or(B::UNDERSCORE).or(B::LOWER),
+        40,
+        VendorToken,
+    ),
+    // Chat and mail.
+    p(b"xoxa-", B::KEY.or(B::DOT), 8, SlackToken),
+    p(b"xoxb-", B::KEY, 10, SlackToken),
+    p(b"xoxe-", B::KEY, 10, SlackToken),
+    p(b"xoxe.xox", B::KEY, 10, SlackToken),
+    p(b"xoxo-", B::KEY, 10, SlackToken),
+    p(b"xoxp-", B::KEY, 10, SlackToken),
+    p(b"xoxr-", B::KEY, 8, SlackToken),
+    p(b"xoxs-", B::KEY, 10, SlackToken),
+    p(b"xapp-", B::KEY, 10, SlackToken).fold(),
+    p(b"SG.", B::KEY.or(B::DOT).or(B::EQUALS), 60, VendorToken),
+    p(b"xkeysib-", HEX_DASH.or(B::ALNUM), 64, VendorToken),
+    p(b"ntn_", B::ALNUM, 40, VendorToken),
+    p(b"lin_api_", B::ALNUM, 40, VendorToken).fold(),
+    // Payments and commerce.
+    p(b"sk_live_", B::ALNUM, 10, StripeKey),
+    p(b"sk_test_", B::ALNUM, 10, StripeKey),
+    p(b"sk_prod_", B::ALNUM, 10, StripeKey),
+    p(b"rk_live_", B::ALNUM, 10, StripeKey),
+    p(b"rk_test_", B::ALNUM, 10, StripeKey),
+    p(b"rk_prod_", B::ALNUM, 10, StripeKey),
+    p(b"pk_live_", B::ALNUM, 16, StripeKey),
+    p(b"shpat_", B::HEX, 32, VendorToken),
+    p(b"shpca_", B::HEX, 32, VendorToken),
+    p(b"shppa_", B::HEX, 32, VendorToken),
+    p(b"shpss_", B::HEX, 32, VendorToken),
+    p(b"shippo_live_", B::HEX, 40, VendorToken),
+    p(b"shippo_test_", B::HEX, 40, VendorToken),
+    p(b"sq0atp-", B::KEY, 22, VendorToken),
+    p(b"sq0csp-", B::KEY, 40, VendorToken),
+    p(b"EAAA", B::KEY, 22, VendorToken),
+    p(b"EAAC", B::ALNUM, 100, VendorToken),
+    p(b"EAAM", B::ALNUM, 100, VendorToken),
+    p(b"FLWSECK_TEST-", B::ALNUM.or(B::DASH), 12, VendorToken),
+    p(b"FLWPUBK_TEST-", B::ALNUM.or(B::DASH), 32, VendorToken),
+    p(b"duffel_live_", B::KEY.or(B::EQUALS), 43, VendorToken),
+    p(b"duffel_test_", B::KEY.or(B::EQUALS), 43, VendorToken),
+    p(b"EZAK", B::ALNUM, 54, VendorToken),
+    p(b"EZTK", B::ALNUM, 54, VendorToken),
+    // Clouds and infrastructure.
+    p(b"AKIA", B::UPPER.or(B::DIGIT), 16, AwsAccessKey).exact(),
+    p(b"ASIA", B::UPPER.or(B::DIGIT), 16, AwsAccessKey).exact(),
+    p(b"ABIA", B::UPPER.or(B::DIGIT), 16, AwsAccessKey).exact(),
+    p(b"ACCA", B::UPPER.or(B::DIGIT), 16, AwsAccessKey).exact(),
+    p(b"A3T", B::UPPER.or(B::DIGIT), 17, AwsAccessKey).exact(),
+    p(b"LTAI", B::ALNUM, 20, VendorToken),
+    p(b"AccountKey=", B::B64, 80, VendorToken),
+    p(
+        b"api.softlayer.com/soap/",
+        B::KEY.or(B::DOT).or(B::PLUS_SLASH),
+        66,
+        VendorToken,
+    ),
+    p(b"doo_v1_", B::HEX, 64, VendorToken),
+    p(b"dop_v1_", B::HEX, 64, VendorToken),
+    p(b"dor_v1_", B::HEX, 64, VendorToken).fold(),
+    p(b"dp.pt.", B::ALNUM, 43, VendorToken),
+    p(b"dt0c01.", B::ALNUM.or(B::DOT), 80, VendorToken),
+    p(b"dapi", B::HEX.or(B::DASH), 32, VendorToken),
+    p(b"v1.0-", HEX_DASH, 150, VendorToken),
+    p(b"4b1d", B::ALNUM, 38, VendorToken).exact(),
+    p(b"fo1_", B::KEY, 43, VendorToken),
+    p(b"fm1a_", B::B64, 100, VendorToken),
+    p(b"fm1r_", B::B64, 100, VendorToken),
+    p(b"fm2_", B::B64, 100, VendorToken),
+    p(b"hvs.", B::KEY, 90, VendorToken),
+    p(b"hvb.", B::KEY, 138, VendorToken),
+    p(b"s.", B::ALNUM, 24, VendorToken).exact(),
+    p(b"HRKU-AA", B::KEY, 58, VendorToken),
+    p(b"pscale_tkn_", KEY_DOT_EQ, 32, VendorToken).fold(),
+    p(b"pscale_oauth_", KEY_DOT_EQ, 32, VendorToken),
+    p(b"pscale_pw_", KEY_DOT_EQ, 32, VendorToken).fold(),
+    p(b"pul-", B::HEX, 40, VendorToken),
+    p(b"tk-us-", B::KEY, 48, VendorToken),
+    p(b"sha256~", B::KEY, 43, VendorToken),
+    p(b"API-", B::UPPER.or(B::DIGIT), 26, VendorToken).exact(),
+    p(b"ico-", B::ALNUM, 32, VendorToken),
+    p(b"pnu_", B::ALNUM, 36, VendorToken),
+    p(b"PMAK-", HEX_DASH, 59, VendorToken).fold(),
+    p(b"sntryu_", B::HEX, 64, VendorToken),
+    p(
+        b"sntrys_eyJpYXQiO",
+        B::B64.or(B::UNDERSCORE),
+        20,
+        VendorToken,
+    ),
+    p(b"eyJrIjoi", B::ALNUM, 70, VendorToken).fold(),
+    p(b"glc_", B::B64, 32, VendorToken).fold(),
+    p(b"glsa_", B::ALNUM.or(B::UNDERSCORE), 40, VendorToken).fold(),
+    p(b"pat.", B::KEY.or(B::DOT), 66, VendorToken),
+    p(b"sat.", B::KEY.or(B::DOT), 66, VendorToken),
+    p(b"fio-u-", B::KEY.or(B::EQUALS), 64, VendorToken),
+    // Identity, secrets managers and the rest.
+    p(b"ops_eyJ", B::B64, 250, VendorToken),
+    p(b"A3-", B::UPPER.or(B::DIGIT).or(B::DASH), 30, VendorToken),
+    p(b"AGE-SECRET-KEY-1", B::UPPER.or(B::DIGIT), 58, VendorToken),
+    p(b"p8e-", B::ALNUM, 32, VendorToken).fold(),
+    p(b"pat", B::ALNUM.or(B::DOT), 79, VendorToken),
+    p(b"s-s4t2ud-", B::HEX, 64, VendorToken),
+    p(b"s-s4t2af-", B::HEX, 64, VendorToken),
+    p(b"SK", B::HEX.or(B::LOWER).or(B::DIGIT), 32, VendorToken).exact(),
+    p(b"AC", B::LOWER.or(B::DIGIT), 32, VendorToken).exact(),
+    p(b"sm_aat_", B::ALNUM, 16, VendorToken),
+    p(b"sm_pat_", B::ALNUM, 16, VendorToken),
+    p(b"sm_sat_", B::ALNUM, 16, VendorToken),
+];
+
+/// The longest prefixed format matching at `at` (a token start): its end
+/// and rule.
+pub(super) fn prefixed(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
+    let first = bytes.get(at)?.to_ascii_lowercase();
+    PREFIXED
+        .iter()
+        .filter(|f| f.prefix[0].to_ascii_lowercase() == first)
+        .filter_map(|f| {
+            f.matches(bytes, at)
+                .map(|end| (f.prefix.len(), end, f.rule))
+        })
+        .max_by_key(|&(len, _, _)| len)
+        .map(|(_, end, rule)| (end, rule))
+}
+
+/// A marker inside a token: at least `before_min` bytes of `before` ending
+/// at the marker, and at least `after_min` of `after` following it.
+pub(super) struct Infixed {
+    marker: &'static [u8],
+    before: Body,
+    before_min: usize,
+    after: Body,
+    after_min: usize,
+}
+
+const fn infix(
+    marker: &'static [u8],
+    before: Body,
+    before_min: usize,
+    after: Body,
+    after_min: usize,
+) -> Infixed {
+    Infixed {
+        marker,
+        before,
+        before_min,
+        after,
+        after_min,
+    }
+}
+
+/// Every infixed format: Azure AD client secrets (`…Q~…`), Terraform
+/// Cloud tokens (`….atlasv1.…`), MaxMind licence keys (`…_mmk`), Facebook
+/// app tokens (`<app id>|<secret>`), Mailchimp keys (`…-us12`) and
+/// Telegram bot tokens (`<bot id>:<secret>`), Authress service keys
+/// (`….acc_…`).
+pub(super) const INFIXED: &[Infixed] = &[
+    infix(
+        b"Q~",
+        B::ALNUM.or(B::UNDERSCORE).or(B::TILDE).or(B::DOT),
+        4,
+        B::KEY.or(B::TILDE).or(B::DOT),
+        31,
+    ),
+    // Authress service keys: `sc_…`, `ext_…` and kin, marked by `.acc`.
+    infix(
+        b".acc_",
+        KEY_DOT,
+        12,
+        KEY_DOT.or(B::PLUS_SLASH).or(B::EQUALS),
+        40,
+    ),
+    infix(
+        b".acc-",
+        KEY_DOT,
+        12,
+        KEY_DOT.or(B::PLUS_SLASH).or(B::EQUALS),
+        40,
+    ),
+    infix(b".atlasv1.", B::ALNUM, 14, B::KEY.or(B::EQUALS), 60),
+    infix(b"_mmk", B::ALNUM.or(B::UNDERSCORE), 36, B::ALNUM, 0),
+    infix(b"|", B::DIGIT, 15, B::KEY, 27),
+    infix(b"%", B::DIGIT, 15, B::KEY, 27),
+    infix(b"-us", B::LOWER.or(B::DIGIT), 32, B::DIGIT, 1),
+    infix(b":", B::DIGIT, 8, B::KEY, 35),
+];
+
+impl Infixed {
+    /// The span around the marker at `at`, if the runs are long enough.
+    fn matches(&self, bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+        let before = bytes[..at]
+            .iter()
+            .rev()
+            .take_while(|&&b| self.before.admits(b))
+            .count();
+        let after_at = at + self.marker.len();
+        let after = run(bytes, after_at, |b| self.after.admits(b));
+        (before >= self.before_min && after >= self.after_min)
+            .then_some((at - before, after_at + after))
+    }
+}
+
+/// Every infixed format's spans in `bytes`.
+pub(super) fn infixed(bytes: &[u8], mut push: impl FnMut(usize, usize)) {
+    for format in INFIXED {
+        let mut from = 0;
+        while let Some(at) = super::scan::find(bytes, from, format.marker) {
+            if let Some((start, end)) = format.matches(bytes, at) {
+                push(start, end);
+            }
+            from = at + 1;
+        }
+    }
+}
+
+/// A Discord bot token: three dot-separated runs of 23–25 (after `M`, `N`
+/// or `O`), 6 and at least 27 token bytes.
+pub(super) fn discord(bytes: &[u8], at: usize) -> Option<usize> {
+    if !matches!(bytes.get(at), Some(b'M' | b'N' | b'O')) {
+        return None;
+    }
+    let first = run(bytes, at + 1, is_token_byte);
+    let dot1 = at + 1 + first;
+    if !(23..=25).contains(&first) || bytes.get(dot1) != Some(&b'.') {
+        return None;
+    }
+    let second = run(bytes, dot1 + 1, is_token_byte);
+    let dot2 = dot1 + 1 + second;
+    if second != 6 || bytes.get(dot2) != Some(&b'.') {
+        return None;
+    }
+    let third = run(bytes, dot2 + 1, is_token_byte);
+    (third >= 27).then_some(dot2 + 1 + third)
+}
+
+fn is_token_byte(b: u8) -> bool {
+    Body::KEY.admits(b)
+}
