@@ -411,3 +411,101 @@ pub(super) fn discord(bytes: &[u8], at: usize) -> Option<usize> {
 fn is_token_byte(b: u8) -> bool {
     Body::KEY.admits(b)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_body_class_admits_its_bytes_only() {
+        let check = |body: Body, admitted: &[u8]| {
+            for b in 0u8..128 {
+                assert_eq!(body.admits(b), admitted.contains(&b), "{:?}", b as char);
+            }
+        };
+        check(B::UPPER, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+        check(B::LOWER, b"abcdefghijklmnopqrstuvwxyz");
+        check(B::DIGIT, b"0123456789");
+        check(B::HEX, b"0123456789abcdefABCDEF");
+        check(B::DASH, b"-");
+        check(B::UNDERSCORE, b"_");
+        check(B::DOT, b".");
+        check(B::PLUS_SLASH, b"+/");
+        check(B::EQUALS, b"=");
+        check(B::TILDE, b"~");
+        check(B::DASH.or(B::TILDE), b"-~");
+        check(Body(0), b"");
+    }
+
+    /// `text` is matched by the prefixed table at 0: the end and rule.
+    fn check_prefixed(text: &str, expected: Option<(usize, SecretRule)>) {
+        assert_eq!(prefixed(text.as_bytes(), 0), expected, "{text:?}");
+    }
+
+    #[test]
+    fn prefixes_need_their_minimum_and_exact_ones_a_token_end() {
+        let hex32 = "0123456789abcdef0123456789abcdef";
+        // `shpat_` + at least 32 hex.
+        check_prefixed(&format!("shpat_{hex32}"), Some((38, VendorToken)));
+        check_prefixed(&format!("shpat_{hex32}ab!"), Some((40, VendorToken)));
+        check_prefixed(&format!("shpat_{}", &hex32[..31]), None);
+        check_prefixed(&format!("SHPAT_{hex32}"), None);
+        // Folded prefixes match in any case.
+        check_prefixed(&format!("NPM_{hex32}"), Some((36, NpmToken)));
+        // `SK` + exactly 32, then a token end.
+        check_prefixed(&format!("SK{hex32}"), Some((34, VendorToken)));
+        check_prefixed(&format!("SK{hex32} x"), Some((34, VendorToken)));
+        check_prefixed(&format!("SK{hex32}0"), None);
+        check_prefixed(&format!("SK{}", &hex32[..31]), None);
+        // The longest prefix names the rule.
+        let body = "Ab3De5Gh7Jk9Mn2Pq4St";
+        check_prefixed(&format!("sk-ant-{body}"), Some((27, AnthropicKey)));
+        check_prefixed(&format!("sk-{body}"), Some((23, OpenAiKey)));
+        check_prefixed("", None);
+        check_prefixed("q", None);
+    }
+
+    fn check_infixed(text: &str, expected: &[(usize, usize)]) {
+        let mut found = Vec::new();
+        infixed(text.as_bytes(), |start, end| found.push((start, end)));
+        assert_eq!(found, expected, "{text:?}");
+    }
+
+    #[test]
+    fn infixes_need_both_runs() {
+        let a35 = "Ab3De5Gh7Jk9Mn2Pq4St6Vw8Yz1Bc3Df5Hg";
+        // Telegram: at least 8 digits, `:`, at least 35 token bytes.
+        check_infixed(&format!("x 12345678:{a35} y"), &[(2, 46)]);
+        check_infixed(&format!("1234567:{a35}"), &[]);
+        check_infixed(&format!("12345678:{}", &a35[..34]), &[]);
+        // MaxMind: 36 before `_mmk`, nothing required after.
+        let before = "a".repeat(36);
+        check_infixed(&format!("{before}_mmk"), &[(0, 40)]);
+        check_infixed(&format!("{}_mmk", &before[..35]), &[]);
+        // Two markers, two spans.
+        check_infixed(
+            &format!("12345678:{a35} 87654321:{a35}"),
+            &[(0, 44), (45, 89)],
+        );
+    }
+
+    #[test]
+    fn discord_tokens_have_three_dotted_runs() {
+        let t = |a: usize, b: usize, c: usize| {
+            format!("M{}.{}.{}", "a".repeat(a), "b".repeat(b), "c".repeat(c))
+        };
+        let check = |text: String, end: Option<usize>| {
+            assert_eq!(discord(text.as_bytes(), 0), end, "{text:?}");
+        };
+        check(t(23, 6, 27), Some(1 + 23 + 1 + 6 + 1 + 27));
+        check(t(25, 6, 30), Some(1 + 25 + 1 + 6 + 1 + 30));
+        check(t(22, 6, 27), None);
+        check(t(26, 6, 27), None);
+        check(t(23, 5, 27), None);
+        check(t(23, 7, 27), None);
+        check(t(23, 6, 26), None);
+        check(t(23, 6, 27).replacen('M', "P", 1), None);
+        check(format!("M{}", "a".repeat(23)), None);
+        check(format!("M{}.{}", "a".repeat(23), "b".repeat(6)), None);
+    }
+}

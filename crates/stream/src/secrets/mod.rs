@@ -360,6 +360,40 @@ pub fn screen_and_bound(text: &str, max: usize) -> Screened {
 mod tests {
     use super::*;
 
+    /// Errors name rules by these strings: they are part of the contract.
+    #[test]
+    fn rule_names_are_stable_and_distinct() {
+        use SecretRule::*;
+        let all = [
+            (CredentialKey, "credential_key"),
+            (HeadersKey, "headers_key"),
+            (ContentKey, "content_key"),
+            (RawPayloadKey, "raw_payload_key"),
+            (AuthScheme, "auth_scheme"),
+            (AnthropicKey, "anthropic_key"),
+            (OpenAiKey, "openai_key"),
+            (StripeKey, "stripe_key"),
+            (GitHubToken, "github_token"),
+            (GitLabToken, "gitlab_token"),
+            (SlackToken, "slack_token"),
+            (SlackWebhook, "slack_webhook"),
+            (AwsAccessKey, "aws_access_key"),
+            (GoogleApiKey, "google_api_key"),
+            (NpmToken, "npm_token"),
+            (PyPiToken, "pypi_token"),
+            (HuggingFaceToken, "hugging_face_token"),
+            (Jwt, "jwt"),
+            (PemBlock, "pem_block"),
+            (UrlCredentials, "url_credentials"),
+            (CredentialAssignment, "credential_assignment"),
+            (VendorToken, "vendor_token"),
+        ];
+        for (rule, name) in all {
+            assert_eq!(rule.as_str(), name);
+            assert_eq!(rule.to_string(), format!("secrets.{name}"));
+        }
+    }
+
     #[test]
     fn redact_is_idempotent() {
         let text = format!("password={} and {}{}", "hunter2", "ghp_", "A".repeat(36));

@@ -409,3 +409,166 @@ pub(super) fn spans(text: &str) -> Vec<Span> {
     }
     merged
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The spans of `text` as (flagged text, rule name) pairs.
+    fn check(text: &str, expected: &[(&str, &str)]) {
+        let found: Vec<(&str, &str)> = spans(text)
+            .iter()
+            .map(|s| (&text[s.start..s.end], s.rule.as_str()))
+            .collect();
+        assert_eq!(found, expected, "{text:?}");
+    }
+
+    #[test]
+    fn auth_schemes_need_a_space_and_eight_non_prose_bytes() {
+        check("Bearer abcDEF12", &[("Bearer abcDEF12", "auth_scheme")]);
+        check("x basic\tdXNlcjpw", &[("basic\tdXNlcjpw", "auth_scheme")]);
+        check("Bearer abcDEF1", &[]);
+        check("Bearerabcdef123456", &[]);
+        check("bearer abcdefghijkl", &[]);
+        check("Bearer", &[]);
+    }
+
+    #[test]
+    fn jwts_strict_and_loose() {
+        // At least 10 bytes in the first part, `eyJ` included.
+        check("eyJabcdefg.xy.z", &[("eyJabcdefg.xy.z", "jwt")]);
+        check("eyJabcdef.xy.z", &[]);
+        check("eyJabcdefg.x.z", &[]);
+        check("eyJabcdefg.xy", &[]);
+        let a17 = "abcdefghijklmnopq";
+        let loose = format!("ey{a17}.ey{a17}.sig/x");
+        check(&loose, &[(loose.as_str(), "jwt")]);
+        check(&format!("ey{}.ey{a17}.", &a17[..16]), &[]);
+        check(&format!("ey{a17}.ex{a17}."), &[]);
+        check(&format!("ey{a17}.ey{}.", &a17[..16]), &[]);
+    }
+
+    #[test]
+    fn pem_blocks_run_to_their_end_marker_or_the_text_end() {
+        check(
+            "a -----BEGIN X-----\nzz\n-----END X----- b",
+            &[("-----BEGIN X-----\nzz\n-----END X-----", "pem_block")],
+        );
+        check(
+            "-----BEGIN X-----\nzz",
+            &[("-----BEGIN X-----\nzz", "pem_block")],
+        );
+        check(
+            "-----BEGIN X-----\n-----END X",
+            &[("-----BEGIN X-----\n-----END X", "pem_block")],
+        );
+        check("-----BEGI", &[]);
+    }
+
+    #[test]
+    fn slack_webhooks_take_their_scheme_and_kind() {
+        check(
+            "see https://hooks.slack.com/services/T0/B0/xyz now",
+            &[(
+                "https://hooks.slack.com/services/T0/B0/xyz",
+                "slack_webhook",
+            )],
+        );
+        check(
+            "http://hooks.slack.com/triggers/a",
+            &[("http://hooks.slack.com/triggers/a", "slack_webhook")],
+        );
+        check(
+            "hooks.slack.com/workflows/",
+            &[("hooks.slack.com/workflows/", "slack_webhook")],
+        );
+        check("https://hooks.slack.com/other/x", &[]);
+    }
+
+    #[test]
+    fn url_credentials_are_the_user_info() {
+        check("ftp://u:p@h/x", &[("u:p", "url_credentials")]);
+        check("https://u@h/x", &[]);
+        check("https://u:@h/x", &[]);
+        check("https://u:[redacted]@h/x", &[]);
+        check("://u:p@h", &[]);
+        check("1://u:p@h", &[]);
+        check("https://h/x?u:p@y", &[]);
+    }
+
+    #[test]
+    fn assignments_take_every_operator_and_quote() {
+        for text in [
+            "password=hunter22",
+            "password = hunter22",
+            "\"password\": \"hunter22\"",
+            "'password' => 'hunter22'",
+            "password := hunter22",
+            "password ::= hunter22",
+            "password ?= hunter22",
+            "password:\thunter22",
+            "`password`=`hunter22`",
+        ] {
+            check(text, &[("hunter22", "credential_assignment")]);
+        }
+        check("password=", &[]);
+        check("password=[redacted]", &[]);
+        check("password=[reda", &[]);
+        check("password https://x", &[]);
+        check("model=gpt-5", &[]);
+        check("password://x", &[]);
+    }
+
+    #[test]
+    fn curl_user_flags_need_a_colon_with_something_after_it() {
+        check("curl -u a:b x", &[("a:b", "credential_assignment")]);
+        check("curl --user=a:b", &[("a:b", "credential_assignment")]);
+        check("curl -u 'a:b'", &[("a:b", "credential_assignment")]);
+        check("curl -u a: x", &[]);
+        check("curl -u a x", &[]);
+        check("curl -ua:b", &[]);
+        check("x-u a:b", &[]);
+    }
+
+    #[test]
+    fn markup_names_a_credential_and_carries_its_value() {
+        check(
+            "<add key=\"ApiKey\" value=\"v1\"/>",
+            &[("v1", "credential_assignment")],
+        );
+        check(
+            "<p name='password' value='v1'>",
+            &[("v1", "credential_assignment")],
+        );
+        check(
+            "<password>v1</password>",
+            &[("v1", "credential_assignment")],
+        );
+        check("<add key=\"model\" value=\"v1\"/>", &[]);
+        check("<add key=\"ApiKey\">value=\"v1\"", &[]);
+        check("<add mykey=\"ApiKey\" value=\"v1\"/>", &[]);
+        check("<add key=\"ApiKey\"/>", &[]);
+        check("<>v1</>", &[]);
+        check("<password x>v1", &[]);
+        check("<model>v1</model>", &[]);
+    }
+
+    #[test]
+    fn prefixes_start_tokens_and_spans_merge() {
+        let hex32 = "0123456789abcdef0123456789abcdef";
+        check(&format!("xshpat_{hex32}"), &[]);
+        check(
+            &format!("-shpat_{hex32}"),
+            &[(&format!("shpat_{hex32}"), "vendor_token")],
+        );
+        // Overlapping spans merge into one, keeping the rule of the pass
+        // that found it first.
+        let text = format!("password=shpat_{hex32}");
+        check(&text, &[(&text[9..], "vendor_token")]);
+        let text = format!("password=x{hex32} shpat_{hex32}");
+        assert_eq!(spans(&text).len(), 2);
+        // Adjacent spans merge too.
+        let text = format!("-----BEGIN X-----\n-----END X-----shpat_{hex32}");
+        check(&text, &[(text.as_str(), "pem_block")]);
+    }
+}
