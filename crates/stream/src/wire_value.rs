@@ -1,7 +1,7 @@
 //! Extensible wire enums: an unknown value is kept verbatim and re-encoded
 //! byte for byte (RFC `2026-12-02-additive-wire-enums`).
 //!
-//! An extensible enum (declared with the crate-private [`wire_enum!`]
+//! An extensible enum (declared with the crate-private `wire_enum!`
 //! macro, which `keel-eventlog` uses too) has its known values and one
 //! `Unknown(UnknownValue<Self>)` variant. Decoding a known name always gives
 //! the known variant; any other word obeying the value grammar (rule
@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// The longest unknown value, in bytes.
 pub const UNKNOWN_VALUE_MAX_BYTES: usize = 64;
 
-/// An enum whose wire values are extensible (implemented by [`wire_enum!`]).
+/// An enum whose wire values are extensible (implemented by `wire_enum!`).
 pub trait WireEnum: Sized + Clone + 'static {
     /// What the value is, for error messages (e.g. `"finish reason"`).
     const WHAT: &'static str;
@@ -157,7 +157,7 @@ impl WireValueError {
 }
 
 /// Decodes `E` from a wire string: the known value it names, else an
-/// unknown one. Used by [`wire_enum!`].
+/// unknown one. Used by `wire_enum!`.
 pub fn from_wire<E: WireEnum>(
     wire: &str,
     unknown: fn(UnknownValue<E>) -> E,
@@ -188,7 +188,7 @@ impl<E: WireEnum> serde::de::Visitor<'_> for Visit<E> {
 
 /// Deserializes `E` from a string through `from_wire`; anything but a
 /// string is refused naming rule `wire_value.syntax`. Used by
-/// [`wire_enum!`].
+/// `wire_enum!`.
 pub fn deserialize<'de, E: WireEnum, D: serde::Deserializer<'de>>(
     d: D,
     from_wire: fn(&str) -> Result<E, WireValueError>,
