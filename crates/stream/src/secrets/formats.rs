@@ -434,6 +434,11 @@ mod tests {
         check(B::EQUALS, b"=");
         check(B::TILDE, b"~");
         check(B::DASH.or(B::TILDE), b"-~");
+        // A union, not a toggle: a class named twice stays in.
+        check(
+            B::KEY.or(B::DASH),
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+        );
         check(Body(0), b"");
     }
 

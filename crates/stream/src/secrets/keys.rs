@@ -204,5 +204,9 @@ mod tests {
         assert_eq!(words("APIKey").0, vec!["api", "key"]);
         assert_eq!(words("accessToken").0, vec!["access", "token"]);
         assert_eq!(words("raw_response").0, vec!["raw", "response"]);
+        // An upper-case run after a lower-case letter or a digit starts a
+        // word even when no lower-case letter follows it.
+        assert_eq!(words("githubPAT").0, vec!["github", "pat"]);
+        assert_eq!(words("v2TOKEN").0, vec!["v2", "token"]);
     }
 }

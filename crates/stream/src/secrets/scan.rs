@@ -440,6 +440,8 @@ mod tests {
         check("eyJabcdef.xy.z", &[]);
         check("eyJabcdefg.x.z", &[]);
         check("eyJabcdefg.xy", &[]);
+        // base64url: `-` and `_` belong to every part.
+        check("eyJab-c_efg.x-.z_y", &[("eyJab-c_efg.x-.z_y", "jwt")]);
         let a17 = "abcdefghijklmnopq";
         let loose = format!("ey{a17}.ey{a17}.sig/x");
         check(&loose, &[(loose.as_str(), "jwt")]);
@@ -547,6 +549,9 @@ mod tests {
         check("<add key=\"model\" value=\"v1\"/>", &[]);
         check("<add key=\"ApiKey\">value=\"v1\"", &[]);
         check("<add mykey=\"ApiKey\" value=\"v1\"/>", &[]);
+        check("<add my-name=\"ApiKey\" value=\"v1\"/>", &[]);
+        check("<add my_name=\"ApiKey\" value=\"v1\"/>", &[]);
+        check("<api-key>v1</api-key>", &[("v1", "credential_assignment")]);
         check("<add key=\"ApiKey\"/>", &[]);
         check("<>v1</>", &[]);
         check("<password x>v1", &[]);
