@@ -142,7 +142,8 @@ fn slack_webhook(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
         return None;
     }
     let path = at + HOST.len();
-    let kind = [&b"services/"[..], b"workflows/", b"triggers/"]
+    // The kind is checked, not skipped: the URL run below covers it.
+    [&b"services/"[..], b"workflows/", b"triggers/"]
         .into_iter()
         .find(|k| bytes[path..].starts_with(k))?;
     let mut start = at;
@@ -151,8 +152,7 @@ fn slack_webhook(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
             start = at - scheme.len();
         }
     }
-    let rest = path + kind.len();
-    Some((start, rest + run(bytes, rest, url_char)))
+    Some((start, path + run(bytes, path, url_char)))
 }
 
 /// `scheme://user:password@host`: the span is the user-info.
@@ -169,7 +169,9 @@ fn url_credentials(bytes: &[u8], sep: usize) -> Option<(usize, usize)> {
     let at = authority.iter().rposition(|&b| b == b'@')?;
     let userinfo = &authority[..at];
     let colon = userinfo.iter().position(|&b| b == b':')?;
-    if colon + 1 >= userinfo.len() || &userinfo[colon + 1..] == REDACTED.as_bytes() {
+    // No password, no credential. (A redacted one cannot reach here: the
+    // marker's `]` ends the authority run.)
+    if colon + 1 >= userinfo.len() {
         return None;
     }
     Some((start, start + at))
@@ -274,7 +276,8 @@ fn markup(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     if !is_credential_word(bytes, word, word + n) {
         return None;
     }
-    let rest = word + n + 1;
+    // From the name's end (its closing quote).
+    let rest = word + n;
     let value = find(bytes, rest, b"value=")?;
     // Same tag only: no `>` between the name and the value.
     if bytes[rest..value].contains(&b'>') {
@@ -452,6 +455,11 @@ mod tests {
 
     #[test]
     fn pem_blocks_run_to_their_end_marker_or_the_text_end() {
+        // The end marker is looked for after the block's own start.
+        check(
+            "a longer prefix -----BEGIN X-----\nzz\n-----END X----- b",
+            &[("-----BEGIN X-----\nzz\n-----END X-----", "pem_block")],
+        );
         check(
             "a -----BEGIN X-----\nzz\n-----END X----- b",
             &[("-----BEGIN X-----\nzz\n-----END X-----", "pem_block")],
@@ -552,6 +560,11 @@ mod tests {
         check("<add my-name=\"ApiKey\" value=\"v1\"/>", &[]);
         check("<add my_name=\"ApiKey\" value=\"v1\"/>", &[]);
         check("<api-key>v1</api-key>", &[("v1", "credential_assignment")]);
+        // A name longer than what precedes it.
+        check(
+            "key=\"ApiKeyOfTheService\" value=\"v1\"",
+            &[("v1", "credential_assignment")],
+        );
         check("<add key=\"ApiKey\"/>", &[]);
         check("<>v1</>", &[]);
         check("<password x>v1", &[]);
