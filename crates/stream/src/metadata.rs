@@ -555,3 +555,74 @@ impl<'de> Deserialize<'de> for MetadataAllowlist {
         MetadataAllowlist::new(&names).map_err(serde::de::Error::custom)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::error::Error as _;
+
+    /// `name` against the namespace rule `^[a-z][a-z0-9_]{0,31}$`.
+    fn check(name: &str, expected: Result<(), NameProblem>) {
+        assert_eq!(check_namespace(name), expected, "{name:?}");
+    }
+
+    #[test]
+    fn namespace_names_follow_their_rule() {
+        check("a", Ok(()));
+        check("open_ai2", Ok(()));
+        check("a_", Ok(()));
+        check("a9", Ok(()));
+        check(&"a".repeat(NAMESPACE_MAX_BYTES), Ok(()));
+        check("", Err(NameProblem::Empty));
+        check(
+            &"a".repeat(NAMESPACE_MAX_BYTES + 1),
+            Err(NameProblem::TooLong { len: 33, max: 32 }),
+        );
+        check("9a", Err(NameProblem::Character { offset: 0 }));
+        check("_a", Err(NameProblem::Character { offset: 0 }));
+        check("aB", Err(NameProblem::Character { offset: 1 }));
+        check("a-b", Err(NameProblem::Character { offset: 1 }));
+    }
+
+    #[test]
+    fn errors_name_path_and_rule_and_chain_to_the_kind() {
+        let Err(err) = MetadataAllowlist::new(["ok", "9lives"]) else {
+            panic!("9lives is not a namespace name");
+        };
+        assert_eq!(err.path(), "$[1]");
+        assert_eq!(
+            err.to_string(),
+            "$[1]: namespace name has a disallowed character at byte 0 \
+             (rule metadata.namespace_name: ^[a-z][a-z0-9_]{0,31}$)"
+        );
+        let source = err.source().map(ToString::to_string);
+        assert_eq!(source, Some(err.kind().to_string()));
+    }
+
+    #[test]
+    fn namespaces_iterate_sorted_and_debug_shows_the_canonical_form() {
+        let Ok(meta) = ProviderMetadata::from_value(&json!({"zeta": {"b": 1}, "alpha": {}})) else {
+            panic!("valid metadata");
+        };
+        let names: Vec<&str> = meta.namespaces().map(|(name, _)| name).collect();
+        assert_eq!(names, ["alpha", "zeta"]);
+        assert_eq!(
+            format!("{meta:?}"),
+            r#"ProviderMetadata({"alpha":{},"zeta":{"b":1}})"#
+        );
+    }
+
+    #[test]
+    fn allowlists_count_their_names() {
+        let empty = MetadataAllowlist::empty();
+        assert!(empty.is_empty());
+        assert_eq!(empty.len(), 0);
+        let Ok(two) = MetadataAllowlist::new(["openai", "anthropic", "openai"]) else {
+            panic!("valid names");
+        };
+        assert!(!two.is_empty());
+        assert_eq!(two.len(), 2);
+        assert_eq!(two.iter().collect::<Vec<_>>(), ["anthropic", "openai"]);
+    }
+}
