@@ -446,24 +446,22 @@ fn check_event(
     let found = event.seq();
     let prev = *previous;
     if found != prev + 1 {
-        return Err(if found == prev {
-            ImportError::Duplicate {
+        return Err(match found.cmp(&prev) {
+            std::cmp::Ordering::Equal => ImportError::Duplicate {
                 line: n,
                 previous: prev,
                 found,
-            }
-        } else if found < prev {
-            ImportError::OutOfOrder {
+            },
+            std::cmp::Ordering::Less => ImportError::OutOfOrder {
                 line: n,
                 previous: prev,
                 found,
-            }
-        } else {
-            ImportError::Gap {
+            },
+            std::cmp::Ordering::Greater => ImportError::Gap {
                 line: n,
                 previous: prev,
                 found,
-            }
+            },
         });
     }
     if event.ts() < *previous_ts {

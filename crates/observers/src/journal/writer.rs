@@ -126,6 +126,9 @@ pub(crate) struct Writer {
     /// while no other connection commits: checked with `data_version` at
     /// the start of every transaction.
     cache: HashMap<Box<str>, RunState>,
+    /// Past this many cached runs the cache is dropped (memory bound);
+    /// [`CACHE_MAX_RUNS`] but for tests.
+    cache_max_runs: usize,
     data_version: Option<i64>,
 }
 
@@ -148,6 +151,7 @@ impl Writer {
             stats,
             host,
             cache: HashMap::new(),
+            cache_max_runs: CACHE_MAX_RUNS,
             data_version: None,
         }
     }
@@ -335,7 +339,7 @@ impl Writer {
                 self.cache.remove(run);
             }
         }
-        if self.cache.len() > CACHE_MAX_RUNS {
+        if self.cache.len() > self.cache_max_runs {
             self.cache.clear();
         }
         Ok(outcomes)
@@ -530,4 +534,70 @@ impl Writer {
 /// Values checked to fit when the event was applied; saturates otherwise.
 fn sql_int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use crate::journal::JournalConfig;
+
+    /// A writer on a fresh journal file in the temp dir (removed on drop).
+    struct Fixture {
+        writer: Writer,
+        dir: PathBuf,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn fixture(tag: &str) -> Fixture {
+        let dir = std::env::temp_dir().join(format!(
+            "keel-writer-{tag}-{}-{:?}",
+            std::process::id(),
+            Instant::now()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("keel.db");
+        let conn = super::super::open_writer(&path, &JournalConfig::default()).unwrap();
+        let (_queue, rx) = mpsc::channel(1);
+        let writer = Writer::new(path, conn, rx, 8, 1 << 20, Arc::default(), Arc::from("h0"));
+        Fixture { writer, dir }
+    }
+
+    fn event(run: &str, seq: u64, kind: &str) -> Arc<Event> {
+        let line = format!(
+            r#"{{"kind":"{kind}","payload":{{}},"run_id":"{run}","seq":{seq},"ts":{seq}}}"#
+        );
+        Arc::new(Event::decode(&line).unwrap())
+    }
+
+    /// Commits `events` in one transaction of one request.
+    fn commit(writer: &mut Writer, events: &[Arc<Event>]) {
+        let (request, _answer) = Request::batch(events);
+        let applied = writer.transaction(std::slice::from_ref(&request)).unwrap();
+        assert!(applied.iter().all(|a| a.refused.is_none()));
+    }
+
+    #[test]
+    fn the_cache_keeps_running_runs_and_forgets_ended_ones() {
+        let mut f = fixture("cache");
+        commit(&mut f.writer, &[event("a", 1, "run.started")]);
+        assert_eq!(f.writer.cache.get("a").map(|s| s.last_seq), Some(1));
+        commit(&mut f.writer, &[event("a", 2, "run.completed")]);
+        assert!(!f.writer.cache.contains_key("a"));
+    }
+
+    #[test]
+    fn the_cache_is_dropped_past_its_bound_not_at_it() {
+        let mut f = fixture("bound");
+        f.writer.cache_max_runs = 2;
+        for (run, cached) in [("a", 1), ("b", 2), ("c", 0)] {
+            commit(&mut f.writer, &[event(run, 1, "run.started")]);
+            assert_eq!(f.writer.cache.len(), cached, "after {run}");
+        }
+    }
 }
