@@ -573,3 +573,58 @@ async fn a_run_cancelled_before_it_first_runs_is_in_the_log() {
     assert_eq!(kinds(&events), ["run.started", "run.cancelled"]);
     assert_eq!(recorder.events().len(), 2, "the observers got both");
 }
+
+/// A run that is waiting on its model when the engine shuts down, with a
+/// required observer that acknowledges the first `acknowledged` offers:
+/// the shutdown report after the run committed its cancelled terminals.
+async fn shutdown_waiting_run(
+    observer: Arc<dyn keel_observers::RequiredObserver>,
+) -> (EngineShutdown, Vec<String>) {
+    let provider = ScriptedProvider::new(vec![vec![ScriptItem::DelayMs(60_000)]]);
+    let engine = engine_with(provider)
+        .required_observer(observer)
+        .build()
+        .unwrap();
+    let run = engine.start(request("run_waiting")).unwrap();
+    let log = run.log().clone();
+    let mut sub = run.subscribe(0).unwrap();
+    while let Some(e) = sub.recv().await {
+        if e.unwrap().kind().to_string() == "model.started" {
+            break;
+        }
+    }
+    let report = engine.shutdown(Duration::from_secs(5)).await;
+    let events = log.retained_after(0);
+    assert_lifecycle(&events);
+    (report, kinds(&events))
+}
+
+/// Case 5b: a run that ends within the shutdown deadline is reported
+/// unacknowledged exactly when a required observer did not take its whole
+/// history, terminals included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_reports_the_runs_an_observer_did_not_take_in_full() {
+    let (report, kinds) = shutdown_waiting_run(Arc::new(RecordingObserver::new())).await;
+    assert_eq!(
+        (report.runs_ended, report.runs_abandoned),
+        (1, 0),
+        "{report:?}"
+    );
+    assert!(report.unacknowledged.is_empty(), "{report:?}");
+    // The first four events are the ones before the model answers; the
+    // observer below refuses everything after them (the terminals).
+    assert_eq!(
+        kinds[..4],
+        ["run.started", "run.input", "turn.started", "model.started"]
+    );
+    assert_eq!(kinds.last().map(String::as_str), Some("run.cancelled"));
+    let refusing = FaultyObserver::new(Fault::FailFrom(5));
+    let (report, _) = shutdown_waiting_run(Arc::new(refusing)).await;
+    assert_eq!(
+        (report.runs_ended, report.runs_abandoned),
+        (1, 0),
+        "{report:?}"
+    );
+    let ids: Vec<&str> = report.unacknowledged.iter().map(RunId::as_str).collect();
+    assert_eq!(ids, ["run_waiting"], "{report:?}");
+}

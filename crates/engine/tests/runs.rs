@@ -861,6 +861,70 @@ async fn required_observer_failure_fails_the_run_without_reusing_a_sequence() {
     assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
 }
 
+/// A required observer's refusal that reaches the run while its turn is
+/// open fails the turn with the run: the turn is not merely cancelled.
+#[tokio::test]
+async fn an_observer_failure_fails_the_open_turn() {
+    // The refusal of seq 4 (model.started) is in by the time the model
+    // answers.
+    let provider = ScriptedProvider::new(vec![vec![
+        ScriptItem::DelayMs(300),
+        ScriptItem::text("late"),
+        ScriptItem::complete(FinishReason::Stop),
+    ]]);
+    let faulty = Arc::new(FaultyObserver::new(Fault::FailFrom(4)));
+    let engine = builder(provider).required_observer(faulty).build().unwrap();
+    let (outcome, events) = run_to_end(&engine, "run_obs_turn").await;
+    assert!(matches!(outcome, RunOutcome::Failed { .. }), "{outcome:?}");
+    let kinds: Vec<String> = events.iter().map(|e| e.kind().to_string()).collect();
+    assert!(!kinds.iter().any(|k| k == "turn.completed"), "{kinds:?}");
+    assert!(!kinds.iter().any(|k| k == "turn.cancelled"), "{kinds:?}");
+    assert_eq!(kinds[kinds.len() - 2..], ["turn.failed", "run.failed"]);
+}
+
+/// `limits.max_tool_calls_per_turn`: a turn may ask for exactly the bound;
+/// past it (by one or by more) the turn and run fail, naming the limit,
+/// and no tool runs.
+#[tokio::test]
+async fn tool_calls_per_turn_are_bounded() {
+    for (asked, fails) in [(2, false), (3, true), (5, true)] {
+        let mut items: Vec<ScriptItem> = (1..=asked).map(|i| call(&format!("c{i}"))).collect();
+        items.push(ScriptItem::complete(FinishReason::ToolCalls));
+        let provider = ScriptedProvider::new(vec![items, done()]);
+        let tool = weather(vec![ToolStep::ok(json!("x")); asked]);
+        let limits = EngineLimits {
+            max_tool_calls_per_turn: 2,
+            ..EngineLimits::default()
+        };
+        let engine = builder(provider)
+            .tool(Arc::new(tool))
+            .limits(limits)
+            .build()
+            .unwrap();
+        let (outcome, events) = run_to_end(&engine, "run_calls").await;
+        let started = events
+            .iter()
+            .filter(|e| e.kind().to_string() == "tool.started")
+            .count();
+        if fails {
+            let RunOutcome::Failed {
+                cause: FailureCause::Limit { limit, .. },
+            } = &outcome
+            else {
+                panic!("{asked} calls: {outcome:?}")
+            };
+            assert_eq!(limit, "limits.max_tool_calls_per_turn");
+            assert_eq!(started, 0, "{asked} calls");
+        } else {
+            assert!(
+                matches!(outcome, RunOutcome::Completed { .. }),
+                "{asked} calls: {outcome:?}"
+            );
+            assert_eq!(started, asked, "{asked} calls");
+        }
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn cancel_works_while_a_required_observer_applies_backpressure() {
     let provider = ScriptedProvider::new(vec![done()]);
