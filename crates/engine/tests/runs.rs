@@ -9,7 +9,7 @@
 )]
 
 use keel_engine::*;
-use keel_eventlog::{Event, Payload, Scope, Terminal};
+use keel_eventlog::{Event, LogConfig, Payload, Scope, Terminal};
 use keel_message::*;
 use keel_stream::{FinishReason, ProblemKind, RetryPosition};
 use keel_testkit::*;
@@ -702,6 +702,37 @@ async fn denied_interaction_skips_the_tool_and_says_denied() {
         panic!()
     };
     assert_eq!(c.decision, "denied");
+    // Interactions are numbered from 1 within the run.
+    assert_eq!(c.interaction_id.as_str(), "i_1");
+}
+
+/// A commit the log refuses (here: a line over its event bound) fails the
+/// run with an internal cause; it is not reported as cancelled.
+#[tokio::test]
+async fn a_refused_commit_fails_the_run() {
+    let provider = ScriptedProvider::new(vec![vec![
+        ScriptItem::text(&"x".repeat(12_000)),
+        ScriptItem::complete(FinishReason::Stop),
+    ]]);
+    let engine = builder(provider)
+        .log_config(LogConfig {
+            max_event_bytes: 8 << 10,
+            ..LogConfig::default()
+        })
+        .build()
+        .unwrap();
+    let (outcome, events) = run_to_end(&engine, "run_log_full").await;
+    assert!(
+        matches!(
+            outcome,
+            RunOutcome::Failed {
+                cause: FailureCause::Internal(_)
+            }
+        ),
+        "{outcome:?}"
+    );
+    let last = events.last().map(|e| e.kind().to_string());
+    assert_eq!(last.as_deref(), Some("run.failed"));
 }
 
 #[tokio::test]

@@ -266,3 +266,18 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
     }
     s[..cut].to_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::truncate;
+
+    #[test]
+    fn truncate_cuts_at_a_char_boundary_at_or_below_the_bound() {
+        assert_eq!(truncate("abc", 8), "abc");
+        assert_eq!(truncate("abcdef", 4), "abcd");
+        // `é` is two bytes: a cut inside it moves down to its start.
+        assert_eq!(truncate("aéé", 4), "aé");
+        assert_eq!(truncate("ééé", 5), "éé");
+        assert_eq!(truncate("€", 2), "");
+    }
+}
