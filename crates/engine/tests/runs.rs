@@ -11,7 +11,7 @@
 use keel_engine::*;
 use keel_eventlog::{Event, LogConfig, Payload, Scope, Terminal};
 use keel_message::*;
-use keel_stream::{FinishReason, ProblemKind, RetryPosition};
+use keel_stream::{FinishReason, MetadataAllowlist, ProblemKind, RetryPosition};
 use keel_testkit::*;
 use serde_json::json;
 use std::sync::Arc;
@@ -711,7 +711,7 @@ async fn denied_interaction_skips_the_tool_and_says_denied() {
 #[tokio::test]
 async fn a_refused_commit_fails_the_run() {
     let provider = ScriptedProvider::new(vec![vec![
-        ScriptItem::text(&"x".repeat(12_000)),
+        ScriptItem::text("x".repeat(12_000)),
         ScriptItem::complete(FinishReason::Stop),
     ]]);
     let engine = builder(provider)
@@ -1252,5 +1252,31 @@ async fn terminal_coverage_summary() {
                 "{scope:?} {terminal:?} never reached"
             );
         }
+    }
+}
+
+/// `model.completed` carries the allowlisted provider metadata when there
+/// is some, and no `metadata` field when there is none.
+#[tokio::test]
+async fn completions_carry_allowlisted_metadata_only_when_there_is_some() {
+    for metadata in [Some(json!({"openai": {"request_id": "req_1"}})), None] {
+        let provider = ScriptedProvider::new(vec![vec![
+            ScriptItem::text("hi"),
+            ScriptItem::Complete(ScriptComplete {
+                finish: FinishReason::Stop,
+                usage: None,
+                metadata: metadata.clone(),
+            }),
+        ]]);
+        let engine = builder(provider)
+            .allow_metadata(MetadataAllowlist::new(["openai"]).unwrap())
+            .build()
+            .unwrap();
+        let (_, events) = run_to_end(&engine, "run_meta").await;
+        let Payload::ModelCompleted(done) = payload(&events, "model.completed") else {
+            panic!()
+        };
+        let recorded = done.metadata.as_ref().map(|m| m.to_value());
+        assert_eq!(recorded, metadata);
     }
 }
