@@ -148,6 +148,30 @@ async fn a_call_id_reused_in_a_later_turn_is_a_protocol_failure() {
     assert_eq!(position, RetryPosition::Pristine);
 }
 
+/// Case 2b: a reused call id after a new call in the same response fails
+/// a model call that already shows output: its position is partial.
+#[tokio::test]
+async fn a_call_id_reused_after_a_new_call_fails_a_partial_attempt() {
+    let provider = ScriptedProvider::new(vec![
+        calls(vec![call("c1", "get_weather")]),
+        calls(vec![call("c2", "get_weather"), call("c1", "get_weather")]),
+    ]);
+    let weather = tool("get_weather", vec![ToolStep::ok(json!("sunny")); 3]);
+    let engine = engine_with(provider)
+        .tool(Arc::new(weather))
+        .build()
+        .unwrap();
+    let (outcome, events) = check(&engine, request("run_case2b")).await;
+    assert_eq!(payloads(&events, "model.tool_call").len(), 2);
+    let RunOutcome::Failed {
+        cause: FailureCause::Model { position, .. },
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(position, RetryPosition::Partial);
+}
+
 /// Case 3: when the acknowledgement of `tool.started` fails, or is
 /// cancelled, the closing `tool.cancelled` names the tool its start named.
 #[tokio::test(start_paused = true)]
