@@ -1280,3 +1280,34 @@ async fn completions_carry_allowlisted_metadata_only_when_there_is_some() {
         assert_eq!(recorded, metadata);
     }
 }
+
+/// A tool's output may be exactly `limits.part_bytes`; one byte more and
+/// the call fails, naming the bound.
+#[tokio::test]
+async fn tool_output_is_bounded_by_part_bytes() {
+    for (bytes, kind) in [(256, "tool.completed"), (257, "tool.failed")] {
+        let provider = ScriptedProvider::new(vec![
+            vec![call("c1"), ScriptItem::complete(FinishReason::ToolCalls)],
+            done(),
+        ]);
+        let tool = weather(vec![ToolStep::ok(json!("x".repeat(bytes)))]);
+        let engine = builder(provider)
+            .tool(Arc::new(tool))
+            .message_limits(Limits {
+                part_bytes: 256,
+                ..Limits::default()
+            })
+            .build()
+            .unwrap();
+        let (_, events) = run_to_end(&engine, "run_part_bytes").await;
+        let ended: Vec<String> = events
+            .iter()
+            .map(|e| e.kind().to_string())
+            .filter(|k| k == "tool.completed" || k == "tool.failed")
+            .collect();
+        assert_eq!(ended, [kind], "{bytes} bytes");
+        if let Payload::ToolFailed(f) = payload(&events, kind) {
+            assert!(f.error.as_str().contains("limits.part_bytes"), "{f:?}");
+        }
+    }
+}
