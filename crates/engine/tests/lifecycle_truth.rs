@@ -652,3 +652,36 @@ async fn shutdown_reports_the_runs_an_observer_did_not_take_in_full() {
     let ids: Vec<&str> = report.unacknowledged.iter().map(RunId::as_str).collect();
     assert_eq!(ids, ["run_waiting"], "{report:?}");
 }
+
+/// Case 6: a run cancelled while it waits for its committed terminal to
+/// become durable reports what the log says (completed), not cancelled.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_after_the_terminal_is_committed_keeps_its_outcome() {
+    // run.started 1, run.input 2, turn.started 3, model.started 4,
+    // model.text_delta 5, model.completed 6, turn.completed 7,
+    // run.completed 8: the observer never answers the terminal.
+    let engine = engine_with(ScriptedProvider::new(vec![done()]))
+        .required_observer(Arc::new(FaultyObserver::new(Fault::HangOn(8))))
+        .build()
+        .unwrap();
+    let run = engine.start(request("run_case6")).unwrap();
+    let mut sub = run.subscribe(0).unwrap();
+    while let Some(e) = sub.recv().await {
+        if e.unwrap().kind().to_string() == "run.completed" {
+            break;
+        }
+    }
+    run.cancel();
+    let log = run.log().clone();
+    let outcome = run.join().await;
+    assert!(
+        matches!(outcome, RunOutcome::Completed { .. }),
+        "{outcome:?}"
+    );
+    let events = log.retained_after(0);
+    assert_lifecycle(&events);
+    assert_eq!(
+        kinds(&events).last().map(String::as_str),
+        Some("run.completed")
+    );
+}
