@@ -685,3 +685,29 @@ async fn a_cancel_after_the_terminal_is_committed_keeps_its_outcome() {
         Some("run.completed")
     );
 }
+
+/// Case 7: an observer that first fails while the run is being closed is
+/// skipped from then on, and the observers after it still get the whole
+/// history, the terminal included.
+#[tokio::test(start_paused = true)]
+async fn an_observer_failing_at_close_does_not_cut_the_others_short() {
+    // run.completed is seq 8; the first observer refuses it and every
+    // re-offer.
+    let recorder = Arc::new(RecordingObserver::new());
+    let engine = engine_with(ScriptedProvider::new(vec![done()]))
+        .required_observer(Arc::new(FaultyObserver::new(Fault::FailFrom(8))))
+        .required_observer(recorder.clone())
+        .build()
+        .unwrap();
+    let (outcome, events) = check(&engine, request("run_case7")).await;
+    assert!(
+        matches!(outcome, RunOutcome::Completed { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        kinds(&events).last().map(String::as_str),
+        Some("run.completed")
+    );
+    let seqs: Vec<u64> = recorder.events().iter().map(|e| e.seq()).collect();
+    assert_eq!(seqs, (1..=8).collect::<Vec<u64>>());
+}
