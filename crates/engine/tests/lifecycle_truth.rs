@@ -52,6 +52,17 @@ fn kinds(events: &[Arc<Event>]) -> Vec<String> {
     events.iter().map(|e| e.kind().to_string()).collect()
 }
 
+/// Returns once `run`'s log holds an event of `kind`.
+async fn committed(run: &RunHandle, kind: &str) {
+    let mut sub = run.subscribe(0).unwrap();
+    while let Some(e) = sub.recv().await {
+        if e.unwrap().kind().to_string() == kind {
+            return;
+        }
+    }
+    panic!("the log ended without {kind}");
+}
+
 fn payloads(events: &[Arc<Event>], kind: &str) -> Vec<Payload> {
     events
         .iter()
@@ -384,12 +395,7 @@ async fn a_shutdown_past_its_deadline_commits_every_terminal() {
     let engine = engine_with(provider).tool(Arc::new(slow)).build().unwrap();
     let run = engine.start(request("run_case5")).unwrap();
     let log = run.log().clone();
-    let mut sub = run.subscribe(0).unwrap();
-    while let Some(e) = sub.recv().await {
-        if e.unwrap().kind().to_string() == "tool.started" {
-            break;
-        }
-    }
+    committed(&run, "tool.started").await;
     let report = engine.shutdown(Duration::from_millis(200)).await;
     assert_eq!(report.runs_abandoned, 1, "{report:?}");
     assert_eq!(report.unacknowledged.len(), 1);
@@ -611,12 +617,7 @@ async fn shutdown_waiting_run(
         .unwrap();
     let run = engine.start(request("run_waiting")).unwrap();
     let log = run.log().clone();
-    let mut sub = run.subscribe(0).unwrap();
-    while let Some(e) = sub.recv().await {
-        if e.unwrap().kind().to_string() == "model.started" {
-            break;
-        }
-    }
+    committed(&run, "model.started").await;
     let report = engine.shutdown(Duration::from_secs(5)).await;
     let events = log.retained_after(0);
     assert_lifecycle(&events);
@@ -665,12 +666,7 @@ async fn a_cancel_after_the_terminal_is_committed_keeps_its_outcome() {
         .build()
         .unwrap();
     let run = engine.start(request("run_case6")).unwrap();
-    let mut sub = run.subscribe(0).unwrap();
-    while let Some(e) = sub.recv().await {
-        if e.unwrap().kind().to_string() == "run.completed" {
-            break;
-        }
-    }
+    committed(&run, "run.completed").await;
     run.cancel();
     let log = run.log().clone();
     let outcome = run.join().await;
