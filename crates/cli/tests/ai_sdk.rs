@@ -3,7 +3,11 @@
 //! SDK's own client code (`ai@6.0.325`, pinned in tests/frontends): the
 //! raw SSE body Keel sends is parsed with the SDK's `parseJsonEventStream`
 //! and its strict `uiMessageChunkSchema`, then assembled with
-//! `readUIMessageStream`; the assembled `UIMessage` is checked.
+//! `readUIMessageStream`; the assembled `UIMessage` is checked. And the
+//! chat's own runs (#32, RFC 2026-12-04-chat-owned-runs): the `chat-`
+//! namespace refused to the other routes, the `run.started` mark checked
+//! before a continuation, the exact bound, failed and cancelled last runs,
+//! and chat streams under `--max-streams`.
 
 mod common;
 
