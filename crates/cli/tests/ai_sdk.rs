@@ -586,8 +586,33 @@ fn chunks(sse: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Reads `{body}` on stdin; prints `{error}`: the error the SDK's
+/// `readUIMessageStream` raises for the stream (what `useChat` puts in its
+/// `error` state), after every chunk passed the SDK's schema.
+const SDK_ERROR: &str = r#"
+import { readUIMessageStream, uiMessageChunkSchema, parseJsonEventStream } from 'ai';
+let input = '';
+for await (const piece of process.stdin) input += piece;
+const { body } = JSON.parse(input);
+const parsed = parseJsonEventStream({ stream: new Response(body).body, schema: uiMessageChunkSchema });
+const chunks = parsed.pipeThrough(new TransformStream({
+  transform(result, controller) {
+    if (!result.success) throw new Error('chunk refused by the schema: ' + result.error);
+    controller.enqueue(result.value);
+  },
+}));
+let error = null;
+try {
+  for await (const _ of readUIMessageStream({ stream: chunks, terminateOnError: true })) {}
+} catch (e) {
+  error = String(e && e.message ? e.message : e);
+}
+console.log(JSON.stringify({ error }));
+"#;
+
 /// `GET /v1/chat/{id}/stream` of a conversation whose last run did not
-/// complete: a stream whose `error` chunk names why.
+/// complete: a stream whose `error` chunk names why (and, where node is
+/// installed, that the AI SDK raises as the chat's error).
 async fn resumed_error(d: &Daemon, id: &str) -> String {
     let resp = get(&client(), d, &format!("/v1/chat/{id}/stream")).await;
     assert_eq!(resp.status(), 200);
@@ -598,7 +623,13 @@ async fn resumed_error(d: &Daemon, id: &str) -> String {
     let error = chunks.iter().find(|c| c["type"] == "error");
     let error = error.unwrap_or_else(|| panic!("no error chunk: {text}"));
     assert_eq!(chunks[0]["type"], "start");
-    error["errorText"].as_str().unwrap().to_owned()
+    let error_text = error["errorText"].as_str().unwrap().to_owned();
+    if frontends::node_modules("resumed_error").is_some() {
+        let out = frontends::run_node(SDK_ERROR, &json!({ "body": text }).to_string());
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["error"], error_text.as_str(), "{out}");
+    }
+    error_text
 }
 
 #[tokio::test]
