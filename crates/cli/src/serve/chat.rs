@@ -514,24 +514,33 @@ pub async fn resume_stream(
             stored: Some(summary),
             ..
         }) if matches!(summary.status, RunStatus::Failed | RunStatus::Cancelled) => {
-            let run = run_name(&id, n);
-            let lookup = run.clone();
-            let after = summary.last_seq.saturating_sub(1);
-            let lines = daemon
-                .read(move |r| r.events_after(&lookup, after, 1))
-                .await?;
-            let terminal = lines.first().and_then(|line| Event::decode(line).ok());
-            let chunks = ended_unfinished(&run, terminal.as_ref());
-            let frames = chunks
-                .iter()
-                .map(frame)
-                .chain(std::iter::once(SseEvent::default().data(DONE)))
-                .map(Ok)
-                .collect::<Vec<_>>();
-            Ok(ui_response(futures_util::stream::iter(frames)))
+            unfinished_stream(&daemon, run_name(&id, n), summary.last_seq).await
         }
         Some(_) => Ok(StatusCode::NO_CONTENT.into_response()),
     }
+}
+
+/// The resume of a conversation whose last run, `run`, ended failed or
+/// cancelled at `last_seq`: [`ended_unfinished`] of its terminal, then
+/// `[DONE]`.
+async fn unfinished_stream(
+    daemon: &Daemon,
+    run: String,
+    last_seq: u64,
+) -> Result<Response, Problem> {
+    let lookup = run.clone();
+    let after = last_seq.saturating_sub(1);
+    let lines = daemon
+        .read(move |r| r.events_after(&lookup, after, 1))
+        .await?;
+    let terminal = lines.first().and_then(|line| Event::decode(line).ok());
+    let frames = ended_unfinished(&run, terminal.as_ref())
+        .iter()
+        .map(frame)
+        .chain(std::iter::once(SseEvent::default().data(DONE)))
+        .map(Ok)
+        .collect::<Vec<_>>();
+    Ok(ui_response(futures_util::stream::iter(frames)))
 }
 
 /// What a resume says of a conversation whose last run failed or was
