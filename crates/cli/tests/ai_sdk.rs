@@ -728,5 +728,19 @@ async fn chat_streams_count_toward_max_streams() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    // Once a slot is free again, a conversation whose run is live is busy.
     drop(second);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (status, doc) =
+            refused(post(&c, &d, "/v1/chat", body("s1", vec![user("More")])).await).await;
+        if status == 409 {
+            assert_eq!(doc["type"], "urn:keel:problem:conversation-busy");
+            assert_eq!(doc["run_id"], "chat-s1-1");
+            break;
+        }
+        assert_eq!(status, 503, "{doc}");
+        assert!(std::time::Instant::now() < until, "{doc}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
