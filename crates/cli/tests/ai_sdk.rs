@@ -744,3 +744,26 @@ async fn chat_streams_count_toward_max_streams() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn a_run_recovered_after_a_crash_does_not_wedge_the_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let scenario = agent(reply_after(30_000));
+    let d = chat_serve(&scenario, &[], Some(&db));
+    let resp = post(&client(), &d, "/v1/chat", body("r", vec![user("Hi")])).await;
+    assert_eq!(resp.status(), 200);
+    // The 200 comes once the journal holds the run; then the host dies.
+    d.kill();
+    drop(resp);
+    let d = chat_serve(&scenario, &[], Some(&db));
+    ended(&d, "chat-r-1", "failed").await;
+    let error = resumed_error(&d, "r").await;
+    assert!(error.contains("failed"), "{error}");
+    let resp = post(&client(), &d, "/v1/chat", body("r", vec![user("Again")])).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        run_started(&d.db, "chat-r-2")["chat"],
+        json!({"id": "r", "n": 2})
+    );
+}
