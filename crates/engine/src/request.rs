@@ -7,7 +7,7 @@ use crate::error::FailureCause;
 use crate::interaction::InteractionHandler;
 use crate::source::ToolSource;
 use crate::tool::Tool;
-use keel_eventlog::{RunLog, SubscribeError, Subscription, SubscriptionBounds};
+use keel_eventlog::{ChatRun, RunLog, SubscribeError, Subscription, SubscriptionBounds};
 use keel_message::{Message, MessageError, MessageId, ModelName, Role, RunId};
 use keel_stream::{MetadataAllowlist, ModelProvider, Usage};
 use std::sync::Arc;
@@ -54,6 +54,7 @@ pub struct RunRequest {
     pub(crate) allowlist: Option<MetadataAllowlist>,
     pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
     pub(crate) continues: Option<RunId>,
+    pub(crate) chat: Option<ChatRun>,
 }
 
 impl std::fmt::Debug for RunRequest {
@@ -75,6 +76,7 @@ impl std::fmt::Debug for RunRequest {
             )
             .field("limits", &self.limits)
             .field("continues", &self.continues)
+            .field("chat", &self.chat)
             .finish_non_exhaustive()
     }
 }
@@ -94,6 +96,7 @@ impl RunRequest {
             allowlist: None,
             interactions: None,
             continues: None,
+            chat: None,
         }
     }
     /// A run of `model` on one user message, `question`, under a fresh
@@ -119,6 +122,13 @@ impl RunRequest {
     /// new message.
     pub fn continues(mut self, previous: RunId) -> RunRequest {
         self.continues = Some(previous);
+        self
+    }
+    /// Marks this run as run `chat.n` of the chat conversation `chat.id`:
+    /// `run.started` records it (its `chat` member), so a chat host can
+    /// tell the runs it started from any other run of the same name.
+    pub fn chat_run(mut self, chat: ChatRun) -> RunRequest {
+        self.chat = Some(chat);
         self
     }
     /// Calls the provider the builder registered under `name`.
@@ -175,6 +185,10 @@ impl RunRequest {
     /// The run this one continues, if any.
     pub fn continued_run(&self) -> Option<&RunId> {
         self.continues.as_ref()
+    }
+    /// The chat conversation this run belongs to, if a chat host set one.
+    pub fn chat(&self) -> Option<&ChatRun> {
+        self.chat.as_ref()
     }
 }
 

@@ -216,3 +216,43 @@ async fn a_three_run_conversation_rebuilds_from_the_logs() {
         "message ids are unique across the runs"
     );
 }
+
+/// `run.started` records the run a request continues and the chat
+/// conversation it belongs to, as the request set them, and nothing when
+/// it set neither.
+#[tokio::test]
+async fn run_started_records_continues_and_the_chat_run() {
+    let answer = || {
+        vec![
+            ScriptItem::text("ok"),
+            ScriptItem::complete(FinishReason::Stop),
+        ]
+    };
+    let provider = ScriptedProvider::new(vec![answer(), answer()]);
+    let engine = Engine::builder()
+        .provider("scripted", Arc::new(provider))
+        .build()
+        .unwrap();
+    let started = |request: RunRequest| {
+        let run = engine.start(request).unwrap();
+        let log = run.log().clone();
+        async move {
+            run.join_report().await;
+            match log.retained_after(0)[0].payload().unwrap() {
+                keel_eventlog::Payload::RunStarted(p) => p,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let plain = started(request("run_plain")).await;
+    assert_eq!((plain.continues, plain.chat), (None, None));
+    let chat = keel_eventlog::ChatRun::new("conv-1", 2);
+    let marked = started(
+        request("chat-conv-1-2")
+            .continues(RunId::parse("chat-conv-1-1").unwrap())
+            .chat_run(chat.clone()),
+    )
+    .await;
+    assert_eq!(marked.continues.unwrap().as_str(), "chat-conv-1-1");
+    assert_eq!(marked.chat, Some(chat));
+}

@@ -94,9 +94,39 @@ pub struct RunStarted {
     /// The run this one continues (a follow-up in a conversation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<RunId>,
+    /// Set when a chat host started this run as run `n` of a conversation
+    /// (`keel serve`'s `POST /v1/chat`): the mark the chat checks before it
+    /// continues a stored run, so a run it did not start is never taken
+    /// for one of its own (RFC 2026-12-04-chat-owned-runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<ChatRun>,
     /// Unknown members.
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `run.started`'s `chat` member: which conversation a chat run belongs
+/// to and its place in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatRun {
+    /// The conversation's id, as the chat client names it.
+    pub id: String,
+    /// The run's number in the conversation, from 1.
+    pub n: u64,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl ChatRun {
+    /// Run `n` of conversation `id`.
+    pub fn new(id: impl Into<String>, n: u64) -> ChatRun {
+        ChatRun {
+            id: id.into(),
+            n,
+            extra: Extra::new(),
+        }
+    }
 }
 
 /// `run.completed`.

@@ -43,6 +43,13 @@ fn line(kind: &str, payload: &str) -> String {
 fn decoding_rules() {
     let rows: Vec<(&str, String, Option<&str>)> = vec![
         ("run.started", line("run.started", "{}"), None),
+        (
+            "run.started of a chat run, unknown member kept",
+            line("run.started", r#"{"chat":{"id":"conv-1","later":true,"n":2},"continues":"chat-conv-1-1","model":"m"}"#),
+            None,
+        ),
+        ("chat run number not a number", line("run.started", r#"{"chat":{"id":"c","n":"SECRETVALUE"}}"#), Some("rule payload.schema")),
+        ("chat without its id", line("run.started", r#"{"chat":{"n":1}}"#), Some("rule payload.schema")),
         ("text delta", line("model.text_delta", r#"{"operation_id":"op_1","text":"Hi ✓","turn":1}"#), None),
         (
             "tool call",

@@ -84,6 +84,7 @@ fn events(run: &str) -> Vec<Arc<Event>> {
     let mut out = vec![
         log.commit(&Payload::RunStarted(RunStarted {
             model: Some(model.clone()),
+            chat: None,
             extra: Extra::new(),
             continues: None,
         }))

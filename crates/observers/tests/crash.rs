@@ -99,6 +99,7 @@ fn script(seed: u64, task: u64, k: u64) -> Vec<Arc<Event>> {
     let mut commit = |p: Payload| events.push(log.commit(&p).unwrap());
     commit(Payload::RunStarted(RunStarted {
         model: Some(model.clone()),
+        chat: None,
         extra: Extra::new(),
         continues: None,
     }));

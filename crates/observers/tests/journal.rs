@@ -853,6 +853,7 @@ fn a_real_run_log_is_stored_and_imports_back() {
     let mut payloads = vec![
         Payload::RunStarted(RunStarted {
             model: Some(model.clone()),
+            chat: None,
             extra: Extra::new(),
             continues: None,
         }),

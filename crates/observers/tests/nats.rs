@@ -147,6 +147,7 @@ impl Run {
         vec![
             self.commit(Payload::RunStarted(RunStarted {
                 model: Some(self.model.clone()),
+                chat: None,
                 extra: Extra::new(),
                 continues: None,
             })),

@@ -105,6 +105,7 @@ fn model() -> ModelName {
 fn run_started() -> Payload {
     Payload::RunStarted(RunStarted {
         model: Some(model()),
+        chat: None,
         continues: None,
         extra: Extra::new(),
     })

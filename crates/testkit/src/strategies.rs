@@ -1001,6 +1001,7 @@ fn build_run(shape: &RunShape) -> Option<Vec<Payload>> {
     };
     b.out.push(Payload::RunStarted(RunStarted {
         model: Some(b.model.clone()),
+        chat: None,
         extra: Extra::new(),
         continues: None,
     }));

@@ -8,23 +8,33 @@
 //! startup). A body may name `model` and `provider` (a type name) only as
 //! the scenario does, else 403 `provider-not-allowed`.
 //!
-//! Conversations (#13): the posted `id` names the conversation; its runs
-//! are `chat-{id}-{n}`, n = 1, 2, …. The first user message starts run 1
-//! with the scenario's messages plus that message; a later one continues
-//! the last run (it must have completed) with the history rebuilt from
-//! the journal: of the client's copy only the last message is read. A
-//! last message that is an assistant message with answered approvals
-//! (`approval-responded` tool parts) answers the live run's pending
-//! interactions and streams the rest of that run.
+//! Conversations (#13, #32): the posted `id` names the conversation; its
+//! runs are `chat-{id}-{n}`, n = 1, 2, …, created only here and marked as
+//! the chat's in their `run.started` ([`super::chat_runs`]). The first
+//! user message starts run 1 with the scenario's messages plus that
+//! message. A later one starts the next run, continuing the last
+//! *completed* run (which must carry the chat's mark) with the history
+//! rebuilt from the journal: of the client's copy only the last message
+//! is read; runs after it that failed or were cancelled are not part of
+//! the history, and with no completed run the next run starts from the
+//! scenario's messages again. A last message that is an assistant message
+//! with answered approvals (`approval-responded` tool parts) answers the
+//! live run's pending interactions and streams the rest of that run.
+//!
+//! Every response stream, `POST /v1/chat`'s as well as the resume's,
+//! holds a `--max-streams` slot (keyed by the conversation id) while it
+//! is open; at the cap the POST is refused before a run starts.
 //!
 //! Bounds: the body at most [`super::MAX_BODY_BYTES`], an `id` of at most
 //! [`MAX_CHAT_ID_BYTES`] bytes of `[A-Za-z0-9_-]`, at most
 //! [`MAX_MESSAGES`] messages of at most [`MAX_PARTS`] parts each, and at
 //! most [`MAX_CONVERSATION_RUNS`] runs per conversation.
 
+pub use super::chat_runs::MAX_CONVERSATION_RUNS;
+use super::chat_runs::{self, LastRun, run_name};
 use super::mcp::McpPlan;
 use super::problem::Problem;
-use super::{Daemon, read_body, runs};
+use super::{Daemon, read_body, runs, stream_caps};
 use crate::views::ui_stream::{Chunk, DONE, STREAM_HEADER, UiStream};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
@@ -33,7 +43,9 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use keel_engine::InteractionDecision;
-use keel_eventlog::{Event, RunLog, SubscribeError, Subscription, SubscriptionError};
+use keel_eventlog::{
+    ChatRun, Event, Payload, RunLog, SubscribeError, Subscription, SubscriptionError,
+};
 use keel_message::{Limits, Message, Part, Role, RunId};
 use keel_observers::RunStatus;
 use serde_json::{Map, Value};
@@ -48,8 +60,6 @@ pub const MAX_CHAT_ID_BYTES: usize = 64;
 pub const MAX_MESSAGES: usize = 1000;
 /// Most parts in one message.
 pub const MAX_PARTS: usize = 256;
-/// Most runs in one conversation.
-pub const MAX_CONVERSATION_RUNS: u64 = 10_000;
 /// Journal lines read per query while streaming.
 const PAGE: usize = 512;
 /// How long an approval answer waits for its question to be parked.
@@ -284,31 +294,8 @@ fn unknown_conversation(id: &str) -> Problem {
     .with("id", id)
 }
 
-/// The run id of a conversation's `n`th run.
-fn run_name(id: &str, n: u64) -> String {
-    format!("chat-{id}-{n}")
-}
-
-/// The conversation's last run: (n, whether it is live, its stored status).
-async fn latest(
-    daemon: &Daemon,
-    id: &str,
-) -> Result<Option<(u64, bool, Option<RunStatus>)>, Problem> {
-    let mut found = None;
-    for n in 1..=MAX_CONVERSATION_RUNS {
-        let name = run_name(id, n);
-        let live = daemon.engine.live_run(&name).is_some();
-        let lookup = name.clone();
-        let stored = daemon.read(move |r| r.run_status(&lookup)).await?;
-        if !live && stored.is_none() {
-            break;
-        }
-        found = Some((n, live, stored.map(|s| s.status)));
-    }
-    Ok(found)
-}
-
-/// `POST /v1/chat`.
+/// `POST /v1/chat`: the response stream holds a stream slot of the
+/// conversation ([`stream_caps`]), taken before anything starts.
 pub async fn post_chat(
     State(daemon): State<Arc<Daemon>>,
     headers: HeaderMap,
@@ -338,23 +325,47 @@ pub async fn post_chat(
     if !model_ok || !provider_ok {
         return Err(runs::provider_not_allowed());
     }
-    let last = latest(&daemon, &body.id).await?;
+    let slot = match daemon.streams.acquire(&body.id) {
+        Ok(slot) => slot,
+        Err(refused) => return Ok(stream_caps::refusal(refused)),
+    };
+    let response = converse(&daemon, &template, body).await?;
+    Ok(stream_caps::held(slot, response))
+}
+
+/// What the body asks of its conversation, done.
+async fn converse(
+    daemon: &Arc<Daemon>,
+    template: &crate::scenario::Scenario,
+    body: ChatBody,
+) -> Result<Response, Problem> {
+    let last = chat_runs::last_run(daemon, &body.id).await?;
     match (body.ask, last) {
         (Ask::User(_), None) if body.claims_history => Err(unknown_conversation(&body.id)),
-        (Ask::User(texts), None) => start(&daemon, &template, &body.id, 1, None, &texts).await,
-        (Ask::User(texts), Some((n, false, _))) => {
-            start(&daemon, &template, &body.id, n + 1, Some(n), &texts).await
-        }
-        (Ask::User(_), Some((n, true, _))) => Err(problem(
+        (Ask::User(texts), None) => start(daemon, template, &body.id, 1, None, &texts).await,
+        (Ask::User(_), Some(last)) if last.running() => Err(problem(
             StatusCode::CONFLICT,
             "conversation-busy",
             "The conversation's run is still live",
             "post the next message once the run has ended, or answer its approvals",
         )
-        .with("run_id", run_name(&body.id, n))),
+        .with("run_id", run_name(&body.id, last.n))),
+        (Ask::User(texts), Some(last)) => {
+            if last.n >= MAX_CONVERSATION_RUNS {
+                return Err(chat_runs::conversation_full(&body.id, last.n));
+            }
+            // The history is the last completed run's, and only the chat's
+            // own run is continued; with none completed, the next run
+            // starts from the scenario's messages, as run 1 does.
+            let previous = chat_runs::last_completed(daemon, &body.id).await?;
+            if let Some(p) = previous {
+                chat_runs::check_owned(daemon, &body.id, p).await?;
+            }
+            start(daemon, template, &body.id, last.n + 1, previous, &texts).await
+        }
         (Ask::Approvals(_), None) => Err(unknown_conversation(&body.id)),
-        (Ask::Approvals(answers), Some((n, live, _))) => {
-            answer(&daemon, &run_name(&body.id, n), live, &answers).await
+        (Ask::Approvals(answers), Some(last)) => {
+            answer(daemon, &run_name(&body.id, last.n), last.live, &answers).await
         }
     }
 }
@@ -410,6 +421,7 @@ async fn start(
                 .map_err(|e| runs::launch_problem(&e))?
         }
     };
+    let request = request.chat_run(ChatRun::new(id, n));
     // The template is the operator's own file: its servers start as written.
     let request = McpPlan::resolve(daemon, template, false)?
         .start(request)
@@ -471,8 +483,10 @@ async fn answer(
     )))
 }
 
-/// `GET /v1/chat/{id}/stream`: 204 when the conversation has no live run;
-/// else the live run from its first event, then followed live.
+/// `GET /v1/chat/{id}/stream`: the live run from its first event, then
+/// followed live; when the conversation's last run failed or was
+/// cancelled, a short stream carrying that failure (an `error` chunk, which
+/// `useChat` shows); 204 when it completed.
 pub async fn resume_stream(
     State(daemon): State<Arc<Daemon>>,
     UrlPath(id): UrlPath<String>,
@@ -488,15 +502,71 @@ pub async fn resume_stream(
             rule: "a string of 1 to 64 bytes of [A-Za-z0-9_-]",
         }));
     }
-    match latest(&daemon, &id).await? {
+    match chat_runs::last_run(&daemon, &id).await? {
         None => Err(unknown_conversation(&id)),
-        Some((_, false, _)) => Ok(StatusCode::NO_CONTENT.into_response()),
-        Some((n, true, _)) => Ok(ui_response(ui_stream(
+        Some(LastRun { n, live: true, .. }) => Ok(ui_response(ui_stream(
             Arc::clone(&daemon),
             run_name(&id, n),
             0,
         ))),
+        Some(LastRun {
+            n,
+            stored: Some(summary),
+            ..
+        }) if matches!(summary.status, RunStatus::Failed | RunStatus::Cancelled) => {
+            unfinished_stream(&daemon, run_name(&id, n), summary.last_seq).await
+        }
+        Some(_) => Ok(StatusCode::NO_CONTENT.into_response()),
     }
+}
+
+/// The resume of a conversation whose last run, `run`, ended failed or
+/// cancelled at `last_seq`: [`ended_unfinished`] of its terminal, then
+/// `[DONE]`.
+async fn unfinished_stream(
+    daemon: &Daemon,
+    run: String,
+    last_seq: u64,
+) -> Result<Response, Problem> {
+    let lookup = run.clone();
+    let after = last_seq.saturating_sub(1);
+    let lines = daemon
+        .read(move |r| r.events_after(&lookup, after, 1))
+        .await?;
+    let terminal = lines.first().and_then(|line| Event::decode(line).ok());
+    let frames = ended_unfinished(&run, terminal.as_ref())
+        .iter()
+        .map(frame)
+        .chain(std::iter::once(SseEvent::default().data(DONE)))
+        .map(Ok)
+        .collect::<Vec<_>>();
+    Ok(ui_response(futures_util::stream::iter(frames)))
+}
+
+/// What a resume says of a conversation whose last run failed or was
+/// cancelled: the message starts, an `error` chunk says why (the run's
+/// screened error, or that it was cancelled), and it finishes with the
+/// `error` finish reason and the outcome in `messageMetadata.keel`.
+fn ended_unfinished(run: &str, terminal: Option<&Event>) -> Vec<Chunk> {
+    let (outcome, error_text) = match terminal.map(Event::payload) {
+        Some(Ok(Payload::RunFailed(p))) => ("failed", format!("the run failed: {}", p.error)),
+        Some(Ok(Payload::RunCancelled(p))) => (
+            "cancelled",
+            match p.reason {
+                Some(reason) => format!("the run was cancelled: {}", reason.as_str()),
+                None => "the run was cancelled".to_owned(),
+            },
+        ),
+        _ => ("failed", "the run did not complete".to_owned()),
+    };
+    vec![
+        UiStream::start(run),
+        Chunk::Error { error_text },
+        Chunk::Finish {
+            finish_reason: Some("error"),
+            message_metadata: Some(serde_json::json!({"keel": {"outcome": outcome}})),
+        },
+    ]
 }
 
 fn ui_response(

@@ -48,6 +48,7 @@ pub mod approvals;
 pub mod auth;
 pub mod body_timeout;
 pub mod chat;
+pub mod chat_runs;
 mod conn;
 pub mod cross_site;
 pub mod events;
@@ -182,6 +183,8 @@ pub struct Daemon {
     cross_site: Arc<CrossSitePolicy>,
     /// `--chat-scenario`: the agent `POST /v1/chat` runs.
     chat: Option<Arc<crate::scenario::Scenario>>,
+    /// The open event streams (`--max-streams`, `--max-streams-per-run`).
+    streams: Arc<stream_caps::StreamCaps>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -328,6 +331,7 @@ async fn open_daemon(
         .build()
         .map_err(|e| CliError::bad_input(format!("cannot build the engine: {e}")))?;
     Ok(Daemon {
+        streams: stream_caps::StreamCaps::new(settings.streams),
         engine,
         journal,
         reader,
@@ -494,7 +498,7 @@ async fn shutdown_runs(daemon: &Daemon) -> EngineShutdown {
 /// defences, which run first; outermost, every error becomes a problem
 /// document.
 pub fn router(daemon: Arc<Daemon>) -> Router {
-    let caps = stream_caps::StreamCaps::new(daemon.settings.streams);
+    let caps = Arc::clone(&daemon.streams);
     let capped =
         || axum::middleware::from_fn_with_state(Arc::clone(&caps), stream_caps::limit_streams);
     let api = Router::new()

@@ -3,6 +3,7 @@
 //! `POST /v1/runs/{id}/cancel`. Every refusal is a typed problem naming
 //! the scenario member, the rule or the bound.
 
+use super::chat_runs;
 use super::mcp::McpPlan;
 use super::problem::Problem;
 use super::{Daemon, json_response, providers, read_body};
@@ -47,6 +48,7 @@ pub async fn create_run(
         Some(id) => id.clone(),
         None => crate::commands::run::new_run_id().map_err(|e| internal(e.message))?,
     };
+    chat_runs::refuse_reserved(&run_id)?;
     let request = launch::run_request(&scenario, run_id.clone(), &daemon.launch())
         .map_err(|e| launch_problem(&e))?;
     admit(&daemon, mcp.start(request).await?).await
@@ -117,6 +119,7 @@ pub async fn continue_run(
         Some(run_id) => run_id.clone(),
         None => crate::commands::run::new_run_id().map_err(|e| internal(e.message))?,
     };
+    chat_runs::refuse_reserved(&run_id)?;
     let continuation = {
         let reader = Arc::clone(&daemon.reader);
         let (previous, follow_up, new_run) =

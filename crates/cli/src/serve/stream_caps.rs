@@ -1,6 +1,8 @@
 //! Caps on concurrent event streams (`GET /v1/runs/{id}/events`, `/agui`,
-//! `/v1/chat/{id}/stream`): at most `--max-streams` in all and
-//! `--max-streams-per-run` of one run. A stream's slot is held by its
+//! `/v1/chat/{id}/stream`, and `POST /v1/chat`'s response, which takes its
+//! slot in the handler, [`StreamCaps::acquire`]): at most `--max-streams`
+//! in all and `--max-streams-per-run` of one run (a chat stream counts for
+//! its conversation id). A stream's slot is held by its
 //! response body, so it is freed when the stream ends or the client goes
 //! away (the connection dropping the body). Over a cap: 503
 //! too-many-streams with `Retry-After`.
@@ -42,7 +44,7 @@ impl StreamCaps {
     }
 
     /// A slot for one stream of `run`, or the problem naming the full cap.
-    fn acquire(self: &Arc<Self>, run: &str) -> Result<StreamSlot, Problem> {
+    pub(super) fn acquire(self: &Arc<Self>, run: &str) -> Result<StreamSlot, Problem> {
         let mut open = super::lock(&self.open);
         let of_run = open.per_run.get(run).copied().unwrap_or(0);
         if open.total >= self.limits.max_streams() {
@@ -88,7 +90,7 @@ fn too_many(bound: &'static str, max: usize, detail: String) -> Problem {
 
 /// One stream's slot, freed on drop.
 #[derive(Debug)]
-struct StreamSlot {
+pub(super) struct StreamSlot {
     caps: Arc<StreamCaps>,
     run: String,
 }
@@ -106,6 +108,27 @@ impl Drop for StreamSlot {
     }
 }
 
+/// The answer to a stream refused at a cap: the problem, with
+/// `Retry-After`.
+pub(super) fn refusal(problem: Problem) -> Response {
+    let mut response = problem.into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    response
+}
+
+/// `response` with its body holding `slot` until the body ends or is
+/// dropped.
+pub(super) fn held(slot: StreamSlot, response: Response) -> Response {
+    let (parts, body) = response.into_parts();
+    let held = body.into_data_stream().map(move |chunk| {
+        let _held = &slot;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(held))
+}
+
 /// The route layer of the stream routes: takes a slot for the run in the
 /// path, or answers 503; the response body holds the slot.
 pub async fn limit_streams(
@@ -114,22 +137,10 @@ pub async fn limit_streams(
     request: Request,
     next: Next,
 ) -> Response {
-    let slot = match caps.acquire(&run) {
-        Ok(slot) => slot,
-        Err(problem) => {
-            let mut response = problem.into_response();
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-            return response;
-        }
-    };
-    let (parts, body) = next.run(request).await.into_parts();
-    let held = body.into_data_stream().map(move |chunk| {
-        let _held = &slot;
-        chunk
-    });
-    Response::from_parts(parts, Body::from_stream(held))
+    match caps.acquire(&run) {
+        Ok(slot) => held(slot, next.run(request).await),
+        Err(problem) => refusal(problem),
+    }
 }
 
 #[cfg(test)]

@@ -71,6 +71,7 @@ impl Runner {
         Payload::RunStarted(RunStarted {
             model: Some(self.model.clone()),
             continues: self.continues.clone(),
+            chat: self.chat.clone(),
             extra: Extra::new(),
         })
     }

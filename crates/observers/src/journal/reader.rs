@@ -192,6 +192,33 @@ impl JournalReader {
         })
     }
 
+    /// The stored run named `prefix` then a number `n` (decimal digits,
+    /// no leading zero) with the greatest `n`; with `status`, the greatest
+    /// among the runs of that status. `chat-x-` finds `chat-x-12` but never
+    /// `chat-x-1-2` (a run of conversation `x-1`) nor `chat-x-012`.
+    ///
+    /// One query on the `runs` primary key: the range of ids that start
+    /// with `prefix` (`prefix <= run_id < successor(prefix)`), the numbered
+    /// ones ordered by length then text, which is numeric order. An empty
+    /// `prefix` finds nothing.
+    pub fn last_numbered_run(
+        &self,
+        prefix: &str,
+        status: Option<RunStatus>,
+    ) -> Result<Option<RunSummary>, JournalError> {
+        let Some(upper) = successor(prefix) else {
+            return Ok(None);
+        };
+        // SQLite's length() and substr() count characters, not bytes.
+        let chars = i64::try_from(prefix.chars().count()).unwrap_or(i64::MAX);
+        let status = status.map(RunStatus::as_str);
+        self.with("find a numbered run", |conn| {
+            conn.prepare_cached(LAST_NUMBERED_RUN)?
+                .query_row(rusqlite::params![prefix, upper, chars, status], summary)
+                .optional()
+        })
+    }
+
     /// Up to `limit` canonical lines of `run_id` with `seq > after`, in
     /// sequence order, exactly the bytes observed. Empty when there are
     /// none (or no such run).
@@ -262,6 +289,26 @@ impl RunHistory for JournalReader {
         }
         Ok(events)
     }
+}
+
+/// [`JournalReader::last_numbered_run`]: `?1` the prefix, `?2` its
+/// successor, `?3` its length in characters, `?4` the status or NULL.
+const LAST_NUMBERED_RUN: &str = "SELECT run_id, last_seq, status, started_ts, updated_ts \
+     FROM runs WHERE run_id >= ?1 AND run_id < ?2 \
+     AND length(run_id) > ?3 \
+     AND substr(run_id, ?3 + 1) NOT GLOB '*[^0-9]*' \
+     AND substr(run_id, ?3 + 1, 1) <> '0' \
+     AND (?4 IS NULL OR status = ?4) \
+     ORDER BY length(run_id) DESC, run_id DESC LIMIT 1";
+
+/// The least string greater than every string that starts with `prefix`
+/// (its last character incremented), or `None` when there is none.
+fn successor(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    let last = chars.pop()?;
+    let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32)?;
+    chars.push(next);
+    Some(chars.into_iter().collect())
 }
 
 /// `run_id, turns, input_tokens, output_tokens`.
@@ -382,5 +429,101 @@ mod tests {
         }
         drop(reader);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Stores a run `id` that started and, with `end`, ended.
+    fn store_run(
+        journal: &SqliteJournal,
+        rt: &tokio::runtime::Runtime,
+        id: &str,
+        end: Option<Payload>,
+    ) {
+        let log = RunLog::new(
+            RunId::parse(id).unwrap(),
+            LogConfig::default(),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        let payloads = std::iter::once(Payload::RunStarted(RunStarted::default())).chain(end);
+        for payload in payloads {
+            let event = log.commit(&payload).unwrap();
+            rt.block_on(journal.observe(&event)).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_last_numbered_run_is_found_by_number_in_one_range() {
+        let dir = tempfile_dir("numbered");
+        let path = dir.join("keel.db");
+        let journal = SqliteJournal::open(&path, JournalConfig::default()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let completed = || Some(Payload::RunCompleted(keel_eventlog::RunCompleted::default()));
+        let cancelled = || Some(Payload::RunCancelled(keel_eventlog::RunCancelled::default()));
+        for (id, end) in [
+            ("chat-x-2", completed()),
+            ("chat-x-9", completed()),
+            ("chat-x-10", cancelled()),
+            // Not runs of conversation `x`: another conversation, a
+            // leading zero, no number, a neighbour of the prefix.
+            ("chat-x-1-99", completed()),
+            ("chat-x-0100", completed()),
+            ("chat-x-", completed()),
+            ("chat-x-7a", completed()),
+            ("chat-xy-50", completed()),
+            ("chat-x.5", completed()),
+        ] {
+            store_run(&journal, &rt, id, end);
+        }
+        let reader = journal.reader().unwrap();
+        let last = |prefix: &str, status| {
+            reader
+                .last_numbered_run(prefix, status)
+                .unwrap()
+                .map(|s| s.run_id)
+        };
+        assert_eq!(last("chat-x-", None).as_deref(), Some("chat-x-10"));
+        assert_eq!(
+            last("chat-x-", Some(RunStatus::Completed)).as_deref(),
+            Some("chat-x-9")
+        );
+        assert_eq!(last("chat-x-", Some(RunStatus::Failed)), None);
+        assert_eq!(last("chat-x-1-", None).as_deref(), Some("chat-x-1-99"));
+        assert_eq!(last("chat-z-", None), None);
+        assert_eq!(last("", None), None);
+        // The range is a search of the primary key, not a scan.
+        let conn = Connection::open(&path).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {LAST_NUMBERED_RUN}"))
+            .unwrap()
+            .query_map(
+                rusqlite::params!["chat-x-", "chat-x.", 7, None::<String>],
+                |r| r.get::<_, String>(3),
+            )
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter().any(|p| p.starts_with("SEARCH runs USING")),
+            "{plan:?}"
+        );
+        drop(reader);
+        journal.close().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("keel-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_prefix_successor_increments_its_last_character() {
+        assert_eq!(successor("chat-x-").as_deref(), Some("chat-x."));
+        assert_eq!(successor("a\u{d7ff}").as_deref(), Some("a\u{e000}"));
+        assert_eq!(successor(""), None);
+        assert_eq!(successor("\u{10ffff}"), None);
     }
 }
