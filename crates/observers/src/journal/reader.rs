@@ -241,12 +241,12 @@ impl JournalReader {
 }
 
 /// Most bytes of lines one page of [`JournalReader::events_after`] (and
-/// so of the journal as a [`RunHistory`]) holds before it ends: 1 MiB.
+/// so of the journal as a [`RunHistory`]) holds before it ends: 256 KiB.
 /// A page holds at most this plus one line (a line is at most the log's
 /// `max_event_bytes`, 2 MiB by default), whatever its line `limit`: what a
 /// reader of the journal (an event stream, a prelude, `keel events`)
 /// holds per page is bounded in bytes, not only in lines.
-pub const PAGE_BYTES: usize = 1 << 20;
+pub const PAGE_BYTES: usize = 256 << 10;
 
 /// Whether `page`, as [`JournalReader::events_after`] returned it for a
 /// `limit`, is the last of the run as stored when it was read: it ended
@@ -462,8 +462,9 @@ mod tests {
 
     #[test]
     fn a_page_is_bounded_in_bytes_and_always_makes_progress() {
-        // 12 lines of about 300 KB: 3.6 MB in all, under the line limit.
-        let (journal, dir) = padded_run("page-bytes", 12, 300_000);
+        // 12 lines of about 0.3 PAGE_BYTES: 3.6 pages, under the line limit.
+        let pad = PAGE_BYTES * 3 / 10;
+        let (journal, dir) = padded_run("page-bytes", 12, pad);
         let reader = journal.reader().unwrap();
         let page = reader.events_after("run_p", 1, 512).unwrap();
         let bytes: usize = page.iter().map(String::len).sum();
