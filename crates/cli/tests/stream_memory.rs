@@ -48,8 +48,10 @@ const READ_EVERY: Duration = Duration::from_millis(100);
 /// What a reader has read once it is streaming: past the head and the
 /// prelude's opening, into the run's content.
 const STREAMING: usize = 8192;
-/// How long the readers may take to all be streaming.
-const START_WAIT: Duration = Duration::from_secs(60);
+/// How long the readers may take to all be streaming (each AG-UI join
+/// first reads the whole run twice: a debug build takes minutes for 64
+/// joins of a 32 MB run).
+const START_WAIT: Duration = Duration::from_secs(900);
 
 /// A stored, completed run `run_big` in the journal at `db`: `run.started`,
 /// `messages` user messages of `text_bytes` each as `run.input`, then
