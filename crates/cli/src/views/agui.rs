@@ -151,14 +151,33 @@ impl AguiMapper {
     /// Maps the next event: the AG-UI events it stands for, in order, each
     /// with `rawEvent` = the event's line (at least one per event).
     pub fn map(&mut self, event: &Event) -> Result<Vec<Value>, AguiError> {
+        let raw: Value =
+            serde_json::from_str(event.line()).map_err(|e| AguiError::Undecodable {
+                seq: event.seq(),
+                detail: e.to_string(),
+            })?;
+        let out = self.step(event, raw.get("payload"))?;
+        Ok(out.into_iter().map(|e| with_raw(e, &raw)).collect())
+    }
+
+    /// Takes the next event as [`AguiMapper::map`] does (the same state,
+    /// the same refusals) without building what it maps to: for folding a
+    /// prefix of the run (a join's prelude) at the cost of decoding it.
+    pub fn advance(&mut self, event: &Event) -> Result<(), AguiError> {
+        self.step(event, None).map(drop)
+    }
+
+    /// The state change of the next event, and (with the payload's JSON
+    /// `body`, for the `CUSTOM` events that carry it) what it maps to.
+    fn step(&mut self, event: &Event, body: Option<&Value>) -> Result<Vec<Value>, AguiError> {
         let seq = event.seq();
         if self.ended {
             return Err(AguiError::AfterTerminal { seq });
         }
-        let undecodable = |detail: String| AguiError::Undecodable { seq, detail };
-        let raw: Value =
-            serde_json::from_str(event.line()).map_err(|e| undecodable(e.to_string()))?;
-        let payload = event.payload().map_err(|e| undecodable(e.to_string()))?;
+        let payload = event.payload().map_err(|e| AguiError::Undecodable {
+            seq,
+            detail: e.to_string(),
+        })?;
         match (&self.started, &payload) {
             (None, Payload::RunStarted(_)) | (Some(_), _) => {}
             (None, _) => return Err(AguiError::NotStarted { seq }),
@@ -166,16 +185,18 @@ impl AguiMapper {
         if self.started.is_some() && matches!(payload, Payload::RunStarted(_)) {
             return Err(AguiError::StartedTwice { seq });
         }
-        self.run_id = event.run_id().as_str().to_owned();
+        if self.run_id != event.run_id().as_str() {
+            self.run_id = event.run_id().as_str().to_owned();
+        }
         self.last_seq = seq;
-        let body = raw.get("payload").cloned().unwrap_or(Value::Null);
+        let body = body.cloned().unwrap_or(Value::Null);
         let kind = format!("keel.{}", event.kind().name());
         let mut out = Vec::new();
         self.dispatch(&payload, event.line(), &body, &kind, &mut out)?;
         if out.is_empty() {
             out.push(custom(&kind, body));
         }
-        Ok(out.into_iter().map(|e| with_raw(e, &raw)).collect())
+        Ok(out)
     }
 
     fn dispatch(

@@ -47,7 +47,7 @@ impl PreludeFold {
     /// Folds in the next event (in seq order, from seq 1): the refusals of
     /// [`AguiMapper::map`].
     pub fn push(&mut self, event: &Event) -> Result<(), AguiError> {
-        self.mapper.map(event)?;
+        self.mapper.advance(event)?;
         if event.kind().name() == "run.input" {
             self.has_input = true;
         }
