@@ -21,16 +21,17 @@
 
 mod common;
 
-use common::daemon::{Daemon, Serve};
+use common::daemon::{Daemon, Serve, client, create, get, get_json};
 use keel_eventlog::{
     Extra, LogConfig, Payload, RunCompleted, RunInput, RunLog, RunStarted, SystemClock,
 };
 use keel_message::{Message, MessageId, Role, RunId};
 use keel_observers::{JournalConfig, RequiredObserver, SqliteJournal};
+use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
@@ -259,4 +260,83 @@ async fn sixty_four_slow_readers_of_each_kind_of_a_32_mb_run() {
     .await;
     eprintln!("{}", report(&m));
     assert!(m.per_stream() < PER_STREAM_BOUND, "{}", report(&m));
+}
+
+/// A live run, stopped at an approval, of 110 text deltas of 7,500 bytes
+/// (about 120 events): with `--log-max-events 65` its log has evicted its
+/// first 50-odd events, which the journal holds.
+fn evicting_run(run_id: &str) -> String {
+    let delta = "y".repeat(7_500);
+    let mut first: Vec<serde_json::Value> = (0..110).map(|_| json!({"text": delta})).collect();
+    first.push(json!({"tool_call": {"call_id": "c1", "name": "gate", "arguments": {}}}));
+    first.push(json!({"complete": {"finish": "tool_calls"}}));
+    json!({
+        "run_id": run_id,
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "go"}],
+        "tools": [{"name": "gate", "description": "waits for approval",
+                   "parameters": {"type": "object"}, "requires_approval": true,
+                   "script": [{"ok": "opened"}]}],
+        "provider": {"type": "scripted", "calls": [first,
+            [{"text": "done"}, {"complete": {"finish": "stop"}}]]}
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_json_lines_page_cut_by_bytes_is_followed_by_the_journal_not_the_log() {
+    let d = Serve::new().args(&["--log-max-events", "65"]).start();
+    let c = client();
+    let run = create(&c, &d, evicting_run("run_evicting")).await;
+    // Until the run waits for its approval, every event journaled.
+    let until = Instant::now() + Duration::from_secs(20);
+    let latest = loop {
+        let v = get_json(&c, &d, &format!("/v1/runs/{run}")).await;
+        let last = v["last_seq"].as_u64().unwrap_or(0);
+        if last >= 116 {
+            break last;
+        }
+        assert!(Instant::now() < until, "the run stopped at {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Page from the start: the first page ends at the byte budget, well
+    // before the log's first retained event; the next pages follow it.
+    let mut cursor = 0;
+    let mut pages = 0;
+    while cursor < latest - 2 {
+        let r = get(
+            &c,
+            &d,
+            &format!("/v1/runs/{run}/events?format=jsonl&after={cursor}"),
+        )
+        .await;
+        assert_eq!(
+            r.status(),
+            200,
+            "after {cursor}: {}",
+            r.text().await.unwrap()
+        );
+        let next: u64 = r.headers()["keel-next-cursor"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let body = r.text().await.unwrap();
+        assert!(
+            body.len() < 2 * (256 << 10),
+            "a page of {} bytes",
+            body.len()
+        );
+        for (i, line) in body.lines().enumerate() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["seq"], cursor + 1 + i as u64);
+        }
+        assert!(next > cursor, "no progress after {cursor}");
+        if pages == 0 {
+            assert!(next < 50, "the first page was not cut by bytes: {next}");
+        }
+        cursor = next;
+        pages += 1;
+        assert!(pages < 20);
+    }
 }
