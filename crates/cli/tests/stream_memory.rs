@@ -340,3 +340,40 @@ async fn a_json_lines_page_cut_by_bytes_is_followed_by_the_journal_not_the_log()
         assert!(pages < 20);
     }
 }
+
+#[tokio::test]
+async fn keel_events_and_export_of_a_large_run_read_every_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    // 98 events of which 96 of about 64 KB: 25 pages of PAGE_BYTES.
+    let last = write_run(&db, 96, 64_000).await;
+    let db_arg = db.display().to_string();
+    let events = common::keel()
+        .args(["events", "run_big", "--db", &db_arg])
+        .output()
+        .unwrap();
+    assert!(events.status.success());
+    let seqs: Vec<u64> = String::from_utf8(events.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(seqs, (1..=last).collect::<Vec<_>>());
+    let file = dir.path().join("run.jsonl");
+    let export = common::keel()
+        .args(["export", "run_big", "--db", &db_arg, "-o"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let lines = std::fs::read_to_string(&file).unwrap().lines().count() as u64;
+    assert_eq!(lines, last + 1, "the header and every event");
+}
