@@ -34,7 +34,11 @@ pub const FOLLOW_BOUNDS: SubscriptionBounds = SubscriptionBounds {
     durability: Durability::Durable,
 };
 
-/// Events read from the history per call.
+/// Events read from the history per call. A store that reads from disk
+/// also ends a page at a byte budget (the journal at
+/// `keel_observers::PAGE_BYTES`, 256 KiB plus one line), so the page a
+/// follower holds is bounded in bytes; a short page is not the run's end:
+/// the follower reads until a page is empty.
 pub const HISTORY_PAGE: usize = 512;
 
 /// How long a follower waits before reading the history again for an

@@ -135,26 +135,103 @@ pub fn rebuild<E: AsRef<Event>>(
     events: &[E],
     limits: &Limits,
 ) -> Result<Vec<Message>, HistoryError> {
-    let mut history = Vec::new();
-    let mut inputs = 0usize;
-    let mut turn = TurnState::default();
+    let mut fold = HistoryFold::new(limits.clone());
     for event in events {
-        let event = event.as_ref();
+        fold.push(event.as_ref())?;
+    }
+    fold.finish()
+}
+
+/// [`rebuild`] one event at a time, for a reader that pages through a
+/// long run instead of holding it: each message is handed out
+/// ([`HistoryFold::take_completed`]) as soon as an event completes it (a
+/// message once completed never changes), so the fold holds only the
+/// turn in progress and the messages not yet taken.
+///
+/// ```
+/// use keel_eventlog::{history::HistoryFold, Payload, RunInput, RunLog, LogConfig, RunStarted, SystemClock, Extra};
+/// use keel_message::{Message, MessageId, Role, RunId, Limits};
+/// use std::sync::Arc;
+/// let log = RunLog::new(RunId::parse("run_1")?, LogConfig::default(), Arc::new(SystemClock))?;
+/// let hi = Message::text(MessageId::parse("m1")?, Role::User, "Hi")?;
+/// log.commit(&Payload::RunStarted(RunStarted::default()))?;
+/// log.commit(&Payload::RunInput(RunInput { message: hi.clone(), extra: Extra::new() }))?;
+/// let mut fold = HistoryFold::new(Limits::default());
+/// let mut messages = Vec::new();
+/// for event in log.retained_after(0) {
+///     fold.push(&event)?;
+///     messages.extend(fold.take_completed());
+/// }
+/// assert!(fold.has_input());
+/// assert_eq!(messages, vec![hi]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Default)]
+pub struct HistoryFold {
+    limits: Limits,
+    turn: TurnState,
+    inputs: usize,
+    completed: Vec<Message>,
+}
+
+impl std::fmt::Debug for HistoryFold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HistoryFold")
+            .field("inputs", &self.inputs)
+            .field("completed", &self.completed.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HistoryFold {
+    /// A fold from seq 1 under the message bounds the run used.
+    pub fn new(limits: Limits) -> HistoryFold {
+        HistoryFold {
+            limits,
+            ..HistoryFold::default()
+        }
+    }
+
+    /// Folds in the run's next event (in order, from seq 1).
+    pub fn push(&mut self, event: &Event) -> Result<(), HistoryError> {
         let payload = event.payload().map_err(|e| HistoryError::Undecodable {
             seq: event.seq(),
             detail: e.to_string(),
         })?;
         if let Payload::RunInput(p) = &payload {
-            inputs += 1;
-            history.push(p.message.clone());
-            continue;
+            self.inputs += 1;
+            self.completed.push(p.message.clone());
+            return Ok(());
         }
-        apply(&mut turn, &mut history, event.run_id(), payload, limits);
+        apply(
+            &mut self.turn,
+            &mut self.completed,
+            event.run_id(),
+            payload,
+            &self.limits,
+        );
+        Ok(())
     }
-    if inputs == 0 {
-        return Err(HistoryError::NoInput);
+
+    /// The messages completed since the last call, in history order.
+    pub fn take_completed(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.completed)
     }
-    Ok(history)
+
+    /// Whether a `run.input` was folded in: without one, the log does not
+    /// yield a history ([`HistoryError::NoInput`]).
+    pub fn has_input(&self) -> bool {
+        self.inputs > 0
+    }
+
+    /// The messages not yet taken; [`HistoryError::NoInput`] when no
+    /// `run.input` was folded in.
+    pub fn finish(self) -> Result<Vec<Message>, HistoryError> {
+        if !self.has_input() {
+            return Err(HistoryError::NoInput);
+        }
+        Ok(self.completed)
+    }
 }
 
 fn apply(

@@ -160,7 +160,10 @@ pub trait RunHistory: Send + Sync + 'static {
     /// Up to `limit` events of run `run_id` with `seq > after`, in
     /// sequence order; empty when there are none (or no such run). A
     /// store may end a page early (before a damaged line, say), so the
-    /// good events before it are served and the next read reports it.
+    /// good events before it are served and the next read reports it; a
+    /// store that reads from disk also ends it at a byte budget (the
+    /// journal: `PAGE_BYTES`), so what a reader holds per page is bounded
+    /// in bytes. Only an empty page is the end: a reader pages until one.
     fn read_after(
         &self,
         run_id: &RunId,

@@ -165,7 +165,7 @@ mod writer;
 /// The run status lives beside [`RunHistory`](crate::RunHistory) (it
 /// needs no SQLite); named here as before.
 pub use crate::history::RunStatus;
-pub use reader::{JournalReader, RunSummary, RunTotals};
+pub use reader::{JournalReader, PAGE_BYTES, RunSummary, RunTotals, is_last_page};
 pub use recover::{RecoveredRun, RecoveryReport, SkipReason, SkippedRun};
 pub use schema::SCHEMA_VERSION;
 

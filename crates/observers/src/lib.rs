@@ -109,8 +109,9 @@ pub mod journal;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use journal::{
-    JournalConfig, JournalError, JournalReader, JournalStats, RecoveredRun, RecoveryReport,
-    RunSummary, RunTotals, SkipReason, SkippedRun, SqliteJournal, Synchronous,
+    JournalConfig, JournalError, JournalReader, JournalStats, PAGE_BYTES, RecoveredRun,
+    RecoveryReport, RunSummary, RunTotals, SkipReason, SkippedRun, SqliteJournal, Synchronous,
+    is_last_page,
 };
 
 #[cfg(feature = "nats")]

@@ -4,12 +4,13 @@ use crate::args::{DbArgs, EventsArgs, RunsArgs};
 use crate::conversation;
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use keel_eventlog::{Event, Terminal};
-use keel_observers::{JournalReader, RunStatus, RunSummary};
+use keel_observers::{JournalReader, RunStatus, RunSummary, is_last_page};
 use keel_testkit::{LifecycleViolation, check_lifecycle_lines};
 use std::io::{BufWriter, Write};
 use std::time::Duration;
 
-/// Lines read from the journal per query.
+/// Lines read from the journal per query (a page also ends at
+/// `keel_observers::PAGE_BYTES`).
 pub const PAGE: usize = 1024;
 
 /// How often `keel events --follow` polls the journal.
@@ -37,10 +38,10 @@ pub fn all_lines(
     let mut cursor = after;
     loop {
         let page = reader.events_after(run_id, cursor, PAGE)?;
-        let n = page.len();
+        let last = is_last_page(&page, PAGE);
         cursor = advance(cursor, &page);
         out.extend(page);
-        if n < PAGE {
+        if last {
             return Ok(out);
         }
     }
@@ -83,7 +84,7 @@ pub fn events(args: EventsArgs) -> Result<i32, CliError> {
                 out.write_all(b"\n").map_err(write_error)?;
             }
             cursor = advance(cursor, &page);
-            if page.len() < PAGE {
+            if is_last_page(&page, PAGE) {
                 break;
             }
         }

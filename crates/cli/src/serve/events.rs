@@ -21,18 +21,20 @@
 
 use super::Daemon;
 use super::problem::Problem;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt, TryStreamExt};
 use keel_engine::{FollowError, RunFollower};
 use keel_eventlog::{
     Durability, Event, Phase, Scope, SubscribeError, SubscriptionBounds, SubscriptionError,
 };
 use keel_message::RunId;
 use keel_observers::{
-    JetStreamHandle, RemoteSubscribeError, RemoteSubscription, RemoteSubscriptionError,
+    JetStreamHandle, PAGE_BYTES, RemoteSubscribeError, RemoteSubscription, RemoteSubscriptionError,
+    is_last_page,
 };
 use serde_json::json;
 use std::convert::Infallible;
@@ -304,6 +306,28 @@ pub(crate) fn sse_response(
         .into_response()
 }
 
+/// [`sse_response`] with `head` (SSE text a caller wrote itself, complete
+/// messages by its end) sent after the `retry:` hint and before `events`:
+/// for a message too large to hold, written a piece at a time (the AG-UI
+/// prelude's snapshot). An error from `head` ends the response there.
+pub(crate) fn sse_response_after(
+    head: impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+    events: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
+) -> Response {
+    let hint = futures_util::stream::once(async {
+        Ok::<_, std::io::Error>(Bytes::from(format!(
+            "retry: {}\n\n",
+            RETRY_HINT.as_millis()
+        )))
+    });
+    let (parts, tail) = Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
+        .into_response()
+        .into_parts();
+    let tail = tail.into_data_stream().map_err(std::io::Error::other);
+    Response::from_parts(parts, Body::from_stream(hint.chain(head).chain(tail)))
+}
+
 fn sse_of(event: &Event, naming: Naming) -> SseEvent {
     let frame = SseEvent::default().id(event.seq().to_string());
     let frame = match naming {
@@ -508,18 +532,25 @@ async fn page(
         .read(move |r| r.events_after(&lookup, cursor, limit))
         .await?;
     let mut last = check_page(&lines, &id, cursor, latest)?;
-    if let Some(run) = live.as_ref().filter(|_| lines.len() < limit) {
+    // Only after the journal's last page: a page cut by its bounds is
+    // followed by more of the journal, not by the log.
+    if let Some(run) = live.as_ref().filter(|_| is_last_page(&lines, limit)) {
         // Events committed but not yet journaled; a durable page stops at
-        // the watermark.
+        // the watermark, and at the page's byte budget.
         let tail = run.log().retained_after(last);
         if let Some(e) = tail.first().filter(|e| e.seq() != last + 1) {
             return Err(Problem::cursor_expired(cursor, e.seq(), latest));
         }
+        let mut bytes: usize = lines.iter().map(String::len).sum();
         for event in tail
             .iter()
             .take_while(|e| e.seq() <= visible)
             .take(limit - lines.len())
         {
+            if bytes >= PAGE_BYTES {
+                break;
+            }
+            bytes += event.line().len();
             lines.push(event.line().to_owned());
             last = event.seq();
         }

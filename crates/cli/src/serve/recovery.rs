@@ -50,8 +50,6 @@ pub(crate) const OWNER_MARGIN: Duration = Duration::from_secs(1);
 /// How many heartbeat TTLs the sweep waits, after first finding a run
 /// abandoned, before it recovers it.
 pub(crate) const GRACE_TTLS: u32 = 2;
-/// Events read per run from the store.
-const MAX_LINES: usize = usize::MAX;
 
 /// What startup recovery did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -140,15 +138,14 @@ async fn stored_running(
         let mut runs = Vec::new();
         for run in reader.runs()? {
             if run.status == RunStatus::Running {
-                let lines = reader.events_after(&run.run_id, 0, MAX_LINES)?;
+                let lines = crate::commands::history::all_lines(&reader, &run.run_id, 0)?;
                 runs.push((run.run_id, lines));
             }
         }
-        Ok::<_, keel_observers::JournalError>(runs)
+        Ok::<_, CliError>(runs)
     })
     .await
     .map_err(|e| CliError::failure(format!("recovery: {e}")))?
-    .map_err(CliError::from)
 }
 
 /// Step 1 and 2 for every stored running run. Returns how many the stream

@@ -4,10 +4,12 @@
 //! returns the AG-UI events each maps to (at least one per Keel event,
 //! each carrying the Keel line as `rawEvent`). [`prelude`] is what a
 //! client joining at a cursor > 0 gets first: `RUN_STARTED`, a
-//! `MESSAGES_SNAPSHOT` rebuilt from the log ([`history::rebuild`]), and
+//! `MESSAGES_SNAPSHOT` rebuilt from the log (`history::HistoryFold`), and
 //! the re-opened starts of the scopes still open at the cursor (the turn's
 //! step, the model call's text message with its text so far, its tool
-//! calls with their arguments); the tail then maps normally. The mapping,
+//! calls with their arguments); the tail then maps normally. A daemon
+//! builds it a page at a time and writes the snapshot a message at a time
+//! ([`PreludeFold`], [`SnapshotWriter`]), never holding the run. The mapping,
 //! event by event, is `docs/rfc/implemented/2026-12-02-ag-ui-view.md`.
 //!
 //! Bounds: the mapper holds one open step, one open text message (its
@@ -22,8 +24,8 @@
 //! mapping here: they reach the client verbatim inside the `keel.*`
 //! `CUSTOM` events, which carry the payload as it is in the log.
 
-use keel_eventlog::{Event, Payload, history};
-use keel_message::{Limits, Message, Part, Role};
+use keel_eventlog::{Event, Payload};
+use keel_message::{Message, Part, Role};
 use serde_json::{Value, json};
 
 /// Most tool calls one model call may have open at once.
@@ -149,14 +151,33 @@ impl AguiMapper {
     /// Maps the next event: the AG-UI events it stands for, in order, each
     /// with `rawEvent` = the event's line (at least one per event).
     pub fn map(&mut self, event: &Event) -> Result<Vec<Value>, AguiError> {
+        let raw: Value =
+            serde_json::from_str(event.line()).map_err(|e| AguiError::Undecodable {
+                seq: event.seq(),
+                detail: e.to_string(),
+            })?;
+        let out = self.step(event, raw.get("payload"))?;
+        Ok(out.into_iter().map(|e| with_raw(e, &raw)).collect())
+    }
+
+    /// Takes the next event as [`AguiMapper::map`] does (the same state,
+    /// the same refusals) without building what it maps to: for folding a
+    /// prefix of the run (a join's prelude) at the cost of decoding it.
+    pub fn advance(&mut self, event: &Event) -> Result<(), AguiError> {
+        self.step(event, None).map(drop)
+    }
+
+    /// The state change of the next event, and (with the payload's JSON
+    /// `body`, for the `CUSTOM` events that carry it) what it maps to.
+    fn step(&mut self, event: &Event, body: Option<&Value>) -> Result<Vec<Value>, AguiError> {
         let seq = event.seq();
         if self.ended {
             return Err(AguiError::AfterTerminal { seq });
         }
-        let undecodable = |detail: String| AguiError::Undecodable { seq, detail };
-        let raw: Value =
-            serde_json::from_str(event.line()).map_err(|e| undecodable(e.to_string()))?;
-        let payload = event.payload().map_err(|e| undecodable(e.to_string()))?;
+        let payload = event.payload().map_err(|e| AguiError::Undecodable {
+            seq,
+            detail: e.to_string(),
+        })?;
         match (&self.started, &payload) {
             (None, Payload::RunStarted(_)) | (Some(_), _) => {}
             (None, _) => return Err(AguiError::NotStarted { seq }),
@@ -164,16 +185,18 @@ impl AguiMapper {
         if self.started.is_some() && matches!(payload, Payload::RunStarted(_)) {
             return Err(AguiError::StartedTwice { seq });
         }
-        self.run_id = event.run_id().as_str().to_owned();
+        if self.run_id != event.run_id().as_str() {
+            self.run_id = event.run_id().as_str().to_owned();
+        }
         self.last_seq = seq;
-        let body = raw.get("payload").cloned().unwrap_or(Value::Null);
+        let body = body.cloned().unwrap_or(Value::Null);
         let kind = format!("keel.{}", event.kind().name());
         let mut out = Vec::new();
         self.dispatch(&payload, event.line(), &body, &kind, &mut out)?;
         if out.is_empty() {
             out.push(custom(&kind, body));
         }
-        Ok(out.into_iter().map(|e| with_raw(e, &raw)).collect())
+        Ok(out)
     }
 
     fn dispatch(
@@ -449,45 +472,6 @@ fn agui_messages(message: &Message) -> Vec<Value> {
     }
 }
 
-/// The prelude of a join after the last of `events` (the run's events
-/// from seq 1 up to the cursor, in order), and the mapper to map the
-/// tail with. [`AguiError::Ended`] when the run's terminal is among them.
-pub fn prelude<E: AsRef<Event>>(events: &[E]) -> Result<(AguiMapper, Vec<Value>), AguiError> {
-    let mut mapper = AguiMapper::new();
-    let mut raw_at = Value::Null;
-    for event in events {
-        let event = event.as_ref();
-        mapper.map(event)?;
-        raw_at = serde_json::from_str(event.line()).unwrap_or(Value::Null);
-    }
-    if mapper.ended {
-        return Err(AguiError::Ended);
-    }
-    let messages = match history::rebuild(events, &Limits::default()) {
-        Ok(messages) => messages,
-        Err(history::HistoryError::NoInput) => Vec::new(),
-        Err(e) => {
-            return Err(AguiError::Undecodable {
-                seq: mapper.last_seq,
-                detail: e.to_string(),
-            });
-        }
-    };
-    let started_raw = mapper
-        .started
-        .as_deref()
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or(Value::Null);
-    let mut out = vec![with_raw(mapper.run_started(), &started_raw)];
-    let snapshot: Vec<Value> = messages.iter().flat_map(agui_messages).collect();
-    out.push(with_raw(
-        json!({"type": "MESSAGES_SNAPSHOT", "messages": snapshot}),
-        &raw_at,
-    ));
-    out.extend(mapper.reopen(&raw_at));
-    Ok((mapper, out))
-}
-
 /// Why an AG-UI event breaks this view's own schema.
 pub fn check_event(event: &Value) -> Result<(), String> {
     let ty = event.get("type").and_then(Value::as_str).ok_or("no type")?;
@@ -572,5 +556,8 @@ pub fn check_stream(events: &[Value]) -> Result<(), String> {
     Ok(())
 }
 
+mod prelude;
 #[cfg(test)]
 mod tests;
+
+pub use prelude::{Prelude, PreludeFold, SNAPSHOT_OPEN, SnapshotWriter, prelude};

@@ -150,6 +150,11 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn port(&self) -> u16 {
         self.addr.port()
     }

@@ -220,29 +220,74 @@ impl JournalReader {
     }
 
     /// Up to `limit` canonical lines of `run_id` with `seq > after`, in
-    /// sequence order, exactly the bytes observed. Empty when there are
-    /// none (or no such run).
+    /// sequence order, exactly the bytes observed, and no more than
+    /// [`PAGE_BYTES`] of them (see [`JournalReader::events_within`]).
+    /// Empty when there are none (or no such run). A page shorter than
+    /// `limit` is not the end of the run unless [`is_last_page`] says so;
+    /// an empty page is.
     pub fn events_after(
         &self,
         run_id: &str,
         after: u64,
         limit: usize,
     ) -> Result<Vec<String>, JournalError> {
+        self.events_within(run_id, after, limit, PAGE_BYTES)
+    }
+
+    /// [`JournalReader::events_after`] with a byte budget of `max_bytes`:
+    /// the page ends once its lines add up to `max_bytes` or more (the
+    /// line that reaches it included), so it holds at most `max_bytes`
+    /// plus one line; it always holds the next line when there is one
+    /// (even for `max_bytes` 0), so a reader paging with it makes
+    /// progress. Rows past the budget are never read from the database.
+    pub fn events_within(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, JournalError> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let sql_limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.with("read events", |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT line FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
             )?;
-            let rows = stmt.query_map(rusqlite::params![run_id, after, limit], |r| r.get(0))?;
-            rows.collect()
+            let mut rows = stmt.query(rusqlite::params![run_id, after, sql_limit])?;
+            let mut page = Vec::new();
+            let mut bytes = 0usize;
+            while page.is_empty() || bytes < max_bytes {
+                let Some(row) = rows.next()? else { break };
+                let line: String = row.get(0)?;
+                bytes = bytes.saturating_add(line.len());
+                page.push(line);
+            }
+            Ok(page)
         })
     }
 }
 
+/// Most bytes of lines one page of [`JournalReader::events_after`] (and
+/// so of the journal as a [`RunHistory`]) holds before it ends: 256 KiB.
+/// A page holds at most this plus one line (a line is at most the log's
+/// `max_event_bytes`, 2 MiB by default), whatever its line `limit`: what a
+/// reader of the journal (an event stream, a prelude, `keel events`)
+/// holds per page is bounded in bytes, not only in lines.
+pub const PAGE_BYTES: usize = 256 << 10;
+
+/// Whether `page`, as [`JournalReader::events_after`] returned it for a
+/// `limit`, is the last of the run as stored when it was read: it ended
+/// before both its line limit and [`PAGE_BYTES`], so it ended because the
+/// stored lines did. A page cut by either bound is not the last (the next
+/// read may still be empty).
+pub fn is_last_page(page: &[String], limit: usize) -> bool {
+    page.len() < limit && page.iter().map(String::len).sum::<usize>() < PAGE_BYTES
+}
+
 /// The journal as a run's durable history: [`JournalReader::run_status`]
 /// and [`JournalReader::events_after`], each line decoded (with the
-/// canonical round-trip check). A page ends before a line that does not
+/// canonical round-trip check). A page is bounded in bytes as well as in
+/// events ([`PAGE_BYTES`]), and ends before a line that does not
 /// decode; a read that starts at one is [`HistoryError::Corrupt`]. What the writer acknowledged before a call
 /// began is in its answer (each call reads one snapshot).
 impl RunHistory for JournalReader {
@@ -268,8 +313,9 @@ impl RunHistory for JournalReader {
             .map_err(|e| HistoryError::read("sqlite", e))?;
         let mut last = after;
         let mut events = Vec::with_capacity(lines.len());
-        for line in &lines {
-            match Event::decode(line) {
+        // Each line is dropped once decoded: the page is held about once.
+        for line in lines {
+            match Event::decode(&line) {
                 Ok(event) => {
                     last = event.seq();
                     events.push(Arc::new(event));
@@ -508,6 +554,93 @@ mod tests {
             plan.iter().any(|p| p.starts_with("SEARCH runs USING")),
             "{plan:?}"
         );
+        drop(reader);
+        journal.close().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A journal at a fresh path holding run `run_p`: `run.started`, then
+    /// `notes` extension events each padded to about `pad` bytes.
+    fn padded_run(name: &str, notes: usize, pad: usize) -> (SqliteJournal, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("keel-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let journal = SqliteJournal::open(dir.join("keel.db"), JournalConfig::default()).unwrap();
+        let run = RunId::parse("run_p").unwrap();
+        let log = RunLog::new(run, LogConfig::default(), Arc::new(SystemClock)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let note = Payload::Extension {
+            kind: keel_eventlog::EventKind::parse("test.note").unwrap(),
+            payload: keel_message::CanonicalJson::parse(
+                &serde_json::json!({ "pad": "x".repeat(pad) }).to_string(),
+            )
+            .unwrap(),
+        };
+        let started = log
+            .commit(&Payload::RunStarted(RunStarted::default()))
+            .unwrap();
+        rt.block_on(journal.observe(&started)).unwrap();
+        for _ in 0..notes {
+            let event = log.commit(&note).unwrap();
+            rt.block_on(journal.observe(&event)).unwrap();
+        }
+        (journal, dir)
+    }
+
+    #[test]
+    fn a_page_is_bounded_in_bytes_and_always_makes_progress() {
+        // 12 lines of about 0.3 PAGE_BYTES: 3.6 pages, under the line limit.
+        let pad = PAGE_BYTES * 3 / 10;
+        let (journal, dir) = padded_run("page-bytes", 12, pad);
+        let reader = journal.reader().unwrap();
+        let page = reader.events_after("run_p", 1, 512).unwrap();
+        let bytes: usize = page.iter().map(String::len).sum();
+        // The page ends at the line that reaches PAGE_BYTES.
+        assert_eq!(page.len(), 4, "{bytes}");
+        assert!((PAGE_BYTES..PAGE_BYTES + pad).contains(&bytes), "{bytes}");
+        assert!(!is_last_page(&page, 512));
+        // A budget below one line still gives that line.
+        assert_eq!(reader.events_within("run_p", 1, 512, 0).unwrap().len(), 1);
+        assert_eq!(reader.events_within("run_p", 1, 512, 1).unwrap().len(), 1);
+        // The line limit still holds under the byte budget.
+        assert_eq!(
+            reader
+                .events_within("run_p", 0, 2, usize::MAX)
+                .unwrap()
+                .len(),
+            2
+        );
+        // Paging until a page is the last reads every line once, in order.
+        let (mut after, mut seen) = (0u64, 0usize);
+        loop {
+            let page = reader.events_after("run_p", after, 512).unwrap();
+            seen += page.len();
+            after += page.len() as u64;
+            if is_last_page(&page, 512) {
+                break;
+            }
+            assert!(!page.is_empty(), "a page cut short is followed by more");
+        }
+        assert_eq!((seen, after), (13, 13));
+        // The history reads the same pages, decoded.
+        let history: &dyn RunHistory = &reader;
+        let run = RunId::parse("run_p").unwrap();
+        assert_eq!(history.read_after(&run, 1, 512).unwrap().len(), 4);
+        assert_eq!(history.read_after(&run, 0, 512).unwrap().len(), 5);
+        // Small lines end a page at the line limit, or as the last page.
+        let small = reader.events_after("run_p", 0, 1).unwrap();
+        assert!(!is_last_page(&small, 1));
+        let tail = reader.events_after("run_p", 12, 512).unwrap();
+        assert_eq!(tail.len(), 1);
+        assert!(is_last_page(&tail, 512));
+        assert!(
+            !is_last_page(&["x".repeat(PAGE_BYTES)], 512),
+            "a line at the budget"
+        );
+        assert!(is_last_page(&[], 512));
+        assert!(is_last_page(&["{}".to_owned()], 2));
         drop(reader);
         journal.close().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();

@@ -360,3 +360,56 @@ fn no_event_is_dropped() {
     }
     let _ = seen;
 }
+
+#[test]
+fn the_snapshot_is_written_a_message_at_a_time() {
+    let events = run(&[
+        started(),
+        input(),
+        turn("turn.started", 1),
+        model_started("op_1"),
+        delta("op_1", "Checking."),
+        tool_call("op_1", "c1"),
+        model_completed("op_1", "tool_calls"),
+        turn("turn.completed", 1),
+        turn("turn.started", 2),
+    ]);
+    let mut fold = PreludeFold::new();
+    for event in &events {
+        fold.push(event).expect("folds");
+    }
+    let prelude = fold.finish().expect("not ended");
+    let mut writer = prelude.snapshot();
+    // Each message is written by the event that completes it, and only then.
+    let written: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| writer.push(e).expect("writes"))
+        .collect();
+    let at: Vec<usize> = written.iter().map(Vec::len).collect();
+    assert_eq!(at, [0, 1, 0, 0, 0, 0, 1, 0, 0]);
+    assert_eq!(writer.written(), 2);
+    let lines: Vec<&String> = written.iter().flatten().collect();
+    assert!(lines.iter().all(|l| !l.contains('\n')), "one line each");
+    assert!(lines[1].starts_with(','), "separated from the one before");
+    // The lines, between the opening and the close, are the snapshot:
+    // the messages the history rebuilds, as AG-UI messages.
+    let mut text = SNAPSHOT_OPEN.to_owned();
+    for line in &lines {
+        text.push('\n');
+        text.push_str(line);
+    }
+    text.push('\n');
+    text.push_str(&prelude.snapshot_close());
+    let snapshot: Value = serde_json::from_str(&text).expect("the text is JSON");
+    let rebuilt = keel_eventlog::history::rebuild(&events, &keel_message::Limits::default())
+        .expect("a history");
+    let expected: Vec<Value> = rebuilt.iter().flat_map(agui_messages).collect();
+    assert_eq!(snapshot["messages"], json!(expected));
+    assert_eq!(snapshot["type"], "MESSAGES_SNAPSHOT");
+    assert_eq!(snapshot["rawEvent"]["seq"], 9);
+    assert!(check_event(&snapshot).is_ok());
+    // A run that recorded no input has no history: no messages.
+    let bare = run(&[started(), turn("turn.started", 1)]);
+    let (_, out) = super::prelude(&bare).expect("a prelude");
+    assert_eq!(out[1]["messages"], json!([]));
+}
