@@ -155,6 +155,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod claim;
 mod hosts;
 mod reader;
 mod recover;
@@ -165,6 +166,7 @@ mod writer;
 /// The run status lives beside [`RunHistory`](crate::RunHistory) (it
 /// needs no SQLite); named here as before.
 pub use crate::history::RunStatus;
+pub use claim::RunClaim;
 pub use reader::{JournalReader, RunSummary, RunTotals};
 pub use recover::{RecoveredRun, RecoveryReport, SkipReason, SkippedRun};
 pub use schema::SCHEMA_VERSION;
@@ -395,6 +397,9 @@ pub struct SqliteJournal {
     /// This host's lock file; released after the writer stopped.
     host: hosts::HostLock,
     busy_timeout: Duration,
+    /// The connection run-id claims use ([`claim_run`](Self::claim_run)),
+    /// opened on the first claim.
+    claims: std::sync::Mutex<Option<Connection>>,
 }
 
 impl SqliteJournal {
@@ -454,6 +459,7 @@ impl SqliteJournal {
             stats,
             host,
             busy_timeout: config.busy_timeout,
+            claims: std::sync::Mutex::new(None),
         })
     }
 

@@ -110,7 +110,7 @@ pub mod journal;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use journal::{
     JournalConfig, JournalError, JournalReader, JournalStats, RecoveredRun, RecoveryReport,
-    RunSummary, RunTotals, SkipReason, SkippedRun, SqliteJournal, Synchronous,
+    RunClaim, RunSummary, RunTotals, SkipReason, SkippedRun, SqliteJournal, Synchronous,
 };
 
 #[cfg(feature = "nats")]

@@ -411,10 +411,7 @@ async fn start(
         }
     };
     // The template is the operator's own file: its servers start as written.
-    let request = McpPlan::resolve(daemon, template, false)?
-        .start(request)
-        .await?;
-    runs::admit_run(daemon, request).await?;
+    runs::admit_run(daemon, McpPlan::resolve(daemon, template, false)?, request).await?;
     Ok(ui_response(ui_stream(Arc::clone(daemon), name, 0)))
 }
 
