@@ -480,3 +480,40 @@ async fn the_run_list_pages_with_a_cursor() {
         assert_eq!(v["parameter"], member, "{query}");
     }
 }
+
+/// Every body `keel serve` reads refuses a repeated member, naming its
+/// JSON path (issue #32, R9): last-wins would let
+/// `"approved":false,"approved":true` approve.
+#[tokio::test]
+async fn every_body_refuses_a_duplicate_member_by_its_path() {
+    let chat =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat/approval.json");
+    let d = daemon(&["--chat-scenario", chat.to_str().unwrap()], None);
+    let approval = r#"{"id":"c1","trigger":"submit-message","messages":[
+        {"id":"u1","role":"user","parts":[{"type":"text","text":"go"}]},
+        {"id":"a1","role":"assistant","parts":[{"type":"tool-x","toolCallId":"t1",
+          "state":"approval-responded","approval":{"id":"i1","approved":false,"approved":true}}]}]}"#;
+    let scenario = r#"{"model":"scripted-1","messages":[{"role":"user","text":"hi"}],
+        "tools":[{"name":"t","parameters":{"type":"object","type":"string"},"script":[]}],
+        "provider":{"type":"scripted","calls":[]}}"#;
+    let answer = r#"{"decision":"denied","decision":"approved"}"#;
+    for (route, body, at) in [
+        (
+            "/v1/chat",
+            approval,
+            "$.messages[1].parts[0].approval.approved",
+        ),
+        ("/v1/runs", scenario, "tools[0].parameters.type"),
+        ("/v1/runs/r1/interactions/i1", answer, "$.decision"),
+    ] {
+        let r = client().post(d.url(route)).body(body).send().await.unwrap();
+        let status = r.status();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(status, 400, "{route}: {v}");
+        assert_eq!(v["path"], at, "{route}: {v}");
+        assert!(
+            v["detail"].as_str().unwrap().contains("json.duplicate_key"),
+            "{route}: {v}"
+        );
+    }
+}

@@ -114,8 +114,8 @@ fn optional_string(
 /// strings; other members are ignored, as are the members of parts this
 /// daemon does not read.
 pub fn parse_body(text: &str) -> Result<ChatBody, BodyError> {
-    let root: Value =
-        serde_json::from_str(text).or_else(|_| refuse("$", "the body must be a JSON object"))?;
+    let root = crate::strict_json::parse(text)
+        .or_else(|e| refuse(crate::strict_json::path(&e), crate::strict_json::rule(&e)))?;
     let Value::Object(root) = root else {
         return refuse("$", "the body must be a JSON object");
     };
