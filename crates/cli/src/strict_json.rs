@@ -19,8 +19,10 @@ pub const MAX_DEPTH: usize = 64;
 
 /// Parses `text` strictly: one JSON value, and nothing after it.
 pub fn parse(text: &str) -> Result<Value, JsonError> {
-    let mut limits = Limits::default();
-    limits.json_depth = MAX_DEPTH;
+    let limits = Limits {
+        json_depth: MAX_DEPTH,
+        ..Limits::default()
+    };
     keel_message::canonical::parse_value(text, &limits)
 }
 
