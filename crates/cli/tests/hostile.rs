@@ -517,3 +517,79 @@ async fn every_body_refuses_a_duplicate_member_by_its_path() {
         );
     }
 }
+
+/// A head that two readers could read two ways is refused before any
+/// other rule (issue #32, R11): an absolute-form target (its Host might
+/// name another host than its URL), and a repeated Host or Origin (a
+/// proxy may read the last where the daemon reads the first).
+#[tokio::test]
+async fn an_ambiguous_request_head_is_refused() {
+    let d = daemon(&[], None);
+    let port = d.port();
+    let plain = format!("GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    let mut s = connect_from(&d, 1, None).await;
+    assert_eq!(request(&mut s, &plain).await.0, 200, "the control");
+    for (head, kind) in [
+        (
+            format!("GET http://127.0.0.1:{port}/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"),
+            "absolute-target",
+        ),
+        (
+            "GET http://evil.example/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".to_owned(),
+            "absolute-target",
+        ),
+        (
+            "GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n".to_owned(),
+            "repeated-header",
+        ),
+        (
+            format!(
+                "GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\nOrigin: http://evil.example\r\n\r\n"
+            ),
+            "repeated-header",
+        ),
+    ] {
+        let mut s = connect_from(&d, 1, None).await;
+        let (status, body) = request(&mut s, &head).await;
+        assert_eq!(status, 400, "{head:?}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["type"], format!("urn:keel:problem:{kind}"), "{head:?}");
+        assert!(
+            v["detail"]
+                .as_str()
+                .unwrap()
+                .contains("rule http.unambiguous_head")
+        );
+    }
+}
+
+/// U+2028 and U+2029 never stand raw on a `data:` line (issue #32, R11):
+/// the Keel and AG-UI streams write them as `\u2028` and `\u2029`.
+#[tokio::test]
+async fn line_separators_are_escaped_on_every_data_line() {
+    let d = daemon(&[], None);
+    let c = client();
+    let body = json!({
+        "run_id": "run_separators",
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "a\u{2028}b"}],
+        "provider": {"type": "scripted", "calls": [[
+            {"text": "c\u{2029}d\u{2028}e"}, {"complete": {"finish": "stop"}}]]}
+    })
+    .to_string();
+    let run = create(&c, &d, body).await;
+    wait_status(&c, &d, &run, "completed").await;
+    for stream in ["events", "agui"] {
+        let bytes = get(&c, &d, &format!("/v1/runs/{run}/{stream}"))
+            .await
+            .bytes()
+            .await
+            .unwrap();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        assert!(!text.contains(['\u{2028}', '\u{2029}']), "{stream}: {text}");
+        assert!(
+            text.contains("\\u2028") && text.contains("\\u2029"),
+            "{stream}: {text}"
+        );
+    }
+}

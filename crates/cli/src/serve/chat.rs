@@ -603,7 +603,7 @@ impl Source {
 }
 
 fn frame(chunk: &Chunk) -> SseEvent {
-    SseEvent::default().data(chunk.to_json())
+    SseEvent::default().data(super::sse_data::escape_separators(&chunk.to_json()))
 }
 
 /// The run as UI message stream frames. Chunks of events up to `seen`

@@ -58,6 +58,7 @@ pub mod providers;
 mod recovery;
 mod reservation;
 pub mod runs;
+pub mod sse_data;
 pub mod stream_caps;
 pub mod timed_io;
 pub mod viewer;
