@@ -9,6 +9,9 @@
 //! - a refusal does not change when the letters and digits of content
 //!   members (`text`, `data`, `input`, `output`, `reason`, `errorText`)
 //!   are rotated: it names paths and rules, never content;
+//! - a body the one strict reader (`keel_cli::strict_json`) refuses, a
+//!   repeated member anywhere above all, is refused at the path it names:
+//!   no member is read last-wins;
 //! - an accepted body obeys the documented bounds: an `id` of 1 to 64
 //!   bytes of `[A-Za-z0-9_-]`, and a user message with some text or at
 //!   least one answered approval.
@@ -36,6 +39,13 @@ fuzz_target!(|data: &[u8]| {
     };
     let verdict = parse_body(text);
     assert_eq!(verdict, parse_body(text), "deterministic");
+    if let Err(strict) = keel_cli::strict_json::parse(text) {
+        let path = keel_cli::strict_json::path(&strict);
+        assert!(
+            matches!(&verdict, Err(e) if e.path == path),
+            "the strict reader refuses at {path}: {verdict:?}"
+        );
+    }
     match verdict {
         Ok(body) => {
             assert!(!body.id.is_empty() && body.id.len() <= MAX_CHAT_ID_BYTES);

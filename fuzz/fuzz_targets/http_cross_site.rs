@@ -13,8 +13,10 @@
 //!   lowercased, is the listed one or `http(s)://` plus the request's host;
 //! - a state-changing method is accepted only with a media type of
 //!   exactly `application/json`;
+//! - an absolute-form target or a repeated `Host` or `Origin` is always
+//!   refused as such (rule `http.unambiguous_head`);
 //! - the verdict is deterministic, and a refusal's problem is one of the
-//!   four fixed texts (it never carries the request's bytes).
+//!   fixed texts (it never carries the request's bytes).
 #![no_main]
 
 use http::Method;
@@ -106,14 +108,34 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
         panic!("the fixed flag values parse");
     };
     let policy = CrossSitePolicy::new(true, vec![public], vec![listed]);
+    // Mostly one of each header present; sometimes a repeat, sometimes an
+    // absolute-form target.
+    let repeats = |present: bool, u: &mut Unstructured<'_>| -> Result<usize> {
+        Ok(usize::from(present) + usize::from(present && u.ratio(1, 8)?))
+    };
     let head = RequestHead {
         method: &method,
         host: host.as_deref(),
         origin: origin.as_deref(),
         content_type: content_type.as_deref(),
+        absolute_target: u.ratio(1, 8)?,
+        host_headers: repeats(host.is_some(), u)?,
+        origin_headers: repeats(origin.is_some(), u)?,
     };
     let verdict = policy.check(&head);
     assert_eq!(verdict, policy.check(&head), "deterministic");
+    if head.absolute_target || head.host_headers > 1 || head.origin_headers > 1 {
+        assert!(
+            matches!(
+                verdict,
+                Err(CrossSiteRefusal::AbsoluteTarget
+                    | CrossSiteRefusal::RepeatedHost
+                    | CrossSiteRefusal::RepeatedOrigin)
+            ),
+            "an ambiguous head was judged by its first reading: {verdict:?}"
+        );
+        return Ok(());
+    }
     let authority = host
         .as_deref()
         .and_then(|h| std::str::from_utf8(h).ok())

@@ -188,7 +188,7 @@ pub struct ServeArgs {
     pub public_host: Vec<String>,
     /// Most runs live at once; beyond it POST /v1/runs is a 503
     /// too-many-live-runs problem (it bounds the memory of runs waiting
-    /// for approvals).
+    /// for approvals, and the MCP servers of runs starting: they count).
     #[arg(long, default_value_t = 1024, value_name = "N")]
     pub max_live_runs: usize,
     /// How long an approval waits for its answer when the scenario sets no

@@ -62,6 +62,7 @@ pub mod render;
 pub mod scenario;
 pub mod screen;
 pub mod serve;
+pub mod strict_json;
 pub mod time;
 pub mod views;
 

@@ -299,6 +299,7 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
 
 /// Parses and checks scenario `text`; `file` names it in errors.
 pub fn parse(file: &Path, text: &str) -> Result<Scenario, ScenarioError> {
+    strict(file, text)?;
     let mut de = serde_json::Deserializer::from_str(text);
     let wire: ScenarioWire = match serde_path_to_error::deserialize(&mut de) {
         Ok(wire) => wire,
@@ -308,6 +309,25 @@ pub fn parse(file: &Path, text: &str) -> Result<Scenario, ScenarioError> {
         return Err(shape_error_plain(file, e));
     }
     check(file, wire)
+}
+
+/// The one strict reading ([`crate::strict_json`]): a duplicate member
+/// anywhere (even inside a free-form value such as a tool's `parameters`),
+/// a nesting past the bound or an unsafe integer is refused with its JSON
+/// path. Syntax errors are left to the shape step, which names their line
+/// and column.
+fn strict(file: &Path, text: &str) -> Result<(), ScenarioError> {
+    crate::strict_json::check(text).map_err(|e| {
+        let path = crate::strict_json::path(&e);
+        ScenarioError::Invalid {
+            file: file.to_path_buf(),
+            path: match path.strip_prefix("$.") {
+                Some(member) => member.to_owned(),
+                None => path,
+            },
+            message: crate::strict_json::rule(&e).to_owned(),
+        }
+    })
 }
 
 fn shape_error(file: &Path, e: serde_path_to_error::Error<serde_json::Error>) -> ScenarioError {

@@ -480,3 +480,116 @@ async fn the_run_list_pages_with_a_cursor() {
         assert_eq!(v["parameter"], member, "{query}");
     }
 }
+
+/// Every body `keel serve` reads refuses a repeated member, naming its
+/// JSON path (issue #32, R9): last-wins would let
+/// `"approved":false,"approved":true` approve.
+#[tokio::test]
+async fn every_body_refuses_a_duplicate_member_by_its_path() {
+    let chat =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat/approval.json");
+    let d = daemon(&["--chat-scenario", chat.to_str().unwrap()], None);
+    let approval = r#"{"id":"c1","trigger":"submit-message","messages":[
+        {"id":"u1","role":"user","parts":[{"type":"text","text":"go"}]},
+        {"id":"a1","role":"assistant","parts":[{"type":"tool-x","toolCallId":"t1",
+          "state":"approval-responded","approval":{"id":"i1","approved":false,"approved":true}}]}]}"#;
+    let scenario = r#"{"model":"scripted-1","messages":[{"role":"user","text":"hi"}],
+        "tools":[{"name":"t","parameters":{"type":"object","type":"string"},"script":[]}],
+        "provider":{"type":"scripted","calls":[]}}"#;
+    let answer = r#"{"decision":"denied","decision":"approved"}"#;
+    for (route, body, at) in [
+        (
+            "/v1/chat",
+            approval,
+            "$.messages[1].parts[0].approval.approved",
+        ),
+        ("/v1/runs", scenario, "tools[0].parameters.type"),
+        ("/v1/runs/r1/interactions/i1", answer, "$.decision"),
+    ] {
+        let r = client().post(d.url(route)).body(body).send().await.unwrap();
+        let status = r.status();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(status, 400, "{route}: {v}");
+        assert_eq!(v["path"], at, "{route}: {v}");
+        assert!(
+            v["detail"].as_str().unwrap().contains("json.duplicate_key"),
+            "{route}: {v}"
+        );
+    }
+}
+
+/// A head that two readers could read two ways is refused before any
+/// other rule (issue #32, R11): an absolute-form target (its Host might
+/// name another host than its URL), and a repeated Host or Origin (a
+/// proxy may read the last where the daemon reads the first).
+#[tokio::test]
+async fn an_ambiguous_request_head_is_refused() {
+    let d = daemon(&[], None);
+    let port = d.port();
+    let plain = format!("GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    let mut s = connect_from(&d, 1, None).await;
+    assert_eq!(request(&mut s, &plain).await.0, 200, "the control");
+    for (head, kind) in [
+        (
+            format!("GET http://127.0.0.1:{port}/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"),
+            "absolute-target",
+        ),
+        (
+            "GET http://evil.example/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".to_owned(),
+            "absolute-target",
+        ),
+        (
+            "GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n".to_owned(),
+            "repeated-header",
+        ),
+        (
+            format!(
+                "GET /v1/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\nOrigin: http://evil.example\r\n\r\n"
+            ),
+            "repeated-header",
+        ),
+    ] {
+        let mut s = connect_from(&d, 1, None).await;
+        let (status, body) = request(&mut s, &head).await;
+        assert_eq!(status, 400, "{head:?}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["type"], format!("urn:keel:problem:{kind}"), "{head:?}");
+        assert!(
+            v["detail"]
+                .as_str()
+                .unwrap()
+                .contains("rule http.unambiguous_head")
+        );
+    }
+}
+
+/// U+2028 and U+2029 never stand raw on a `data:` line (issue #32, R11):
+/// the Keel and AG-UI streams write them as `\u2028` and `\u2029`.
+#[tokio::test]
+async fn line_separators_are_escaped_on_every_data_line() {
+    let d = daemon(&[], None);
+    let c = client();
+    let body = json!({
+        "run_id": "run_separators",
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "a\u{2028}b"}],
+        "provider": {"type": "scripted", "calls": [[
+            {"text": "c\u{2029}d\u{2028}e"}, {"complete": {"finish": "stop"}}]]}
+    })
+    .to_string();
+    let run = create(&c, &d, body).await;
+    wait_status(&c, &d, &run, "completed").await;
+    for stream in ["events", "agui"] {
+        let bytes = get(&c, &d, &format!("/v1/runs/{run}/{stream}"))
+            .await
+            .bytes()
+            .await
+            .unwrap();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        assert!(!text.contains(['\u{2028}', '\u{2029}']), "{stream}: {text}");
+        assert!(
+            text.contains("\\u2028") && text.contains("\\u2029"),
+            "{stream}: {text}"
+        );
+    }
+}

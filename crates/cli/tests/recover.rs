@@ -274,3 +274,127 @@ fn recover_refuses_a_missing_journal_without_creating_it() {
     assert!(!sb.db().exists());
     assert!(!sb.path("keel.db.hosts").exists());
 }
+
+/// Runs `cmd` to its end, killing it and failing the test if it is still
+/// running after `within`; its exit code and stdout.
+fn finishes_within(mut cmd: Command, within: Duration, what: &str) -> (Option<i32>, String) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} was still running after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Puts a FIFO, a symlink (to a regular file nobody locks) or a directory
+/// where the dead host's lock file was.
+fn plant(what: &str, lock: &std::path::Path) {
+    std::fs::remove_file(lock).unwrap();
+    match what {
+        "FIFO" => {
+            let ok = Command::new("mkfifo").arg(lock).status().unwrap().success();
+            assert!(ok, "mkfifo");
+        }
+        "symlink" => {
+            let target = lock.with_extension("target");
+            std::fs::write(&target, "").unwrap();
+            std::os::unix::fs::symlink(&target, lock).unwrap();
+        }
+        _ => std::fs::create_dir(lock).unwrap(),
+    }
+}
+
+/// A run left `running` by a `keel run` killed with SIGKILL; its run id
+/// and the lock file its host left behind.
+fn abandoned_run(sb: &Sandbox) -> (String, std::path::PathBuf) {
+    let scenario = sb.write("slow.json", SLOW);
+    let (mut child, lines) = spawn(sb, &scenario);
+    let first = lines.recv_timeout(Duration::from_secs(30)).unwrap();
+    let run = serde_json::from_str::<serde_json::Value>(&first).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Until `run.started` is journaled.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !runs(sb).iter().any(|(id, _)| *id == run) {
+        assert!(Instant::now() < until, "{run} never journaled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let hosts = sb.path("keel.db.hosts");
+    let mut locks: Vec<_> = std::fs::read_dir(&hosts)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
+        .collect();
+    assert_eq!(locks.len(), 1, "{locks:?}");
+    (run, locks.remove(0))
+}
+
+#[test]
+fn a_lock_file_that_is_not_a_regular_file_hangs_neither_recover_nor_serve() {
+    for what in ["FIFO", "symlink", "directory"] {
+        let sb = Sandbox::new();
+        let (run, lock) = abandoned_run(&sb);
+        plant(what, &lock);
+        let mut recover = Command::new(common::bin());
+        recover.arg("recover").args(sb.db_args());
+        let (code, out) = finishes_within(recover, Duration::from_secs(10), "keel recover");
+        // Not a lock: the run needs attention, and nothing was opened as one.
+        assert_eq!(code, Some(1), "{what}: {out}");
+        assert!(
+            out.contains(&format!("skipped    {run}  cannot check host h")),
+            "{what}: {out}"
+        );
+        assert!(
+            out.contains(&format!(
+                "is a {what}, not a regular lock file (rule hosts.lock_file)"
+            )),
+            "{what}: {out}"
+        );
+        // `keel serve` recovers at startup, and starts.
+        let mut serve = Command::new(common::bin());
+        serve
+            .arg("serve")
+            .args(sb.db_args())
+            .args(["--listen", "127.0.0.1:0"])
+            .env_remove("KEEL_TOKEN");
+        let mut child = serve
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let first = rx.recv_timeout(Duration::from_secs(10));
+        let _ = child.kill();
+        let _ = child.wait();
+        let first = first.unwrap_or_else(|_| panic!("{what}: keel serve did not start in 10 s"));
+        assert!(first.starts_with("listening on "), "{what}: {first}");
+        assert!(
+            std::fs::symlink_metadata(&lock).is_ok(),
+            "{what}: a file that is not a lock was removed"
+        );
+    }
+}

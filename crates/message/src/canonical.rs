@@ -340,36 +340,8 @@ impl CanonicalJson {
     /// while parsing) and canonical text longer than `limits.json_bytes`.
     pub fn parse_with(text: &str, limits: &Limits) -> Result<Self, JsonError> {
         let max_depth = effective_max_depth(limits);
-        let mut state = ParseState::new(max_depth);
-        let mut de = serde_json::Deserializer::from_str(text);
-        let parsed = ValueSeed { state: &mut state }
-            .deserialize(&mut de)
-            .and_then(|value| de.end().map(|()| value));
-        match parsed {
-            Ok(value) => Self::build(&value, limits, max_depth, text.len()),
-            Err(err) => Err(match state.take_error() {
-                Some(rule) => rule,
-                None => match classify(&err) {
-                    ParserError::Syntax(kind) => JsonError::Syntax {
-                        kind,
-                        line: err.line(),
-                        column: err.column(),
-                    },
-                    ParserError::LoneSurrogate => JsonError::LoneSurrogate {
-                        line: err.line(),
-                        column: err.column(),
-                    },
-                    ParserError::RecursionLimit => JsonError::TooDeep {
-                        path: unwound_path(&state.unwind),
-                        limit: LimitExceeded {
-                            bound: Bound::JsonDepth,
-                            actual: MAX_DEPTH + 1,
-                            max: max_depth,
-                        },
-                    },
-                },
-            }),
-        }
+        let value = parse_checked(text, max_depth)?;
+        Self::build(&value, limits, max_depth, text.len())
     }
 
     /// Canonicalizes a value under [`Limits::default_ref`].
@@ -462,6 +434,51 @@ impl CanonicalJson {
             }
         }
         max
+    }
+}
+
+/// Parses JSON text into a [`Value`] under the rules of
+/// [`CanonicalJson::parse_with`] (one value and nothing after it; no
+/// duplicate member names anywhere, the error naming the repeated
+/// member's path; no lone surrogates; no unsafe integers; nesting at most
+/// `limits.json_depth`, checked while parsing), without canonicalizing:
+/// the strict reading of JSON a client sends.
+pub fn parse_value(text: &str, limits: &Limits) -> Result<Value, JsonError> {
+    parse_checked(text, effective_max_depth(limits))
+}
+
+/// The validating parse shared by [`parse_value`] and
+/// [`CanonicalJson::parse_with`].
+fn parse_checked(text: &str, max_depth: usize) -> Result<Value, JsonError> {
+    let mut state = ParseState::new(max_depth);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = ValueSeed { state: &mut state }
+        .deserialize(&mut de)
+        .and_then(|value| de.end().map(|()| value));
+    match parsed {
+        Ok(value) => Ok(value),
+        Err(err) => Err(match state.take_error() {
+            Some(rule) => rule,
+            None => match classify(&err) {
+                ParserError::Syntax(kind) => JsonError::Syntax {
+                    kind,
+                    line: err.line(),
+                    column: err.column(),
+                },
+                ParserError::LoneSurrogate => JsonError::LoneSurrogate {
+                    line: err.line(),
+                    column: err.column(),
+                },
+                ParserError::RecursionLimit => JsonError::TooDeep {
+                    path: unwound_path(&state.unwind),
+                    limit: LimitExceeded {
+                        bound: Bound::JsonDepth,
+                        actual: MAX_DEPTH + 1,
+                        max: max_depth,
+                    },
+                },
+            },
+        }),
     }
 }
 

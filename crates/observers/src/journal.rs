@@ -100,7 +100,7 @@
 //! CREATE TABLE events (run_id TEXT NOT NULL, seq INTEGER NOT NULL,
 //!     kind TEXT NOT NULL, ts INTEGER NOT NULL, line TEXT NOT NULL,
 //!     PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
-//! -- only running runs: set by `run.started`, removed by the run terminal
+//! -- only running runs: set by a claim or `run.started`, removed by the run terminal
 //! CREATE TABLE owners (run_id TEXT PRIMARY KEY, host TEXT NOT NULL) WITHOUT ROWID;
 //! ```
 //!
@@ -124,6 +124,11 @@
 //! stored lines and journals `keel_eventlog::recovery::terminals` through
 //! the writer, so seqs continue with no gap or reuse. It is idempotent, and
 //! of any number of recoverers exactly one closes a run.
+//!
+//! Before a run starts, [`SqliteJournal::claim_run`] can claim its id for
+//! this host (an `owners` row with no `runs` row yet, by the same kind of
+//! compare-and-set): of any number of hosts on one store only one claims
+//! an id, and none claims a journaled one.
 //!
 //! # Example
 //!
@@ -155,6 +160,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod claim;
 mod hosts;
 mod reader;
 mod recover;
@@ -165,6 +171,7 @@ mod writer;
 /// The run status lives beside [`RunHistory`](crate::RunHistory) (it
 /// needs no SQLite); named here as before.
 pub use crate::history::RunStatus;
+pub use claim::RunClaim;
 pub use reader::{JournalReader, PAGE_BYTES, RunSummary, RunTotals, is_last_page};
 pub use recover::{RecoveredRun, RecoveryReport, SkipReason, SkippedRun};
 pub use schema::SCHEMA_VERSION;
@@ -395,6 +402,9 @@ pub struct SqliteJournal {
     /// This host's lock file; released after the writer stopped.
     host: hosts::HostLock,
     busy_timeout: Duration,
+    /// The connection run-id claims use ([`claim_run`](Self::claim_run)),
+    /// opened on the first claim.
+    claims: std::sync::Mutex<Option<Connection>>,
 }
 
 impl SqliteJournal {
@@ -454,6 +464,7 @@ impl SqliteJournal {
             stats,
             host,
             busy_timeout: config.busy_timeout,
+            claims: std::sync::Mutex::new(None),
         })
     }
 

@@ -110,8 +110,8 @@ pub mod journal;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use journal::{
     JournalConfig, JournalError, JournalReader, JournalStats, PAGE_BYTES, RecoveredRun,
-    RecoveryReport, RunSummary, RunTotals, SkipReason, SkippedRun, SqliteJournal, Synchronous,
-    is_last_page,
+    RecoveryReport, RunClaim, RunSummary, RunTotals, SkipReason, SkippedRun, SqliteJournal,
+    Synchronous, is_last_page,
 };
 
 #[cfg(feature = "nats")]

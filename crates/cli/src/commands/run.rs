@@ -146,7 +146,8 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
     })
 }
 
-/// Opens the journal (and `--nats`), refusing a run id already stored,
+/// Opens the journal (and `--nats`), claiming the run id (refused when it
+/// is stored or another live process claimed it),
 /// and builds the engine with them as its required observers.
 async fn open_engine(
     args: &RunArgs,
@@ -154,9 +155,11 @@ async fn open_engine(
 ) -> Result<(Engine, Arc<SqliteJournal>), CliError> {
     let db = &args.db.db;
     let journal = Arc::new(SqliteJournal::open(db, JournalConfig::default())?);
-    if journal.reader()?.run_status(run_id.as_str())?.is_some() {
+    // Claimed in the store, as a daemon's admission does, so that a daemon
+    // on the same journal cannot start a run under this id meanwhile.
+    if journal.claim_run(run_id.as_str())? != keel_observers::RunClaim::Claimed {
         return Err(CliError::bad_input(format!(
-            "{}: run {run_id} is already stored in {}; give the scenario another run_id, or leave it out to generate one",
+            "{}: run {run_id} is already stored in {} (or being started by another process); give the scenario another run_id, or leave it out to generate one",
             args.scenario.display(),
             db.display()
         )));

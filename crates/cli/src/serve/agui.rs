@@ -53,7 +53,7 @@ fn mapping_problem(e: &AguiError) -> Problem {
 fn frame(cursor: u64, event: &Value) -> SseEvent {
     SseEvent::default()
         .id(cursor.to_string())
-        .data(event.to_string())
+        .data(super::sse_data::escape_separators(&event.to_string()))
 }
 
 /// The SSE messages of one Keel event's AG-UI events: `seq - 1` on all

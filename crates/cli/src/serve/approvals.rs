@@ -123,6 +123,19 @@ enum DecisionWire {
 }
 
 fn parse_answer(text: &str) -> Result<InteractionDecision, Problem> {
+    // The one strict reading first: a repeated member is refused by name
+    // here as in every other body, whatever the shape step would say.
+    if let Err(e) = crate::strict_json::check(text) {
+        let path = crate::strict_json::path(&e);
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-body",
+            "Invalid answer",
+            format!("at {path}: {}", crate::strict_json::rule(&e)),
+        )
+        .with("path", path)
+        .with("rule", e.rule()));
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     let answer: Answer = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();

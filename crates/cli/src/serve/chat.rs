@@ -124,8 +124,8 @@ fn optional_string(
 /// strings; other members are ignored, as are the members of parts this
 /// daemon does not read.
 pub fn parse_body(text: &str) -> Result<ChatBody, BodyError> {
-    let root: Value =
-        serde_json::from_str(text).or_else(|_| refuse("$", "the body must be a JSON object"))?;
+    let root = crate::strict_json::parse(text)
+        .or_else(|e| refuse(crate::strict_json::path(&e), crate::strict_json::rule(&e)))?;
     let Value::Object(root) = root else {
         return refuse("$", "the body must be a JSON object");
     };
@@ -423,10 +423,7 @@ async fn start(
     };
     let request = request.chat_run(ChatRun::new(id, n));
     // The template is the operator's own file: its servers start as written.
-    let request = McpPlan::resolve(daemon, template, false)?
-        .start(request)
-        .await?;
-    runs::admit_run(daemon, request).await?;
+    runs::admit_run(daemon, McpPlan::resolve(daemon, template, false)?, request).await?;
     Ok(ui_response(ui_stream(Arc::clone(daemon), name, 0)))
 }
 
@@ -676,7 +673,7 @@ impl Source {
 }
 
 fn frame(chunk: &Chunk) -> SseEvent {
-    SseEvent::default().data(chunk.to_json())
+    SseEvent::default().data(super::sse_data::escape_separators(&chunk.to_json()))
 }
 
 /// The run as UI message stream frames. Chunks of events up to `seen`

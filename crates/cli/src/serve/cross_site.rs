@@ -21,6 +21,13 @@
 //!   without a preflight; a JSON one needs the preflight that CORS then
 //!   decides.
 //!
+//! - **One reading of the head** (rule `http.unambiguous_head`): a
+//!   request whose target is in absolute form (`GET http://host/path`),
+//!   or that repeats `Host` or `Origin`, is refused with 400 before the
+//!   rules above: its target and its `Host` may disagree, and two
+//!   `Origin`s may be read differently by a proxy and by this daemon.
+//!   Browsers send neither; a strict proxy could.
+//!
 //! CORS itself (preflights, `Access-Control-Allow-Origin` for the listed
 //! origins, never `*`) is [`cors_layer`], on `tower-http`'s `CorsLayer`.
 //! The decision is [`CrossSitePolicy::check`], a pure function of the
@@ -100,6 +107,18 @@ pub enum CrossSiteRefusal {
         "state-changing requests must send Content-Type: application/json, with or without a body (rule http.json_body)"
     )]
     NotJson,
+    /// The request target is in absolute form (`http://host/path`) or
+    /// authority form, which the `Host` check would not see.
+    #[error(
+        "the request target must be a path (origin form), not an absolute URL (rule http.unambiguous_head)"
+    )]
+    AbsoluteTarget,
+    /// More than one `Host` header.
+    #[error("the request carries more than one Host header (rule http.unambiguous_head)")]
+    RepeatedHost,
+    /// More than one `Origin` header.
+    #[error("the request carries more than one Origin header (rule http.unambiguous_head)")]
+    RepeatedOrigin,
 }
 
 impl CrossSiteRefusal {
@@ -120,6 +139,16 @@ impl CrossSiteRefusal {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
                 "Content-Type must be application/json",
+            ),
+            CrossSiteRefusal::AbsoluteTarget => (
+                StatusCode::BAD_REQUEST,
+                "absolute-target",
+                "Absolute-form request target refused",
+            ),
+            CrossSiteRefusal::RepeatedHost | CrossSiteRefusal::RepeatedOrigin => (
+                StatusCode::BAD_REQUEST,
+                "repeated-header",
+                "Repeated Host or Origin header",
             ),
         };
         Problem::new(status, name, title, self.to_string())
@@ -256,6 +285,28 @@ pub struct RequestHead<'a> {
     pub origin: Option<&'a [u8]>,
     /// `Content-Type`.
     pub content_type: Option<&'a [u8]>,
+    /// Whether the request target has a scheme or an authority (absolute
+    /// or authority form) rather than being a path.
+    pub absolute_target: bool,
+    /// How many `Host` headers the request carries (`host` is the first).
+    pub host_headers: usize,
+    /// How many `Origin` headers (`origin` is the first).
+    pub origin_headers: usize,
+}
+
+impl Default for RequestHead<'_> {
+    /// A `GET` of a path with no headers.
+    fn default() -> Self {
+        RequestHead {
+            method: &Method::GET,
+            host: None,
+            origin: None,
+            content_type: None,
+            absolute_target: false,
+            host_headers: 0,
+            origin_headers: 0,
+        }
+    }
 }
 
 /// The daemon's cross-site rules, from its flags.
@@ -289,6 +340,15 @@ impl CrossSitePolicy {
 
     /// Decides a request from its head: `Ok` to serve it.
     pub fn check(&self, head: &RequestHead<'_>) -> Result<(), CrossSiteRefusal> {
+        if head.absolute_target {
+            return Err(CrossSiteRefusal::AbsoluteTarget);
+        }
+        if head.host_headers > 1 {
+            return Err(CrossSiteRefusal::RepeatedHost);
+        }
+        if head.origin_headers > 1 {
+            return Err(CrossSiteRefusal::RepeatedOrigin);
+        }
         let host = head.host.map(Authority::parse);
         if self.check_host {
             let host = match &host {
@@ -354,6 +414,9 @@ pub async fn defend(
         host: headers.get(header::HOST).map(HeaderValue::as_bytes),
         origin: headers.get(header::ORIGIN).map(HeaderValue::as_bytes),
         content_type: headers.get(header::CONTENT_TYPE).map(HeaderValue::as_bytes),
+        absolute_target: request.uri().scheme().is_some() || request.uri().authority().is_some(),
+        host_headers: headers.get_all(header::HOST).iter().count(),
+        origin_headers: headers.get_all(header::ORIGIN).iter().count(),
     };
     let listed = head.origin.and_then(|o| policy.listed(o));
     match policy.check(&head) {
@@ -435,6 +498,9 @@ mod tests {
                 host: c.host.map(str::as_bytes),
                 origin: c.origin.map(str::as_bytes),
                 content_type: c.content_type.map(str::as_bytes),
+                host_headers: usize::from(c.host.is_some()),
+                origin_headers: usize::from(c.origin.is_some()),
+                ..RequestHead::default()
             };
             assert_eq!(
                 policy.check(&head),
@@ -550,6 +616,51 @@ mod tests {
                 post(None, Err(NotJson)),
             ],
         );
+    }
+
+    #[test]
+    fn an_ambiguous_head_is_refused_before_any_other_rule() {
+        let policy = CrossSitePolicy::new(true, vec![], vec![]);
+        let good = RequestHead {
+            host: Some(b"127.0.0.1:7878"),
+            host_headers: 1,
+            ..RequestHead::default()
+        };
+        assert_eq!(policy.check(&good), Ok(()));
+        for (head, refusal) in [
+            (
+                RequestHead {
+                    absolute_target: true,
+                    ..good
+                },
+                CrossSiteRefusal::AbsoluteTarget,
+            ),
+            (
+                RequestHead {
+                    host_headers: 2,
+                    ..good
+                },
+                CrossSiteRefusal::RepeatedHost,
+            ),
+            (
+                RequestHead {
+                    origin: Some(b"http://127.0.0.1:7878"),
+                    origin_headers: 2,
+                    ..good
+                },
+                CrossSiteRefusal::RepeatedOrigin,
+            ),
+        ] {
+            assert_eq!(policy.check(&head), Err(refusal));
+            assert_eq!(refusal.problem().status(), StatusCode::BAD_REQUEST);
+        }
+        // On any listener.
+        let open = CrossSitePolicy::new(false, vec![], vec![]);
+        let absolute = RequestHead {
+            absolute_target: true,
+            ..good
+        };
+        assert_eq!(open.check(&absolute), Err(CrossSiteRefusal::AbsoluteTarget));
     }
 
     #[test]

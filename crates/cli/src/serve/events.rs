@@ -334,7 +334,7 @@ fn sse_of(event: &Event, naming: Naming) -> SseEvent {
         Naming::Kind => frame.event(event.kind().name()),
         Naming::Unnamed => frame,
     };
-    frame.data(event.line())
+    frame.data(super::sse_data::escape_separators(event.line()))
 }
 
 /// How a stream turns one run event into SSE messages; an `Err` is the
@@ -348,7 +348,9 @@ fn keel_framer(naming: Naming) -> Framer {
 pub(crate) fn error_event(problem: &Problem) -> SseEvent {
     SseEvent::default()
         .event("error")
-        .data(problem.to_json().to_string())
+        .data(super::sse_data::escape_separators(
+            &problem.to_json().to_string(),
+        ))
 }
 
 fn shutdown_event(last: u64) -> SseEvent {

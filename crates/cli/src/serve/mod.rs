@@ -57,7 +57,9 @@ mod mcp;
 pub mod problem;
 pub mod providers;
 mod recovery;
+mod reservation;
 pub mod runs;
+pub mod sse_data;
 pub mod stream_caps;
 pub mod timed_io;
 pub mod viewer;
@@ -173,6 +175,8 @@ pub struct Daemon {
     approvals: Arc<Approvals>,
     /// One admission at a time (the live-run bound, the id checks).
     admission: tokio::sync::Mutex<()>,
+    /// Runs admitted and not started yet (their MCP servers starting).
+    reserved: Mutex<reservation::Reserved>,
     token: Option<Vec<u8>>,
     settings: Settings,
     /// `--nats`: where runs this daemon does not have are read from.
@@ -337,6 +341,7 @@ async fn open_daemon(
         reader,
         approvals,
         admission: tokio::sync::Mutex::new(()),
+        reserved: Mutex::default(),
         token,
         settings,
         nats,

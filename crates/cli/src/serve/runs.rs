@@ -6,6 +6,7 @@
 use super::chat_runs;
 use super::mcp::McpPlan;
 use super::problem::Problem;
+use super::reservation::Reservation;
 use super::{Daemon, json_response, providers, read_body};
 use crate::conversation::{self, ContinueError};
 use crate::launch::{self, LaunchError};
@@ -51,24 +52,46 @@ pub async fn create_run(
     chat_runs::refuse_reserved(&run_id)?;
     let request = launch::run_request(&scenario, run_id.clone(), &daemon.launch())
         .map_err(|e| launch_problem(&e))?;
-    admit(&daemon, mcp.start(request).await?).await
+    admit(&daemon, mcp, request).await
 }
 
 /// Starts `request` and answers 201 once its `run.started` is committed.
-async fn admit(daemon: &Daemon, request: RunRequest) -> Result<Response, Problem> {
+async fn admit(daemon: &Daemon, mcp: McpPlan, request: RunRequest) -> Result<Response, Problem> {
     let run_id = request.run_id().clone();
-    admit_run(daemon, request).await?;
+    admit_run(daemon, mcp, request).await?;
     Ok(created(run_id.as_str()))
 }
 
-/// Starts `request` and returns once its `run.started` is committed and
-/// journaled (what a 201 promises; `POST /v1/chat` then streams it).
-pub(super) async fn admit_run(daemon: &Daemon, request: RunRequest) -> Result<(), Problem> {
+/// Admits `request` (a live-run slot and its id claimed in the journal:
+/// [`Reservation::take`]), then starts its MCP servers (`mcp`), then the
+/// run, and returns once its `run.started` is committed and journaled
+/// (what a 201 promises; `POST /v1/chat` then streams it). Nothing is
+/// started for a refused run; a run refused after its admission gives its
+/// slot and its id back.
+pub(super) async fn admit_run(
+    daemon: &Daemon,
+    mcp: McpPlan,
+    request: RunRequest,
+) -> Result<(), Problem> {
     let run_id = request.run_id().clone();
-    let handle = start(daemon, request).await?;
+    let mut reservation = Reservation::take(daemon, run_id.as_str()).await?;
+    let started = match mcp.start(request).await {
+        Ok(request) => daemon.engine.start(request).map_err(|e| start_problem(&e)),
+        Err(problem) => Err(problem),
+    };
+    let handle = match started {
+        Ok(handle) => handle,
+        Err(problem) => {
+            reservation.release().await;
+            return Err(problem);
+        }
+    };
+    reservation.started();
     if !began(handle).await {
+        reservation.release().await;
         return Err(cancelled_before_it_began(daemon, run_id.as_str()));
     }
+    drop(reservation);
     journaled(daemon, run_id.as_str()).await
 }
 
@@ -134,7 +157,7 @@ pub async fn continue_run(
     };
     let request = launch::follow_up_request(&scenario, run_id, &daemon.launch(), continuation)
         .map_err(|e| launch_problem(&e))?;
-    admit(&daemon, mcp.start(request).await?).await
+    admit(&daemon, mcp, request).await
 }
 
 fn not_continuable(id: &str, status: &str) -> Problem {
@@ -208,35 +231,6 @@ fn cancelled_before_it_began(daemon: &Daemon, id: &str) -> Problem {
     .with("run_id", id)
 }
 
-/// Admits and starts one run. One admission at a time, so the bound on
-/// live runs is exact and an id is checked against the live runs and the
-/// journal without a gap (a run leaves the engine only after its
-/// terminal was offered to the journal).
-async fn start(daemon: &Daemon, request: RunRequest) -> Result<RunHandle, Problem> {
-    let _admission = daemon.admission.lock().await;
-    if daemon.shutting_down() {
-        return Err(shutting_down());
-    }
-    let live = daemon.engine.live_runs();
-    if live >= daemon.settings.max_live_runs {
-        return Err(too_many_live_runs(daemon.settings.max_live_runs, live));
-    }
-    let id = request.run_id().as_str().to_owned();
-    if daemon.engine.live_run(&id).is_none() {
-        let lookup = id.clone();
-        if daemon.read(move |r| r.run_status(&lookup)).await?.is_some() {
-            return Err(run_exists(&id));
-        }
-    }
-    // Refused with `ShuttingDown` under the lock shutdown takes: a run is
-    // either refused here or cancelled and awaited by the shutdown.
-    let handle = daemon
-        .engine
-        .start(request)
-        .map_err(|e| start_problem(&e))?;
-    Ok(handle)
-}
-
 fn created(id: &str) -> Response {
     let mut response = json_response(StatusCode::CREATED, &json!({ "run_id": id }));
     if let Ok(location) = HeaderValue::from_str(&format!("/v1/runs/{id}")) {
@@ -275,7 +269,7 @@ pub fn shutting_down() -> Problem {
     .with("rule", "engine.open")
 }
 
-fn too_many_live_runs(max: usize, live: usize) -> Problem {
+pub(super) fn too_many_live_runs(max: usize, live: usize) -> Problem {
     Problem::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "too-many-live-runs",
@@ -289,7 +283,7 @@ fn too_many_live_runs(max: usize, live: usize) -> Problem {
     .with("live_runs", live)
 }
 
-fn run_exists(id: &str) -> Problem {
+pub(super) fn run_exists(id: &str) -> Problem {
     Problem::new(
         StatusCode::CONFLICT,
         "run-exists",

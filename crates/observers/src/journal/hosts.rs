@@ -16,6 +16,12 @@
 //! locked it yet) makes that creator's rename fail, and it starts again
 //! with a new id; so no live host ever holds a lock on a removed file.
 //! Files are removed only while their remover holds their lock.
+//!
+//! Another host's lock file is opened by [`open_lock_file`] only: without
+//! blocking and without following a symlink, and refused unless it is a
+//! regular file ([`LockFileError::NotRegular`]). A FIFO put in its place
+//! would otherwise block the open, and with it `keel recover` and
+//! `keel serve` startup, forever.
 
 use super::JournalError;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -161,19 +167,107 @@ pub(crate) enum Liveness {
     Gone(Option<File>),
 }
 
+/// Why a host's lock file could not be checked.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LockFileError {
+    /// Something other than a regular file has the lock file's name (a
+    /// FIFO, a directory, a symlink, a device): no host made it, and it is
+    /// never opened as a lock (rule `hosts.lock_file`).
+    #[error("{path} is a {found}, not a regular lock file (rule hosts.lock_file)")]
+    NotRegular {
+        /// The lock file's path.
+        path: PathBuf,
+        /// What is there instead.
+        found: &'static str,
+    },
+    /// Opening or locking it failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The lock file's path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Opens an existing lock file for reading: never blocking, never through
+/// a symlink, and only when it is a regular file (checked on the open file
+/// itself, so nothing can be swapped in between). `Ok(None)` when there is
+/// no file.
+pub(crate) fn open_lock_file(path: &Path) -> Result<Option<File>, LockFileError> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
+    }
+    let not_regular = |found| LockFileError::NotRegular {
+        path: path.to_path_buf(),
+        found,
+    };
+    let file = match options.open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(not_regular("symlink")),
+        Err(source) => {
+            return Err(LockFileError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let kind = file
+        .metadata()
+        .map_err(|source| LockFileError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .file_type();
+    if kind.is_file() {
+        Ok(Some(file))
+    } else {
+        Err(not_regular(file_type_name(kind)))
+    }
+}
+
+/// What a file that is not a regular file is, in words.
+fn file_type_name(kind: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "FIFO";
+        }
+        if kind.is_socket() {
+            return "socket";
+        }
+        if kind.is_block_device() || kind.is_char_device() {
+            return "device";
+        }
+    }
+    if kind.is_dir() {
+        "directory"
+    } else if kind.is_symlink() {
+        "symlink"
+    } else {
+        "special file"
+    }
+}
+
 /// Checks the host `id` (a [`valid_host_id`]) by trying a shared lock on
 /// its file: only the owner's exclusive lock refuses it.
-pub(crate) fn liveness(dir: &Path, id: &str) -> std::io::Result<Liveness> {
+pub(crate) fn liveness(dir: &Path, id: &str) -> Result<Liveness, LockFileError> {
     let path = dir.join(format!("{id}.lock"));
-    let file = match OpenOptions::new().read(true).open(&path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Liveness::Gone(None)),
-        Err(e) => return Err(e),
+    let Some(file) = open_lock_file(&path)? else {
+        return Ok(Liveness::Gone(None));
     };
     match file.try_lock_shared() {
         Ok(()) => Ok(Liveness::Gone(Some(file))),
         Err(TryLockError::WouldBlock) => Ok(Liveness::Alive),
-        Err(TryLockError::Error(e)) => Err(e),
+        Err(TryLockError::Error(source)) => Err(LockFileError::Io { path, source }),
     }
 }
 
@@ -201,7 +295,8 @@ pub(crate) fn sweep(dir: &Path, own: &str) -> usize {
             continue;
         }
         let path = entry.path();
-        let Ok(file) = OpenOptions::new().read(true).open(&path) else {
+        // Not a lock file (or gone already): left alone.
+        let Ok(Some(file)) = open_lock_file(&path) else {
             continue;
         };
         if file.try_lock_shared().is_ok() && std::fs::remove_file(&path).is_ok() {

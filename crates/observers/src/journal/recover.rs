@@ -285,7 +285,10 @@ fn owner_state(
 }
 
 /// A read-write connection of its own (the writer thread owns the other).
-fn connection(path: &Path, busy_timeout: std::time::Duration) -> Result<Connection, JournalError> {
+pub(super) fn connection(
+    path: &Path,
+    busy_timeout: std::time::Duration,
+) -> Result<Connection, JournalError> {
     let sql = |op| JournalError::sql(path, op);
     let conn = Connection::open_with_flags(
         path,
