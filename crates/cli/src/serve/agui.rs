@@ -148,7 +148,10 @@ impl PreludeText {
     fn of(prelude: &Prelude, cursor: u64) -> PreludeText {
         let mut open = message_text(cursor, &prelude.run_started().to_string());
         open.push_str(&format!("id: {cursor}\ndata: {SNAPSHOT_OPEN}\n"));
-        let mut close = format!("data: {}\n\n", sse_safe(&prelude.snapshot_close()));
+        let mut close = format!(
+            "data: {}\n\n",
+            super::sse_data::escape_separators(&prelude.snapshot_close())
+        );
         for event in prelude.reopened() {
             close.push_str(&message_text(cursor, &event.to_string()));
         }
@@ -158,19 +161,10 @@ impl PreludeText {
 
 /// One SSE message: `id:` and one `data:` line of JSON text.
 fn message_text(cursor: u64, json: &str) -> String {
-    format!("id: {cursor}\ndata: {}\n\n", sse_safe(json))
-}
-
-/// JSON text (which has no raw CR or LF) with U+2028 and U+2029, which
-/// can occur raw only inside its strings, escaped there as JSON allows.
-fn sse_safe(json: &str) -> std::borrow::Cow<'_, str> {
-    if json.contains(['\u{2028}', '\u{2029}']) {
-        json.replace('\u{2028}', "\\u2028")
-            .replace('\u{2029}', "\\u2029")
-            .into()
-    } else {
-        json.into()
-    }
+    format!(
+        "id: {cursor}\ndata: {}\n\n",
+        super::sse_data::escape_separators(json)
+    )
 }
 
 /// The prelude as SSE text, a page at a time (the second pass): the head,
@@ -200,7 +194,7 @@ fn written_prelude(
                     Ok(lines) => {
                         for line in lines {
                             chunk.push_str("data: ");
-                            chunk.push_str(&sse_safe(&line));
+                            chunk.push_str(&super::sse_data::escape_separators(&line));
                             chunk.push('\n');
                         }
                     }
