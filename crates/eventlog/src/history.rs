@@ -6,10 +6,16 @@
 //! value for value: the message ids the engine mints and the result texts
 //! it feeds back (a denial, a failed approval) are defined here, and the
 //! engine uses the same definitions. A follow-up run starts from this
-//! history plus its new message.
+//! history plus its new message; its log records that history by
+//! reference ([`crate::RunInputReference`]), and [`rebuild_chain`] follows
+//! the references, checked, through any store ([`HistoryStore`]).
 
 use crate::event::Event;
 use crate::payload::{ErrorText, Payload};
+use crate::reference::HistoryReference;
+
+mod chain;
+pub use chain::{ChainError, HistoryStore, MAX_CHAIN_DEPTH, RebuiltChain, rebuild_chain};
 use keel_message::{
     CallId, Limits, Message, MessageError, MessageId, Part, Role, RunId, ToolCallPart,
 };
@@ -101,6 +107,25 @@ pub enum HistoryError {
     /// recorded, or its start was evicted.
     #[error("the log records no input messages (rule history.input_recorded)")]
     NoInput,
+    /// The input is a reference to another run's history, which
+    /// [`rebuild`] does not follow ([`rebuild_chain`] does).
+    #[error(
+        "event {seq} inherits the history of run {parent}; rebuild the chain to resolve it (rule history.reference_resolved)"
+    )]
+    Unresolved {
+        /// The `run.input` reference.
+        seq: u64,
+        /// The run it names.
+        parent: RunId,
+    },
+    /// A `run.input` reference anywhere but right after `run.started`.
+    #[error(
+        "event {seq} is a run.input reference; only seq 2 may be one (rule lifecycle.input_reference)"
+    )]
+    ReferenceMisplaced {
+        /// Where it was.
+        seq: u64,
+    },
 }
 
 /// The turn being rebuilt: the current model attempt and, once a call
@@ -117,7 +142,10 @@ struct TurnState {
 }
 
 /// Rebuilds the history a run ended with from its events (in order, from
-/// seq 1), under the message bounds the run used.
+/// seq 1), under the message bounds the run used. A continued run whose
+/// input is a reference ([`RunInputReference`](crate::RunInputReference))
+/// does not rebuild from its own events alone: that is
+/// [`HistoryError::Unresolved`]; [`rebuild_chain`] follows the reference.
 ///
 /// ```
 /// use keel_eventlog::{history, Payload, RunInput, RunLog, LogConfig, RunStarted, SystemClock, Extra};
@@ -135,26 +163,79 @@ pub fn rebuild<E: AsRef<Event>>(
     events: &[E],
     limits: &Limits,
 ) -> Result<Vec<Message>, HistoryError> {
-    let mut history = Vec::new();
-    let mut inputs = 0usize;
-    let mut turn = TurnState::default();
+    let mut rebuild = Rebuild::new(Vec::new());
     for event in events {
         let event = event.as_ref();
+        if let Some(reference) = rebuild.feed(event, limits)? {
+            return Err(HistoryError::Unresolved {
+                seq: event.seq(),
+                parent: reference.run_id,
+            });
+        }
+    }
+    rebuild.finish()
+}
+
+/// One run's history being rebuilt event by event, from the history it
+/// inherits (empty, or what the run it continues ended with).
+#[derive(Default)]
+pub(crate) struct Rebuild {
+    history: Vec<Message>,
+    inputs: usize,
+    turn: TurnState,
+}
+
+impl Rebuild {
+    /// A rebuild starting from `inherited`.
+    pub(crate) fn new(inherited: Vec<Message>) -> Rebuild {
+        Rebuild {
+            history: inherited,
+            ..Rebuild::default()
+        }
+    }
+
+    /// Applies the next event. A `run.input` reference is handed back for
+    /// the caller to resolve: its history is what this rebuild started
+    /// from.
+    pub(crate) fn feed(
+        &mut self,
+        event: &Event,
+        limits: &Limits,
+    ) -> Result<Option<HistoryReference>, HistoryError> {
         let payload = event.payload().map_err(|e| HistoryError::Undecodable {
             seq: event.seq(),
             detail: e.to_string(),
         })?;
-        if let Payload::RunInput(p) = &payload {
-            inputs += 1;
-            history.push(p.message.clone());
-            continue;
+        match payload {
+            Payload::RunInput(p) => {
+                self.inputs += 1;
+                self.history.push(p.message);
+            }
+            Payload::RunInputReference(p) => {
+                if event.seq() != crate::reference::REFERENCE_SEQ {
+                    return Err(HistoryError::ReferenceMisplaced { seq: event.seq() });
+                }
+                self.inputs += 1;
+                return Ok(Some(p.history));
+            }
+            payload => apply(
+                &mut self.turn,
+                &mut self.history,
+                event.run_id(),
+                payload,
+                limits,
+            ),
         }
-        apply(&mut turn, &mut history, event.run_id(), payload, limits);
+        Ok(None)
     }
-    if inputs == 0 {
-        return Err(HistoryError::NoInput);
+
+    /// The history, once every event was fed.
+    pub(crate) fn finish(self) -> Result<Vec<Message>, HistoryError> {
+        if self.inputs == 0 {
+            return Err(HistoryError::NoInput);
+        }
+        Ok(self.history)
     }
-    Ok(history)
 }
 
 fn apply(

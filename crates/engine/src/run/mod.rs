@@ -117,6 +117,7 @@ pub(crate) struct Runner {
     pub(crate) run_id: RunId,
     pub(crate) model: ModelName,
     pub(crate) continues: Option<RunId>,
+    pub(crate) inherits: Option<crate::request::Inheritance>,
     state: Mutex<State>,
 }
 
@@ -136,6 +137,7 @@ impl Runner {
             run_id: request.run_id,
             model: request.model,
             continues: request.continues,
+            inherits: request.inherits,
             state: Mutex::new(State {
                 history: request.history,
                 ops: OperationIdIssuer::new(),
