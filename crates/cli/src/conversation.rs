@@ -77,7 +77,8 @@ pub enum StoreError {
 }
 
 /// The journal as a [`HistoryStore`]: pages of decoded events.
-struct JournalStore<'a>(&'a JournalReader);
+#[derive(Debug, Clone, Copy)]
+pub struct JournalStore<'a>(pub &'a JournalReader);
 
 impl HistoryStore for JournalStore<'_> {
     type Error = StoreError;

@@ -15,7 +15,9 @@ use crate::payload::{ErrorText, Payload};
 use crate::reference::HistoryReference;
 
 mod chain;
-pub use chain::{ChainError, HistoryStore, MAX_CHAIN_DEPTH, RebuiltChain, rebuild_chain};
+pub use chain::{
+    ChainError, HistoryStore, MAX_CHAIN_DEPTH, RebuiltChain, chain_runs, rebuild_chain,
+};
 use keel_message::{
     CallId, Limits, Message, MessageError, MessageId, Part, Role, RunId, ToolCallPart,
 };

@@ -151,6 +151,8 @@ pub struct RebuiltChain {
     pub history: Vec<Message>,
     /// The run's id, its last seq and the digest of its lines.
     pub reference: HistoryReference,
+    /// The runs of the chain, the root first and the run asked for last.
+    pub runs: Vec<RunId>,
 }
 
 /// Rebuilds the history `run_id` ended with, following `run.input`
@@ -202,6 +204,7 @@ pub fn rebuild_chain<S: HistoryStore>(
 ) -> Result<RebuiltChain, ChainError<S::Error>> {
     let chain = walk_up(store, run_id)?;
     let mut rebuilt: Option<RebuiltChain> = None;
+    let mut runs = Vec::with_capacity(chain.len());
     // Root first: each run's history is the next one's inheritance.
     for link in chain.into_iter().rev() {
         let inherited = match rebuilt {
@@ -212,10 +215,28 @@ pub fn rebuild_chain<S: HistoryStore>(
             None => Vec::new(),
         };
         rebuilt = Some(stream_run(store, &link.run, inherited, limits)?);
+        runs.push(link.run);
     }
-    rebuilt.ok_or_else(|| ChainError::Unknown {
+    let mut rebuilt = rebuilt.ok_or_else(|| ChainError::Unknown {
         run_id: run_id.clone(),
-    })
+    })?;
+    rebuilt.runs = runs;
+    Ok(rebuilt)
+}
+
+/// The runs of `run_id`'s chain of references, the root first and
+/// `run_id` last, as their first two events name them (cycles and the
+/// depth bound checked; the digests are not: [`rebuild_chain`] checks
+/// them). What an export of `run_id` must carry.
+pub fn chain_runs<S: HistoryStore>(
+    store: &S,
+    run_id: &RunId,
+) -> Result<Vec<RunId>, ChainError<S::Error>> {
+    Ok(walk_up(store, run_id)?
+        .into_iter()
+        .rev()
+        .map(|link| link.run)
+        .collect())
 }
 
 /// A run of the chain and the reference its seq 2 holds (`None`: its
@@ -338,6 +359,7 @@ fn stream_run<S: HistoryStore>(
     Ok(RebuiltChain {
         history,
         reference: HistoryReference::new(run.clone(), hasher),
+        runs: Vec::new(),
     })
 }
 
