@@ -159,7 +159,11 @@ impl RunRequest {
     /// assert_eq!(request.continued_run().map(|r| r.as_str()), Some("run_1"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn inherits(mut self, reference: HistoryReference, inherited_messages: usize) -> RunRequest {
+    pub fn inherits(
+        mut self,
+        reference: HistoryReference,
+        inherited_messages: usize,
+    ) -> RunRequest {
         self.continues = Some(reference.run_id.clone());
         self.inherits = Some(Inheritance {
             reference,

@@ -543,7 +543,9 @@ pub enum PayloadError {
     #[error("run.input holds both a message and a history reference (rule payload.input_one_form)")]
     InputForms,
     /// A history reference whose `last_seq` is 0 or not a safe integer.
-    #[error("run.input history.last_seq {last_seq} is out of range (rule payload.reference_seq: 1..=2^53-1)")]
+    #[error(
+        "run.input history.last_seq {last_seq} is out of range (rule payload.reference_seq: 1..=2^53-1)"
+    )]
     ReferenceSeq {
         /// The value found.
         last_seq: u64,

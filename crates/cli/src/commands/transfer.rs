@@ -34,8 +34,8 @@
 
 use crate::args::{ExportArgs, ImportArgs};
 use crate::commands::history::all_lines;
-use crate::error::{CliError, EXIT_OK};
 use crate::conversation::{JournalStore, StoreError};
+use crate::error::{CliError, EXIT_OK};
 use keel_eventlog::history::{self, ChainError, HistoryStore};
 use keel_eventlog::{
     ENTRY_OVERHEAD_BYTES, Event, ImportError, LogConfig, Payload, RunLog, Snapshot, SystemClock,
@@ -150,7 +150,12 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     let mut logs = Vec::new();
     for section in sections(&text) {
         let log = replay(&file, section)?;
-        check_metadata_allowed(&file, section.first_line, &log.retained_after(0), &allowlist)?;
+        check_metadata_allowed(
+            &file,
+            section.first_line,
+            &log.retained_after(0),
+            &allowlist,
+        )?;
         logs.push(log);
     }
     let db = args.db.db.display().to_string();
@@ -290,7 +295,9 @@ fn check_chain<J: HistoryStore<Error = StoreError>>(
     journal: &J,
 ) -> Result<(), CliError> {
     let Some(last) = logs.last() else {
-        return Err(CliError::bad_input(format!("{file}:1: the file holds no run")));
+        return Err(CliError::bad_input(format!(
+            "{file}:1: the file holds no run"
+        )));
     };
     let mut seen = std::collections::HashSet::new();
     if let Some(log) = logs.iter().find(|log| !seen.insert(log.run_id().clone())) {

@@ -12,8 +12,7 @@ use crate::request::RunOutcome;
 use keel_eventlog::history;
 use keel_eventlog::{
     Cause, CommitError, ErrorText, Extra, Payload, RunCompleted, RunFailed, RunInput,
-    RunInputReference, RunStarted,
-    TurnFailed, TurnRef,
+    RunInputReference, RunStarted, TurnFailed, TurnRef,
 };
 use keel_message::{Message, MessageError};
 

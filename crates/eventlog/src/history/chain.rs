@@ -132,9 +132,7 @@ pub enum ChainError<E: std::error::Error + 'static> {
         found: u64,
     },
     /// The chain is longer than [`MAX_CHAIN_DEPTH`].
-    #[error(
-        "run {run_id} inherits through more than {max} runs (rule history.chain_depth)"
-    )]
+    #[error("run {run_id} inherits through more than {max} runs (rule history.chain_depth)")]
     TooDeep {
         /// The run asked for.
         run_id: RunId,
@@ -253,7 +251,7 @@ fn walk_up<S: HistoryStore>(store: &S, run_id: &RunId) -> Result<Vec<Link>, Chai
     let mut seen: HashSet<RunId> = HashSet::new();
     let mut at = run_id.clone();
     loop {
-        let head = read(store, &at, 0, REFERENCE_SEQ as usize)?;
+        let head = read_head(store, &at)?;
         if head.is_empty() {
             return Err(match chain.last() {
                 None => ChainError::Unknown { run_id: at },
@@ -387,6 +385,26 @@ fn check_reference<E: std::error::Error + 'static>(
         });
     }
     Ok(())
+}
+
+/// A run's events through seq 2 (fewer if it has fewer): a page may be
+/// short, so it reads until it has them or a page is empty.
+fn read_head<S: HistoryStore>(store: &S, run: &RunId) -> Result<Vec<Event>, ChainError<S::Error>> {
+    let mut head: Vec<Event> = Vec::new();
+    loop {
+        let after = head.last().map_or(0, Event::seq);
+        if after >= REFERENCE_SEQ {
+            return Ok(head);
+        }
+        let page = read(store, run, after, (REFERENCE_SEQ - after) as usize)?;
+        if page.is_empty() {
+            return Ok(head);
+        }
+        head.extend(page.into_iter().filter(|e| e.seq() > after));
+        if head.last().map_or(0, Event::seq) == after {
+            return Ok(head);
+        }
+    }
 }
 
 fn read<S: HistoryStore>(
