@@ -195,7 +195,7 @@ pub struct RebuiltChain {
 /// assert_eq!(rebuilt.history, vec![hi, again]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn rebuild_chain<S: HistoryStore>(
+pub fn rebuild_chain<S: HistoryStore + ?Sized>(
     store: &S,
     run_id: &RunId,
     limits: &Limits,
@@ -226,7 +226,7 @@ pub fn rebuild_chain<S: HistoryStore>(
 /// `run_id` last, as their first two events name them (cycles and the
 /// depth bound checked; the digests are not: [`rebuild_chain`] checks
 /// them). What an export of `run_id` must carry.
-pub fn chain_runs<S: HistoryStore>(
+pub fn chain_runs<S: HistoryStore + ?Sized>(
     store: &S,
     run_id: &RunId,
 ) -> Result<Vec<RunId>, ChainError<S::Error>> {
@@ -246,7 +246,10 @@ struct Link {
 
 /// Reads the first two events of each run back from `run_id`, checking
 /// for cycles and the depth bound.
-fn walk_up<S: HistoryStore>(store: &S, run_id: &RunId) -> Result<Vec<Link>, ChainError<S::Error>> {
+fn walk_up<S: HistoryStore + ?Sized>(
+    store: &S,
+    run_id: &RunId,
+) -> Result<Vec<Link>, ChainError<S::Error>> {
     let mut chain: Vec<Link> = Vec::new();
     let mut seen: HashSet<RunId> = HashSet::new();
     let mut at = run_id.clone();
@@ -321,7 +324,7 @@ fn head_reference<E: std::error::Error + 'static>(
 
 /// Streams `run`'s events a page at a time into a rebuild from
 /// `inherited`, digesting its lines; its history and the reference to it.
-fn stream_run<S: HistoryStore>(
+fn stream_run<S: HistoryStore + ?Sized>(
     store: &S,
     run: &RunId,
     inherited: Vec<Message>,
@@ -389,7 +392,10 @@ fn check_reference<E: std::error::Error + 'static>(
 
 /// A run's events through seq 2 (fewer if it has fewer): a page may be
 /// short, so it reads until it has them or a page is empty.
-fn read_head<S: HistoryStore>(store: &S, run: &RunId) -> Result<Vec<Event>, ChainError<S::Error>> {
+fn read_head<S: HistoryStore + ?Sized>(
+    store: &S,
+    run: &RunId,
+) -> Result<Vec<Event>, ChainError<S::Error>> {
     let mut head: Vec<Event> = Vec::new();
     loop {
         let after = head.last().map_or(0, Event::seq);
@@ -407,7 +413,7 @@ fn read_head<S: HistoryStore>(store: &S, run: &RunId) -> Result<Vec<Event>, Chai
     }
 }
 
-fn read<S: HistoryStore>(
+fn read<S: HistoryStore + ?Sized>(
     store: &S,
     run: &RunId,
     after: u64,
