@@ -154,7 +154,9 @@ pub enum StoredInputError {
 
 /// The bytes of the `run.input` payloads a run starting from `messages`
 /// (after `reference`, for a continuation) stores, checked against
-/// [`MAX_STORED_INPUT_BYTES`]; counting stops at the first message past it.
+/// [`MAX_STORED_INPUT_BYTES`]. The messages are already bounded (a body,
+/// `limits.history_messages`), so they are all counted: the refusal says
+/// how much the request would store.
 pub fn check_stored_input(
     reference: Option<&HistoryReference>,
     messages: &[Message],
@@ -175,12 +177,12 @@ pub fn check_stored_input(
             extra: Extra::new(),
         });
         bytes += payload.to_canonical()?.len();
-        if bytes > MAX_STORED_INPUT_BYTES {
-            return Err(StoredInputError::TooLarge {
-                bytes,
-                max: MAX_STORED_INPUT_BYTES,
-            });
-        }
+    }
+    if bytes > MAX_STORED_INPUT_BYTES {
+        return Err(StoredInputError::TooLarge {
+            bytes,
+            max: MAX_STORED_INPUT_BYTES,
+        });
     }
     Ok(bytes)
 }
