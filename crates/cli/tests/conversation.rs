@@ -240,7 +240,10 @@ async fn a_post_that_would_store_more_than_the_bound_is_refused() {
     let r = post(&c, &d, "/v1/runs/bound_0/messages", body).await;
     assert_eq!(r.status(), 413);
     let problem: Value = r.json().await.unwrap();
-    assert_eq!(problem["type"], "urn:keel:problem:input-too-large", "{problem}");
+    assert_eq!(
+        problem["type"], "urn:keel:problem:input-too-large",
+        "{problem}"
+    );
     assert_eq!(
         problem["max_bytes"],
         keel_cli::conversation::MAX_STORED_INPUT_BYTES

@@ -178,6 +178,22 @@ pub fn rebuild<E: AsRef<Event>>(
     rebuild.finish()
 }
 
+/// Rebuilds like [`rebuild`], from `inherited`: the history a continued
+/// run's `run.input` reference names (resolved by the caller, e.g. with
+/// [`rebuild_chain`] of the run it names), so the reference is taken as
+/// standing for it.
+pub fn rebuild_after<E: AsRef<Event>>(
+    inherited: Vec<Message>,
+    events: &[E],
+    limits: &Limits,
+) -> Result<Vec<Message>, HistoryError> {
+    let mut rebuild = Rebuild::new(inherited);
+    for event in events {
+        rebuild.feed(event.as_ref(), limits)?;
+    }
+    rebuild.finish()
+}
+
 /// One run's history being rebuilt event by event, from the history it
 /// inherits (empty, or what the run it continues ended with).
 #[derive(Default)]

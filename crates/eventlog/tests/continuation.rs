@@ -156,6 +156,10 @@ fn a_chain_rebuilds_through_its_references_with_short_pages() {
         matches!(err, history::HistoryError::Unresolved { seq: 2, ref parent } if *parent == id("r2"))
     );
     assert!(err.to_string().contains("rule history.reference_resolved"));
+    // Given the inherited history, one run's events rebuild the rest.
+    let inherited = rebuild(&store, "r2").unwrap().history;
+    let after = history::rebuild_after(inherited, &store.runs[&id("r3")], &Limits::default());
+    assert_eq!(after.unwrap(), rebuild(&store, "r3").unwrap().history);
 }
 
 /// Replaces `run`'s event at `seq` by the event a fresh log of the same

@@ -91,7 +91,8 @@ pub async fn agui_events(
         (AguiMapper::new(), Vec::new())
     } else {
         let upto = events_upto(&daemon, &id, cursor).await?;
-        match agui::prelude(&upto) {
+        let inherited = inherited_history(&daemon, &upto).await?;
+        match agui::prelude(&upto, inherited) {
             Ok(p) => p,
             Err(AguiError::Ended) => return Ok(events::nothing_follows()),
             Err(e) => return Err(mapping_problem(&e)),
@@ -103,6 +104,37 @@ pub async fn agui_events(
     Ok(events::sse_response(
         futures_util::stream::iter(head).chain(tail),
     ))
+}
+
+/// The history a continued run inherits (its seq 2 is a `run.input`
+/// reference), rebuilt from the journal through the chain of references;
+/// empty for a run that inherits nothing.
+async fn inherited_history(
+    daemon: &Arc<Daemon>,
+    events: &[Event],
+) -> Result<Vec<keel_message::Message>, Problem> {
+    let parent = events.get(1).and_then(|e| match e.payload() {
+        Ok(keel_eventlog::Payload::RunInputReference(r)) => Some(r.history.run_id),
+        _ => None,
+    });
+    let Some(parent) = parent else {
+        return Ok(Vec::new());
+    };
+    let reader = Arc::clone(&daemon.reader);
+    let rebuilt = tokio::task::spawn_blocking(move || {
+        crate::conversation::rebuild(&reader, &parent, &keel_message::Limits::default())
+    })
+    .await
+    .map_err(Problem::journal)?;
+    match rebuilt {
+        Ok(chain) => Ok(chain.history),
+        Err(e) => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "history-unresolved",
+            "The run's inherited history does not rebuild",
+            e.to_string(),
+        )),
+    }
 }
 
 /// The run's events from seq 1 through `cursor`: the journal, then what

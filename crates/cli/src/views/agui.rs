@@ -452,7 +452,13 @@ fn agui_messages(message: &Message) -> Vec<Value> {
 /// The prelude of a join after the last of `events` (the run's events
 /// from seq 1 up to the cursor, in order), and the mapper to map the
 /// tail with. [`AguiError::Ended`] when the run's terminal is among them.
-pub fn prelude<E: AsRef<Event>>(events: &[E]) -> Result<(AguiMapper, Vec<Value>), AguiError> {
+/// `inherited` is the history a continued run's `run.input` reference
+/// names (empty for a run that inherits nothing); the snapshot starts
+/// with it.
+pub fn prelude<E: AsRef<Event>>(
+    events: &[E],
+    inherited: Vec<Message>,
+) -> Result<(AguiMapper, Vec<Value>), AguiError> {
     let mut mapper = AguiMapper::new();
     let mut raw_at = Value::Null;
     for event in events {
@@ -463,7 +469,7 @@ pub fn prelude<E: AsRef<Event>>(events: &[E]) -> Result<(AguiMapper, Vec<Value>)
     if mapper.ended {
         return Err(AguiError::Ended);
     }
-    let messages = match history::rebuild(events, &Limits::default()) {
+    let messages = match history::rebuild_after(inherited, events, &Limits::default()) {
         Ok(messages) => messages,
         Err(history::HistoryError::NoInput) => Vec::new(),
         Err(e) => {

@@ -254,7 +254,7 @@ fn a_join_reopens_the_open_scopes() {
         turn("turn.completed", 1),
         ("run.completed", json!({})),
     ]);
-    let (mut mapper, mut out) = prelude(&events[..7]).expect("a prelude");
+    let (mut mapper, mut out) = prelude(&events[..7], Vec::new()).expect("a prelude");
     assert_eq!(
         types(&out),
         [
@@ -273,7 +273,10 @@ fn a_join_reopens_the_open_scopes() {
         out.extend(mapper.map(event).expect("maps"));
     }
     check_stream(&out).expect("the joined stream checks out");
-    assert!(matches!(prelude(&events), Err(AguiError::Ended)));
+    assert!(matches!(
+        prelude(&events, Vec::new()),
+        Err(AguiError::Ended)
+    ));
 }
 
 #[test]
