@@ -116,8 +116,10 @@ async fn chain(db: &std::path::Path, continuations: usize) -> (Vec<usize>, RunId
         previous = Some((run, done.into_transcript()));
     }
     drop(engine);
-    let journal = Arc::try_unwrap(journal).ok().expect("the engine is gone");
-    journal.close().unwrap();
+    match Arc::try_unwrap(journal) {
+        Ok(journal) => journal.close().unwrap(),
+        Err(_) => panic!("the engine still holds the journal"),
+    }
     let (last, transcript) = previous.unwrap();
     (per_run, last, transcript)
 }
