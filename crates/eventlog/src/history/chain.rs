@@ -99,15 +99,17 @@ pub enum ChainError<E: std::error::Error + 'static> {
         /// The run it names.
         parent: RunId,
     },
-    /// `run.started` names another run in `continues` than the reference.
+    /// `run.started` names another run in `continues` than the reference
+    /// (or none).
     #[error(
-        "run {run_id} continues run {continues} but seq 2 references run {parent} (rule history.reference_continues)"
+        "run {run_id} continues {} but seq 2 references run {parent} (rule history.reference_continues)",
+        .continues.as_ref().map_or("nothing", RunId::as_str)
     )]
     Continues {
         /// The referencing run.
         run_id: RunId,
-        /// What `run.started` names (`None`: nothing).
-        continues: String,
+        /// What `run.started` names.
+        continues: Option<RunId>,
         /// What the reference names.
         parent: RunId,
     },
@@ -315,7 +317,7 @@ fn head_reference<E: std::error::Error + 'static>(
     if continues.as_ref() != Some(&input.history.run_id) {
         return Err(ChainError::Continues {
             run_id: run.clone(),
-            continues: continues.map_or_else(|| "nothing".to_owned(), |c| c.as_str().to_owned()),
+            continues,
             parent: input.history.run_id,
         });
     }
