@@ -175,3 +175,40 @@ async fn bytes_per_run_at_50_100_and_200_continuations() {
         );
     }
 }
+
+/// A request claiming more inherited messages than its history holds
+/// fails before any turn, naming the rule, and records no input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_inherited_messages_than_the_history_holds_fails_the_run() {
+    let engine = Engine::builder()
+        .provider("scripted", answer())
+        .build()
+        .unwrap();
+    let run = RunId::parse("over").unwrap();
+    let reference = HistoryReference {
+        run_id: RunId::parse("parent").unwrap(),
+        last_seq: 4,
+        digest: format!("sha256:{}", "0".repeat(64)).parse().unwrap(),
+        extra: Default::default(),
+    };
+    let request = RunRequest::new(
+        run.clone(),
+        ModelName::parse("scripted-1").unwrap(),
+        vec![message(&run, 0)],
+    )
+    .inherits(reference, 2);
+    let handle = engine.start(request).unwrap();
+    let log = handle.log().clone();
+    match handle.join().await {
+        RunOutcome::Failed {
+            cause: FailureCause::Limit { limit, .. },
+        } => assert_eq!(limit, "request.inherited_messages"),
+        other => panic!("{other:?}"),
+    }
+    let kinds: Vec<String> = log
+        .retained_after(0)
+        .iter()
+        .map(|e| e.kind().to_string())
+        .collect();
+    assert_eq!(kinds, ["run.started", "run.failed"]);
+}
