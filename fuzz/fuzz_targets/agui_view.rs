@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
     if at == 0 {
         return;
     }
-    if let Ok((mapper, mut joined)) = prelude(&events[..at]) {
+    if let Ok((mapper, mut joined)) = prelude(&events[..at], Vec::new()) {
         map_all(mapper, &events[at..], &mut joined);
         if let Err(e) = check_stream(&joined) {
             panic!("the joined stream at {at} breaks a rule: {e}");

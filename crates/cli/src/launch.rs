@@ -78,7 +78,8 @@ pub fn run_request(
 
 /// A follow-up run: the scenario's provider, tools and limits, starting
 /// from `continuation` (the earlier run's history plus the new message)
-/// instead of the scenario's messages, recording the run it continues.
+/// instead of the scenario's messages, recording the earlier run's
+/// history by reference and the new message in full.
 pub fn follow_up_request(
     scenario: &Scenario,
     run_id: RunId,
@@ -86,7 +87,7 @@ pub fn follow_up_request(
     continuation: Continuation,
 ) -> Result<RunRequest, LaunchError> {
     let request = request_with(scenario, run_id, launch, continuation.history)?;
-    Ok(request.continues(continuation.previous))
+    Ok(request.inherits(continuation.reference, continuation.inherited))
 }
 
 fn request_with(

@@ -177,7 +177,7 @@ impl Transcript {
             | Payload::InteractionFailed(_)
             | Payload::InteractionCancelled(_) => self.render_interaction(&mut out, payload),
             // The prelude already showed the input history.
-            Payload::RunInput(_) => {}
+            Payload::RunInput(_) | Payload::RunInputReference(_) => {}
             Payload::Extension { kind, .. } => {
                 let text = self.paint("2", &format!("· {kind}"));
                 self.line(&mut out, &text);

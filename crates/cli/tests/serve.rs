@@ -1242,12 +1242,18 @@ async fn a_three_run_conversation_over_http() {
         wait_status(&c, &d, &format!("chat_{n}"), "completed").await;
     }
     let lines = get_text(&c, &d, "/v1/runs/chat_3/events?format=jsonl").await;
-    let inputs: Vec<Value> = lines
+    // The third run records the second's history by reference, then its
+    // own message; the journal rebuilds the whole history.
+    let own: Vec<Value> = lines
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["kind"] == "run.input")
-        .map(|e| e["payload"]["message"].clone())
+        .map(|e| e["payload"].clone())
         .collect();
+    assert_eq!(own.len(), 2, "{lines}");
+    assert_eq!(own[0]["history"]["run_id"], "chat_2", "{lines}");
+    let mut inputs: Vec<Value> = common::rebuilt_history(&d.db, "chat_2");
+    inputs.push(own[1]["message"].clone());
     let roles: Vec<&str> = inputs.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(
         roles,

@@ -7,7 +7,9 @@ use crate::error::FailureCause;
 use crate::interaction::InteractionHandler;
 use crate::source::ToolSource;
 use crate::tool::Tool;
-use keel_eventlog::{ChatRun, RunLog, SubscribeError, Subscription, SubscriptionBounds};
+use keel_eventlog::{
+    ChatRun, HistoryReference, RunLog, SubscribeError, Subscription, SubscriptionBounds,
+};
 use keel_message::{Message, MessageError, MessageId, ModelName, Role, RunId};
 use keel_stream::{MetadataAllowlist, ModelProvider, Usage};
 use std::sync::Arc;
@@ -55,6 +57,17 @@ pub struct RunRequest {
     pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
     pub(crate) continues: Option<RunId>,
     pub(crate) chat: Option<ChatRun>,
+    pub(crate) inherits: Option<Inheritance>,
+}
+
+/// The part of a continued run's history it inherits from the run it
+/// continues: recorded as a reference, not copied.
+#[derive(Debug, Clone)]
+pub(crate) struct Inheritance {
+    /// What `run.input`'s reference form records.
+    pub(crate) reference: HistoryReference,
+    /// How many of the history's first messages are inherited.
+    pub(crate) messages: usize,
 }
 
 impl std::fmt::Debug for RunRequest {
@@ -77,6 +90,7 @@ impl std::fmt::Debug for RunRequest {
             .field("limits", &self.limits)
             .field("continues", &self.continues)
             .field("chat", &self.chat)
+            .field("inherits", &self.inherits)
             .finish_non_exhaustive()
     }
 }
@@ -97,6 +111,7 @@ impl RunRequest {
             interactions: None,
             continues: None,
             chat: None,
+            inherits: None,
         }
     }
     /// A run of `model` on one user message, `question`, under a fresh
@@ -129,6 +144,43 @@ impl RunRequest {
     /// tell the runs it started from any other run of the same name.
     pub fn chat_run(mut self, chat: ChatRun) -> RunRequest {
         self.chat = Some(chat);
+        self
+    }
+    /// Records that this run continues the run `reference` names and that
+    /// the first `inherited_messages` messages of its history are that
+    /// run's history (`keel_eventlog::history::rebuild_chain` of it). The
+    /// log then records them as one `run.input` reference and only the
+    /// messages after them in full, so a follow-up stores what is new; the
+    /// model still gets the whole history. A count over the history's
+    /// length fails the run before any turn (rule
+    /// `request.inherited_messages`).
+    ///
+    /// ```
+    /// use keel_engine::RunRequest;
+    /// use keel_eventlog::HistoryReference;
+    /// use keel_message::*;
+    /// let reference = HistoryReference {
+    ///     run_id: RunId::parse("run_1")?,
+    ///     last_seq: 9,
+    ///     digest: format!("sha256:{}", "0".repeat(64)).parse()?,
+    ///     extra: Default::default(),
+    /// };
+    /// let history = vec![Message::text(MessageId::parse("m1")?, Role::User, "Hi")?];
+    /// let request = RunRequest::new(RunId::parse("run_2")?, ModelName::parse("m")?, history)
+    ///     .inherits(reference, 0);
+    /// assert_eq!(request.continued_run().map(|r| r.as_str()), Some("run_1"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn inherits(
+        mut self,
+        reference: HistoryReference,
+        inherited_messages: usize,
+    ) -> RunRequest {
+        self.continues = Some(reference.run_id.clone());
+        self.inherits = Some(Inheritance {
+            reference,
+            messages: inherited_messages,
+        });
         self
     }
     /// Calls the provider the builder registered under `name`.

@@ -6,10 +6,18 @@
 //! value for value: the message ids the engine mints and the result texts
 //! it feeds back (a denial, a failed approval) are defined here, and the
 //! engine uses the same definitions. A follow-up run starts from this
-//! history plus its new message.
+//! history plus its new message; its log records that history by
+//! reference ([`crate::RunInputReference`]), and [`rebuild_chain`] follows
+//! the references, checked, through any store ([`HistoryStore`]).
 
 use crate::event::Event;
 use crate::payload::{ErrorText, Payload};
+use crate::reference::HistoryReference;
+
+mod chain;
+pub use chain::{
+    ChainError, HistoryStore, MAX_CHAIN_DEPTH, RebuiltChain, chain_runs, rebuild_chain,
+};
 use keel_message::{
     CallId, Limits, Message, MessageError, MessageId, Part, Role, RunId, ToolCallPart,
 };
@@ -101,6 +109,25 @@ pub enum HistoryError {
     /// recorded, or its start was evicted.
     #[error("the log records no input messages (rule history.input_recorded)")]
     NoInput,
+    /// The input is a reference to another run's history, which
+    /// [`rebuild`] does not follow ([`rebuild_chain`] does).
+    #[error(
+        "event {seq} inherits the history of run {parent}; rebuild the chain to resolve it (rule history.reference_resolved)"
+    )]
+    Unresolved {
+        /// The `run.input` reference.
+        seq: u64,
+        /// The run it names.
+        parent: RunId,
+    },
+    /// A `run.input` reference anywhere but right after `run.started`.
+    #[error(
+        "event {seq} is a run.input reference; only seq 2 may be one (rule lifecycle.input_reference)"
+    )]
+    ReferenceMisplaced {
+        /// Where it was.
+        seq: u64,
+    },
 }
 
 /// The turn being rebuilt: the current model attempt and, once a call
@@ -117,7 +144,10 @@ struct TurnState {
 }
 
 /// Rebuilds the history a run ended with from its events (in order, from
-/// seq 1), under the message bounds the run used.
+/// seq 1), under the message bounds the run used. A continued run whose
+/// input is a reference ([`RunInputReference`](crate::RunInputReference))
+/// does not rebuild from its own events alone: that is
+/// [`HistoryError::Unresolved`]; [`rebuild_chain`] follows the reference.
 ///
 /// ```
 /// use keel_eventlog::{history, Payload, RunInput, RunLog, LogConfig, RunStarted, SystemClock, Extra};
@@ -136,6 +166,28 @@ pub fn rebuild<E: AsRef<Event>>(
     limits: &Limits,
 ) -> Result<Vec<Message>, HistoryError> {
     let mut fold = HistoryFold::new(limits.clone());
+    for event in events {
+        let event = event.as_ref();
+        if let Some(reference) = fold.push(event)? {
+            return Err(HistoryError::Unresolved {
+                seq: event.seq(),
+                parent: reference.run_id,
+            });
+        }
+    }
+    fold.finish()
+}
+
+/// Rebuilds like [`rebuild`], from `inherited`: the history a continued
+/// run's `run.input` reference names (resolved by the caller, e.g. with
+/// [`rebuild_chain`] of the run it names), so the reference is taken as
+/// standing for it.
+pub fn rebuild_after<E: AsRef<Event>>(
+    inherited: Vec<Message>,
+    events: &[E],
+    limits: &Limits,
+) -> Result<Vec<Message>, HistoryError> {
+    let mut fold = HistoryFold::after(inherited, limits.clone());
     for event in events {
         fold.push(event.as_ref())?;
     }
@@ -192,25 +244,46 @@ impl HistoryFold {
         }
     }
 
-    /// Folds in the run's next event (in order, from seq 1).
-    pub fn push(&mut self, event: &Event) -> Result<(), HistoryError> {
+    /// A fold of a continued run from `inherited`: the history its
+    /// `run.input` reference names (resolved by the caller), handed out
+    /// first by [`HistoryFold::take_completed`].
+    pub fn after(inherited: Vec<Message>, limits: Limits) -> HistoryFold {
+        HistoryFold {
+            limits,
+            completed: inherited,
+            ..HistoryFold::default()
+        }
+    }
+
+    /// Folds in the run's next event (in order, from seq 1). A `run.input`
+    /// reference (only at seq 2) is handed back for the caller to resolve:
+    /// its history is what this fold started from ([`HistoryFold::after`]).
+    pub fn push(&mut self, event: &Event) -> Result<Option<HistoryReference>, HistoryError> {
         let payload = event.payload().map_err(|e| HistoryError::Undecodable {
             seq: event.seq(),
             detail: e.to_string(),
         })?;
-        if let Payload::RunInput(p) = &payload {
-            self.inputs += 1;
-            self.completed.push(p.message.clone());
-            return Ok(());
+        match payload {
+            Payload::RunInput(p) => {
+                self.inputs += 1;
+                self.completed.push(p.message);
+            }
+            Payload::RunInputReference(p) => {
+                if event.seq() != crate::reference::REFERENCE_SEQ {
+                    return Err(HistoryError::ReferenceMisplaced { seq: event.seq() });
+                }
+                self.inputs += 1;
+                return Ok(Some(p.history));
+            }
+            payload => apply(
+                &mut self.turn,
+                &mut self.completed,
+                event.run_id(),
+                payload,
+                &self.limits,
+            ),
         }
-        apply(
-            &mut self.turn,
-            &mut self.completed,
-            event.run_id(),
-            payload,
-            &self.limits,
-        );
-        Ok(())
+        Ok(None)
     }
 
     /// The messages completed since the last call, in history order.
@@ -218,8 +291,9 @@ impl HistoryFold {
         std::mem::take(&mut self.completed)
     }
 
-    /// Whether a `run.input` was folded in: without one, the log does not
-    /// yield a history ([`HistoryError::NoInput`]).
+    /// Whether a `run.input` (a message or a reference) was folded in:
+    /// without one, the log does not yield a history
+    /// ([`HistoryError::NoInput`]).
     pub fn has_input(&self) -> bool {
         self.inputs > 0
     }

@@ -109,6 +109,16 @@ pub enum LifecycleError {
         /// What the terminal names.
         ended: Box<str>,
     },
+    /// A `run.input` in its reference form anywhere but right after
+    /// `run.started` (seq 2): a run inherits one history, before its own
+    /// messages.
+    #[error(
+        "run.input by reference at seq {seq}; it may only be the event right after run.started, seq 2 (rule lifecycle.input_reference)"
+    )]
+    InputReferenceNotFirst {
+        /// Where it was.
+        seq: u64,
+    },
     /// A snapshot's open tool scope that does not name its tool, in a
     /// window whose start event is gone: its terminal could not be checked
     /// or built.
@@ -143,6 +153,7 @@ impl LifecycleError {
             LifecycleError::AfterRunEnded => "lifecycle.nothing_after_run",
             LifecycleError::ScopeNotOpen { .. } => "lifecycle.in_open_scope",
             LifecycleError::TooManyOpen { .. } => "limits.open_scopes",
+            LifecycleError::InputReferenceNotFirst { .. } => "lifecycle.input_reference",
             LifecycleError::IdentityMismatch { .. } | LifecycleError::IdentityMissing { .. } => {
                 "lifecycle.same_identity"
             }

@@ -10,7 +10,7 @@ use crate::scope::{ScopeKey, Transition};
 use crate::shared::{EndReason, Entry, Shared, Signal, State, wake_all};
 use crate::subscription::{SubscribeError, Subscription, SubscriptionBounds};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, lock};
-use keel_message::{RunId, ToolName};
+use keel_message::RunId;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
@@ -193,21 +193,23 @@ impl RunLog {
         // capacity only (a racing commit costs one copy of the line).
         let seq = self.shared.signal.last_seq.load(Ordering::Relaxed) + 1;
         let head = LineHead::new(payload.kind(), &encoded, &self.shared.run_id, seq, now);
-        self.commit_head(head, &transition, payload.tool_name(), now)
+        self.commit_head(head, payload, &transition, now)
     }
 
     fn commit_head(
         &self,
         head: LineHead,
+        payload: &Payload,
         transition: &Transition,
-        tool: Option<&ToolName>,
         now: u64,
     ) -> Result<std::sync::Arc<Event>, CommitError> {
+        let tool = payload.tool_name();
         let mut state = lock(&self.shared.state);
         if let Some(reason) = state.ended {
             return Err(CommitError::Closed(reason));
         }
         state.tracker.check_named(transition, tool)?;
+        crate::reference::check_position(payload, state.next_seq)?;
         let seq = state.next_seq;
         let ts = now.max(state.last_ts);
         self.check_size(head.line_len(&self.shared.tail, seq, ts), transition)?;
@@ -241,6 +243,7 @@ impl RunLog {
             return Err(CommitError::Closed(reason));
         }
         state.tracker.check_named(&transition, tool)?;
+        crate::reference::check_position(payload, event.seq())?;
         if event.seq() != state.next_seq {
             return Err(CommitError::OutOfSequence {
                 expected: state.next_seq,

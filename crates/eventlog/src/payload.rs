@@ -7,6 +7,7 @@
 //! and bounded.
 
 use crate::kind::{EventKind, Phase, Scope, Terminal};
+pub use crate::reference::RunInputReference;
 use crate::scope::{ScopeKey, Transition};
 use keel_message::{
     CallId, CanonicalJson, InteractionId, Message, ModelName, OperationId, RunId, ToolName,
@@ -522,6 +523,9 @@ pub enum Payload {
     TextDelta(TextDelta),
     ToolCall(ToolCall),
     RunInput(RunInput),
+    /// `run.input` in its reference form: the history of the run this one
+    /// continues (see [`RunInputReference`]).
+    RunInputReference(RunInputReference),
     /// A kind this version does not know; the payload is kept as is.
     Extension {
         /// The kind name.
@@ -565,6 +569,17 @@ pub enum PayloadError {
         /// Its length.
         len: usize,
     },
+    /// A `run.input` with both a `message` and a `history`.
+    #[error("run.input holds both a message and a history reference (rule payload.input_one_form)")]
+    InputForms,
+    /// A history reference whose `last_seq` is 0 or not a safe integer.
+    #[error(
+        "run.input history.last_seq {last_seq} is out of range (rule payload.reference_seq: 1..=2^53-1)"
+    )]
+    ReferenceSeq {
+        /// The value found.
+        last_seq: u64,
+    },
     /// An extension payload given a known kind.
     #[error("extension kind {kind} is a known kind (rule payload.extension_unknown)")]
     ExtensionKnown {
@@ -589,6 +604,7 @@ macro_rules! payload_table {
             pub fn kind(&self) -> EventKind {
                 match self {
                     $( Payload::$variant(_) => $kind, )*
+                    Payload::RunInputReference(_) => EventKind::RunInput,
                     Payload::Extension { kind, .. } => kind.clone(),
                 }
             }
@@ -596,6 +612,7 @@ macro_rules! payload_table {
             fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
                 match self {
                     $( Payload::$variant(p) => serde_json::to_value(p), )*
+                    Payload::RunInputReference(p) => serde_json::to_value(p),
                     Payload::Extension { payload, .. } => Ok(payload.to_value()),
                 }
             }
@@ -611,6 +628,13 @@ macro_rules! payload_table {
                     return Err(PayloadError::NotObject { kind: name.to_string() });
                 }
                 let (value, metadata) = take_metadata(kind, value)?;
+                // `run.input` has two forms; a `history` member picks the
+                // reference form (and `check` refuses a `message` beside it).
+                if *kind == EventKind::RunInput && value.get("history").is_some() {
+                    let payload = Payload::RunInputReference(serde_json::from_value(value).map_err(schema)?);
+                    payload.check()?;
+                    return Ok(payload);
+                }
                 $(
                     if *kind == $kind {
                         let payload = Payload::$variant(serde_json::from_value(value).map_err(schema)?);
@@ -734,7 +758,9 @@ impl Payload {
             P::InteractionCancelled(p) => interaction(p.turn, &p.interaction_id),
             P::TextDelta(p) => return Transition::Within(model(p.turn, &p.operation_id)),
             P::ToolCall(p) => return Transition::Within(model(p.turn, &p.operation_id)),
-            P::RunInput(_) => return Transition::Within(ScopeKey::Run),
+            P::RunInput(_) | P::RunInputReference(_) => {
+                return Transition::Within(ScopeKey::Run);
+            }
             P::Extension { .. } => return Transition::None,
         };
         match self.kind().lifecycle_parts() {
@@ -781,6 +807,9 @@ impl Payload {
             && p.text.is_empty()
         {
             return Err(PayloadError::EmptyText);
+        }
+        if let Payload::RunInputReference(p) = self {
+            check_reference(p)?;
         }
         if let Payload::Extension { kind, payload } = self {
             if !matches!(kind, EventKind::Extension(_)) {
@@ -867,6 +896,18 @@ impl Payload {
         }
         Ok(keel_message::canonical::to_canonical_string(&value)?)
     }
+}
+
+/// The rules of `run.input`'s reference form that serde cannot express.
+fn check_reference(p: &RunInputReference) -> Result<(), PayloadError> {
+    if p.extra.contains_key("message") {
+        return Err(PayloadError::InputForms);
+    }
+    let last_seq = p.history.last_seq;
+    if last_seq == 0 || last_seq > MAX_SAFE {
+        return Err(PayloadError::ReferenceSeq { last_seq });
+    }
+    Ok(())
 }
 
 /// A checked payload, ready to be written as canonical JSON.

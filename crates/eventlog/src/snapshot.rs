@@ -318,8 +318,8 @@ impl Snapshot {
             let payload: Payload = event
                 .payload()
                 .map_err(|source| ImportError::Event { line, source })?;
-            tracker
-                .apply_payload(&payload)
+            crate::reference::check_position(&payload, event.seq())
+                .and_then(|()| tracker.apply_payload(&payload))
                 .map_err(|source| ImportError::Lifecycle { line, source })?;
             kept.push(event);
         }

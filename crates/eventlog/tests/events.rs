@@ -110,7 +110,28 @@ fn decoding_rules() {
             Some("rule event.canonical"),
         ),
         ("not JSON", "{kind".into(), Some("not valid JSON")),
+        // run.input's reference form (a continued run's inherited history).
+        ("input reference", line("run.input", r#"{"history":{"digest":"sha256:DIGEST","last_seq":9,"run_id":"run_0"}}"#), None),
+        ("input reference, unknown member kept", line("run.input", r#"{"history":{"digest":"sha256:DIGEST","future":1,"last_seq":9,"run_id":"run_0"}}"#), None),
+        ("input reference beside a message", line("run.input", r#"{"history":{"digest":"sha256:DIGEST","last_seq":9,"run_id":"run_0"},"message":{"id":"m1","parts":[{"text":"Hi","type":"text"}],"role":"user"}}"#), Some("rule payload.input_one_form")),
+        ("input reference, last_seq 0", line("run.input", r#"{"history":{"digest":"sha256:DIGEST","last_seq":0,"run_id":"run_0"}}"#), Some("rule payload.reference_seq")),
+        ("input reference, last_seq unsafe", line("run.input", r#"{"history":{"digest":"sha256:DIGEST","last_seq":9007199254740992,"run_id":"run_0"}}"#), Some("rule payload.reference_seq")),
+        ("input reference, uppercase digest", line("run.input", r#"{"history":{"digest":"sha256:UPPER","last_seq":9,"run_id":"run_0"}}"#), Some("rule payload.schema")),
+        ("input reference, short digest", line("run.input", r#"{"history":{"digest":"sha256:abc","last_seq":9,"run_id":"run_0"}}"#), Some("rule payload.schema")),
+        ("input reference, other algorithm", line("run.input", r#"{"history":{"digest":"md5:DIGEST","last_seq":9,"run_id":"run_0"}}"#), Some("rule payload.schema")),
+        ("input reference, no run id", line("run.input", r#"{"history":{"digest":"sha256:DIGEST","last_seq":9}}"#), Some("rule payload.schema")),
+        ("input reference, bad run id", line("run.input", r#"{"history":{"digest":"sha256:DIGEST","last_seq":9,"run_id":"run 0"}}"#), Some("rule payload.schema")),
+        ("input reference not an object", line("run.input", r#"{"history":"run_0"}"#), Some("rule payload.schema")),
     ];
+    let rows: Vec<(&str, String, Option<&str>)> = rows
+        .into_iter()
+        .map(|(row, input, rule)| {
+            let input = input
+                .replace("DIGEST", &"0123456789abcdef".repeat(4))
+                .replace("UPPER", &"0123456789ABCDEF".repeat(4));
+            (row, input, rule)
+        })
+        .collect();
     for (row, input, rule) in &rows {
         check(row, input, *rule);
     }

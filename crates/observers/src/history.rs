@@ -172,6 +172,25 @@ pub trait RunHistory: Send + Sync + 'static {
     ) -> Result<Vec<Arc<Event>>, HistoryError>;
 }
 
+/// Any store is a history store for
+/// [`keel_eventlog::history::rebuild_chain`], so a continued run's history
+/// rebuilds from it, its references followed a page at a time.
+impl keel_eventlog::history::HistoryStore for dyn RunHistory {
+    type Error = HistoryError;
+    fn events_after(
+        &self,
+        run_id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Event>, HistoryError> {
+        Ok(self
+            .read_after(run_id, after, limit)?
+            .iter()
+            .map(|event| Event::clone(event))
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]

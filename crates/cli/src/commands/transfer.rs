@@ -34,11 +34,13 @@
 
 use crate::args::{ExportArgs, ImportArgs};
 use crate::commands::history::all_lines;
+use crate::conversation::{JournalStore, StoreError};
 use crate::error::{CliError, EXIT_OK};
+use keel_eventlog::history::{self, ChainError, HistoryStore};
 use keel_eventlog::{
     ENTRY_OVERHEAD_BYTES, Event, ImportError, LogConfig, Payload, RunLog, Snapshot, SystemClock,
 };
-use keel_message::RunId;
+use keel_message::{Limits, RunId};
 use keel_observers::{
     JournalConfig, JournalReader, ObserverError, RequiredObserver, SqliteJournal, Synchronous,
 };
@@ -56,15 +58,6 @@ pub fn export(args: ExportArgs) -> Result<i32, CliError> {
             args.db.db.display()
         )));
     };
-    let lines = all_lines(&reader, &run.run_id, 0)?;
-    if lines.len() as u64 != run.last_seq {
-        return Err(CliError::failure(format!(
-            "run {}: the journal holds {} events but says last_seq {} (run `keel verify`)",
-            run.run_id,
-            lines.len(),
-            run.last_seq
-        )));
-    }
     let broken = |what: String| {
         CliError::failure(format!(
             "run {}: {what}; nothing was exported (run `keel verify`)",
@@ -72,15 +65,14 @@ pub fn export(args: ExportArgs) -> Result<i32, CliError> {
         ))
     };
     let run_id = RunId::parse(&run.run_id).map_err(|e| broken(format!("run id: {e}")))?;
-    let mut events = Vec::with_capacity(lines.len());
-    for (i, line) in lines.iter().enumerate() {
-        let event =
-            Event::decode(line).map_err(|e| broken(format!("stored event {}: {e}", i + 1)))?;
-        events.push(Arc::new(event));
+    // A continued run inherits its history by reference: the file carries
+    // the runs it references first, so it is self-contained.
+    let runs = history::chain_runs(&JournalStore(&reader), &run_id)
+        .map_err(|e| broken(format!("its chain of references: {e}")))?;
+    let mut text = String::new();
+    for id in &runs {
+        text.push_str(&run_snapshot(&reader, id)?.to_jsonl());
     }
-    let snapshot = Snapshot::from_events(run_id, events)
-        .map_err(|e| broken(format!("the stored events are not one valid run: {e}")))?;
-    let text = snapshot.to_jsonl();
     match &args.output {
         Some(path) => std::fs::write(path, text.as_bytes())
             .map_err(|e| CliError::failure(format!("{}: cannot write: {e}", path.display())))?,
@@ -95,6 +87,33 @@ pub fn export(args: ExportArgs) -> Result<i32, CliError> {
         }
     }
     Ok(EXIT_OK)
+}
+
+/// The whole of stored run `run_id` as a snapshot.
+fn run_snapshot(reader: &JournalReader, run_id: &RunId) -> Result<Snapshot, CliError> {
+    let broken = |what: String| {
+        CliError::failure(format!(
+            "run {run_id}: {what}; nothing was exported (run `keel verify`)"
+        ))
+    };
+    let last_seq = reader
+        .run_status(run_id.as_str())?
+        .map_or(0, |summary| summary.last_seq);
+    let lines = all_lines(reader, run_id.as_str(), 0)?;
+    if lines.len() as u64 != last_seq {
+        return Err(CliError::failure(format!(
+            "run {run_id}: the journal holds {} events but says last_seq {last_seq} (run `keel verify`)",
+            lines.len(),
+        )));
+    }
+    let mut events = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        let event =
+            Event::decode(line).map_err(|e| broken(format!("stored event {}: {e}", i + 1)))?;
+        events.push(Arc::new(event));
+    }
+    Snapshot::from_events(run_id.clone(), events)
+        .map_err(|e| broken(format!("the stored events are not one valid run: {e}")))
 }
 
 /// Reads at most `max_bytes` of `path` (one byte more shows a longer
@@ -128,47 +147,212 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     let allowlist = MetadataAllowlist::new(&args.allow_metadata)
         .map_err(|e| CliError::bad_input(format!("--allow-metadata: {}", e.kind())))?;
     let text = read_bounded(&args.file, &file, args.max_bytes)?;
-    let log = replay(&file, &text)?;
-    let imported = log.retained_after(0);
-    check_metadata_allowed(&file, &imported, &allowlist)?;
-
+    let mut logs = Vec::new();
+    for section in sections(&text) {
+        let log = replay(&file, section)?;
+        check_metadata_allowed(
+            &file,
+            section.first_line,
+            &log.retained_after(0),
+            &allowlist,
+        )?;
+        logs.push(log);
+    }
+    let db = args.db.db.display().to_string();
+    if args.db.db.exists() {
+        let reader = JournalReader::open(&args.db.db)?;
+        check_chain(&file, &logs, &JournalStore(&reader))?;
+        check_no_conflict(&db, &logs, &reader)?;
+    } else {
+        check_chain(&file, &logs, &NoJournal)?;
+    }
     let mut config = JournalConfig::default();
     // One fsync at close instead of one per event: acknowledged events
     // survive a process crash, and the import is repeatable (offering the
     // same bytes again is a no-op).
     config.synchronous = Synchronous::Normal;
-    let db = args.db.db.display().to_string();
     let journal = SqliteJournal::open(&args.db.db, config)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CliError::failure(format!("cannot start the async runtime: {e}")))?;
-    let stored = rt.block_on(async {
-        for event in &imported {
-            journal.observe(event).await.map_err(|e| match e {
-                ObserverError::Conflict { run_id, seq } => CliError::bad_input(format!(
-                    "{db}: run {run_id} seq {seq} is already stored with different bytes; nothing after it was imported"
-                )),
-                ObserverError::Gap { run_id, last_stored, seq } => CliError::bad_input(format!(
-                    "{db}: run {run_id} has seq {last_stored} stored, the file offers {seq}: a gap"
-                )),
-                other => CliError::failure(format!("{db}: storing seq {}: {other}", event.seq())),
-            })?;
-        }
-        Ok::<_, CliError>(())
-    });
+    let stored = rt.block_on(store_all(&journal, &logs, &db));
     let stats = journal.stats();
     let closed = journal.close();
     stored?;
     closed?;
-    println!(
-        "imported run {}: {} events ({} new, {} already stored) into {db}",
-        log.run_id(),
-        imported.len(),
-        stats.stored,
-        stats.duplicates
-    );
+    let events: u64 = logs.iter().map(|log| log.stats().last_seq).sum();
+    let referenced = match logs.len() {
+        1 => String::new(),
+        n => format!(" with the {} runs it references", n - 1),
+    };
+    if let Some(last) = logs.last() {
+        println!(
+            "imported run {}{referenced}: {events} events ({} new, {} already stored) into {db}",
+            last.run_id(),
+            stats.stored,
+            stats.duplicates
+        );
+    }
     Ok(EXIT_OK)
+}
+
+/// Offers every event of `logs`, in order, to `journal`.
+async fn store_all(journal: &SqliteJournal, logs: &[RunLog], db: &str) -> Result<(), CliError> {
+    for event in logs.iter().flat_map(|log| log.retained_after(0)) {
+        journal.observe(&event).await.map_err(|e| match e {
+            ObserverError::Conflict { run_id, seq } => CliError::bad_input(format!(
+                "{db}: run {run_id} seq {seq} is already stored with different bytes; nothing after it was imported"
+            )),
+            ObserverError::Gap { run_id, last_stored, seq } => CliError::bad_input(format!(
+                "{db}: run {run_id} has seq {last_stored} stored, the file offers {seq}: a gap"
+            )),
+            other => CliError::failure(format!("{db}: storing seq {}: {other}", event.seq())),
+        })?;
+    }
+    Ok(())
+}
+
+/// One run's part of an export file: its header line and events.
+#[derive(Debug, Clone, Copy)]
+struct Section<'a> {
+    /// The file's line number of its header.
+    first_line: usize,
+    /// Its text, header first.
+    text: &'a str,
+}
+
+/// The file's runs: a new one begins at every line that is not an event
+/// (`{"kind":…`), so a header starts each and a stray line is its own,
+/// refused by the snapshot parser.
+fn sections(text: &str) -> Vec<Section<'_>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut first_line = 1;
+    let mut offset = 0;
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        if i > 0 && !line.starts_with("{\"kind\":") {
+            out.push(Section {
+                first_line,
+                text: &text[start..offset],
+            });
+            start = offset;
+            first_line = i + 1;
+        }
+        offset += line.len();
+    }
+    out.push(Section {
+        first_line,
+        text: &text[start..],
+    });
+    out
+}
+
+/// The file's runs, then the journal's, as one store: the runs a file's
+/// references name are in the file or already stored.
+struct Overlay<'a, J> {
+    logs: &'a [RunLog],
+    journal: &'a J,
+}
+
+impl<J: HistoryStore<Error = StoreError>> HistoryStore for Overlay<'_, J> {
+    type Error = StoreError;
+    fn events_after(
+        &self,
+        run_id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        match self.logs.iter().find(|log| log.run_id() == run_id) {
+            Some(log) => Ok(log
+                .retained_after(after)
+                .iter()
+                .take(limit)
+                .map(|e| Event::clone(e))
+                .collect()),
+            None => self.journal.events_after(run_id, after, limit),
+        }
+    }
+}
+
+/// A store with no runs: the journal an import creates.
+struct NoJournal;
+
+impl HistoryStore for NoJournal {
+    type Error = StoreError;
+    fn events_after(&self, _: &RunId, _: u64, _: usize) -> Result<Vec<Event>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+/// Checks the file's runs form the chain of references of its last run,
+/// each reference resolved (in the file or the journal) and matching its
+/// run's last seq and digest; one run holding no reference is the plain
+/// one-run file.
+fn check_chain<J: HistoryStore<Error = StoreError>>(
+    file: &str,
+    logs: &[RunLog],
+    journal: &J,
+) -> Result<(), CliError> {
+    let Some(last) = logs.last() else {
+        return Err(CliError::bad_input(format!(
+            "{file}:1: the file holds no run"
+        )));
+    };
+    let mut seen = std::collections::HashSet::new();
+    if let Some(log) = logs.iter().find(|log| !seen.insert(log.run_id().clone())) {
+        return Err(CliError::bad_input(format!(
+            "{file}: run {} appears twice (rule import.one_section_per_run)",
+            log.run_id()
+        )));
+    }
+    let store = Overlay { logs, journal };
+    let chain = history::rebuild_chain(&store, last.run_id(), &Limits::default());
+    match chain {
+        Ok(chain) => match logs.iter().find(|log| !chain.runs.contains(log.run_id())) {
+            Some(stray) => Err(CliError::bad_input(format!(
+                "{file}: run {} is not in the chain of references of run {} (rule import.chain)",
+                stray.run_id(),
+                last.run_id()
+            ))),
+            None => Ok(()),
+        },
+        // A single run that inherits nothing needs no history to import
+        // (an early run's log may record no input).
+        Err(ChainError::History { .. }) if logs.len() == 1 && !inherits(last) => Ok(()),
+        Err(e) => Err(CliError::bad_input(format!(
+            "{file}: {e}; nothing was imported"
+        ))),
+    }
+}
+
+/// Whether `log`'s input is a reference.
+fn inherits(log: &RunLog) -> bool {
+    log.retained_after(1)
+        .first()
+        .is_some_and(|e| matches!(e.payload(), Ok(Payload::RunInputReference(_))))
+}
+
+/// Refuses, before anything is stored, a run the journal holds with other
+/// bytes than the file, so an import is whole or nothing.
+fn check_no_conflict(db: &str, logs: &[RunLog], reader: &JournalReader) -> Result<(), CliError> {
+    for log in logs {
+        let stored = all_lines(reader, log.run_id().as_str(), 0)?;
+        let offered = log.retained_after(0);
+        if let Some((seq, _)) = stored
+            .iter()
+            .zip(offered.iter())
+            .enumerate()
+            .find(|(_, (stored, offered))| stored.as_str() != offered.line())
+        {
+            return Err(CliError::bad_input(format!(
+                "{db}: run {} seq {} is already stored with different bytes; nothing was imported",
+                log.run_id(),
+                seq + 1
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a file whose completions carry metadata in a namespace the
@@ -177,6 +361,7 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
 /// Namespace names are validated plain names, safe to show.
 fn check_metadata_allowed(
     file: &str,
+    first_line: usize,
     events: &[Arc<Event>],
     allowlist: &MetadataAllowlist,
 ) -> Result<(), CliError> {
@@ -186,11 +371,11 @@ fn check_metadata_allowed(
         };
         let namespaces = done.metadata.iter().flat_map(|m| m.namespaces());
         if let Some((name, _)) = namespaces.into_iter().find(|(n, _)| !allowlist.contains(n)) {
-            // The header is line 1, and the file is the whole run.
+            // The run's header is `first_line`, and the section is the whole run.
             return Err(CliError::bad_input(format!(
                 "{file}:{line}: seq {seq}: model.completed metadata namespace $.{name} is not \
                  allowed here (rule import.metadata_allowlist; allow it with --allow-metadata {name})",
-                line = event.seq() + 1,
+                line = event.seq() as usize + first_line,
                 seq = event.seq(),
             )));
         }
@@ -200,10 +385,12 @@ fn check_metadata_allowed(
 
 /// Parses and checks an export (see the module docs); the log it gives
 /// holds every event of the file (nothing evicted).
-fn replay(file: &str, text: &str) -> Result<RunLog, CliError> {
-    let bad =
-        |line: usize, message: String| CliError::bad_input(format!("{file}:{line}: {message}"));
-    // `from_jsonl` numbers the file's lines (the header is line 1).
+fn replay(file: &str, section: Section<'_>) -> Result<RunLog, CliError> {
+    let (text, shift) = (section.text, section.first_line - 1);
+    let bad = |line: usize, message: String| {
+        CliError::bad_input(format!("{file}:{}: {message}", line + shift))
+    };
+    // `from_jsonl` numbers the section's lines (its header is line 1).
     let snapshot = Snapshot::from_jsonl(text).map_err(|e| match e {
         ImportError::Header { .. } if is_legacy_header(text.lines().next().unwrap_or("")) => bad(
             1,
@@ -212,7 +399,7 @@ fn replay(file: &str, text: &str) -> Result<RunLog, CliError> {
                  this keel reads only the snapshot format: {e}"
             ),
         ),
-        e => import_error(file, e, 0),
+        e => import_error(file, e, shift, section.first_line),
     })?;
     if snapshot.earliest_seq() != 1 {
         return Err(bad(
@@ -246,7 +433,7 @@ fn replay(file: &str, text: &str) -> Result<RunLog, CliError> {
         config,
         Arc::new(SystemClock),
     )
-    .map_err(|e| import_error(file, e, 1))?;
+    .map_err(|e| import_error(file, e, shift + 1, section.first_line))?;
     let replayed = log.snapshot();
     if replayed != snapshot {
         let header = |s: &Snapshot| {
@@ -282,8 +469,9 @@ fn is_legacy_header(line: &str) -> bool {
 
 /// An import refusal, with the file's line number: `offset` is added to
 /// the error's own line (0 when it numbers the file's lines, 1 when it
-/// numbers the events). Header and consistency errors are about line 1.
-fn import_error(file: &str, e: ImportError, offset: usize) -> CliError {
+/// numbers the events). Header and consistency errors are about the
+/// run's header line, `header`.
+fn import_error(file: &str, e: ImportError, offset: usize, header: usize) -> CliError {
     let line = match &e {
         ImportError::Event { line, .. }
         | ImportError::OtherRun { line, .. }
@@ -293,7 +481,7 @@ fn import_error(file: &str, e: ImportError, offset: usize) -> CliError {
         | ImportError::TimeWentBack { line, .. }
         | ImportError::Lifecycle { line, .. }
         | ImportError::Commit { line, .. } => Some(line + offset),
-        ImportError::Header { .. } | ImportError::Inconsistent { .. } => Some(1),
+        ImportError::Header { .. } | ImportError::Inconsistent { .. } => Some(header),
         _ => None,
     };
     let message = e.to_string();

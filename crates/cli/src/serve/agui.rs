@@ -105,14 +105,42 @@ pub async fn agui_events(
         Err(AguiError::Ended) => return Ok(events::nothing_follows()),
         Err(e) => return Err(mapping_problem(&e)),
     };
+    let inherited = inherited_history(&daemon, &prelude).await?;
     let head = PreludeText::of(&prelude, cursor);
-    let snapshot = prelude.snapshot();
+    let snapshot = prelude.snapshot(inherited);
     let tail = events::follow(Arc::clone(&daemon), follower, framer(prelude.into_mapper()));
     let pages = UptoPages::new(daemon, id, cursor);
     Ok(events::sse_response_after(
         written_prelude(pages, head, snapshot),
         tail,
     ))
+}
+
+/// The history a continued run inherits (its seq 2 is a `run.input`
+/// reference), rebuilt from the journal through the chain of references;
+/// empty for a run that inherits nothing.
+async fn inherited_history(
+    daemon: &Arc<Daemon>,
+    prelude: &Prelude,
+) -> Result<Vec<keel_message::Message>, Problem> {
+    let Some(parent) = prelude.inherits().cloned() else {
+        return Ok(Vec::new());
+    };
+    let reader = Arc::clone(&daemon.reader);
+    let rebuilt = tokio::task::spawn_blocking(move || {
+        crate::conversation::rebuild(&reader, &parent, &keel_message::Limits::default())
+    })
+    .await
+    .map_err(Problem::journal)?;
+    match rebuilt {
+        Ok(chain) => Ok(chain.history),
+        Err(e) => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "history-unresolved",
+            "The run's inherited history does not rebuild",
+            e.to_string(),
+        )),
+    }
 }
 
 /// Events `1..=cursor` folded into the prelude's state, a page at a time

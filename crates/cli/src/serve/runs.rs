@@ -8,7 +8,7 @@ use super::mcp::McpPlan;
 use super::problem::Problem;
 use super::reservation::Reservation;
 use super::{Daemon, json_response, providers, read_body};
-use crate::conversation::{self, ContinueError};
+use crate::conversation::{self, ContinueError, StoredInputError};
 use crate::launch::{self, LaunchError};
 use crate::scenario::{self, ScenarioError};
 use axum::body::Body;
@@ -37,6 +37,8 @@ pub async fn create_run(
     }
     let text = read_body(&headers, body).await?;
     let scenario = scenario::parse(Path::new(BODY), &text).map_err(|e| scenario_problem(&e))?;
+    conversation::check_stored_input(None, &scenario.messages)
+        .map_err(|e| stored_input_problem(&e))?;
     // A network provider's key comes from the daemon's environment (never
     // echoed), and only for a provider the operator allowed: checked
     // before the variable is read, so the answer says nothing about the
@@ -155,9 +157,27 @@ pub async fn continue_run(
         .map_err(Problem::journal)?
         .map_err(|e| continue_problem(&id, &e))?
     };
+    conversation::check_stored_input(Some(&continuation.reference), continuation.new_messages())
+        .map_err(|e| stored_input_problem(&e))?;
     let request = launch::follow_up_request(&scenario, run_id, &daemon.launch(), continuation)
         .map_err(|e| launch_problem(&e))?;
     admit(&daemon, mcp, request).await
+}
+
+/// 413 for input over [`conversation::MAX_STORED_INPUT_BYTES`]: the bound
+/// and the size, never the content.
+pub(super) fn stored_input_problem(e: &StoredInputError) -> Problem {
+    match e {
+        StoredInputError::TooLarge { bytes, max } => Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "input-too-large",
+            "The run's input is too large to store",
+            e.to_string(),
+        )
+        .with("max_bytes", *max)
+        .with("bytes", *bytes),
+        StoredInputError::Payload(p) => invalid(p.to_string(), "messages"),
+    }
 }
 
 fn not_continuable(id: &str, status: &str) -> Problem {

@@ -235,3 +235,30 @@ pub fn replay(fixtures: &[&str]) -> (String, Arc<Mutex<Recorded>>) {
     });
     (format!("http://{addr}/v1"), recorded)
 }
+
+/// The history stored run `run_id` of `db` rebuilds to (its chain of
+/// `run.input` references followed), each message as JSON.
+pub fn rebuilt_history(db: &Path, run_id: &str) -> Vec<serde_json::Value> {
+    let reader = keel_observers::JournalReader::open(db).unwrap();
+    let run = keel_message::RunId::parse(run_id).unwrap();
+    let rebuilt =
+        keel_cli::conversation::rebuild(&reader, &run, &keel_message::Limits::default()).unwrap();
+    rebuilt
+        .history
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .collect()
+}
+
+/// The `run.input` payloads of stored run `run_id` of `db`, as JSON.
+pub fn stored_inputs(db: &Path, run_id: &str) -> Vec<serde_json::Value> {
+    let reader = keel_observers::JournalReader::open(db).unwrap();
+    reader
+        .events_after(run_id, 0, 100_000)
+        .unwrap()
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["kind"] == "run.input")
+        .map(|e| e["payload"].clone())
+        .collect()
+}

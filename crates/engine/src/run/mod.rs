@@ -118,6 +118,7 @@ pub(crate) struct Runner {
     pub(crate) model: ModelName,
     pub(crate) continues: Option<RunId>,
     pub(crate) chat: Option<keel_eventlog::ChatRun>,
+    pub(crate) inherits: Option<crate::request::Inheritance>,
     state: Mutex<State>,
 }
 
@@ -138,6 +139,7 @@ impl Runner {
             model: request.model,
             continues: request.continues,
             chat: request.chat,
+            inherits: request.inherits,
             state: Mutex::new(State {
                 history: request.history,
                 ops: OperationIdIssuer::new(),

@@ -11,8 +11,8 @@ use crate::error::FailureCause;
 use crate::request::RunOutcome;
 use keel_eventlog::history;
 use keel_eventlog::{
-    Cause, CommitError, ErrorText, Extra, Payload, RunCompleted, RunFailed, RunInput, RunStarted,
-    TurnFailed, TurnRef,
+    Cause, CommitError, ErrorText, Extra, Payload, RunCompleted, RunFailed, RunInput,
+    RunInputReference, RunStarted, TurnFailed, TurnRef,
 };
 use keel_message::{Message, MessageError};
 
@@ -108,12 +108,35 @@ impl Runner {
         self.fail_run(failure).await
     }
 
-    /// Records the input history, one `run.input` per message, so the log
-    /// alone rebuilds the conversation. A message the log cannot hold
-    /// (over `log.max_event_bytes`) fails the run before any turn.
+    /// Records the input history so the log alone rebuilds the
+    /// conversation: what a continued run inherits as one `run.input`
+    /// reference, then one `run.input` per message of its own. A message
+    /// the log cannot hold (over `log.max_event_bytes`) fails the run
+    /// before any turn.
     async fn record_input(&self) -> Step<Option<TurnFailure>> {
         let input = self.state().history.clone();
-        for (i, message) in input.into_iter().enumerate() {
+        let own = match &self.inherits {
+            None => 0,
+            Some(inherits) if inherits.messages <= input.len() => {
+                let payload = Payload::RunInputReference(RunInputReference {
+                    history: inherits.reference.clone(),
+                    extra: Extra::new(),
+                });
+                self.rec.record(payload).await?;
+                inherits.messages
+            }
+            Some(inherits) => {
+                return Ok(Some(TurnFailure::limit(
+                    "request.inherited_messages",
+                    format!(
+                        "{} inherited messages, but the history holds {}",
+                        inherits.messages,
+                        input.len()
+                    ),
+                )));
+            }
+        };
+        for (i, message) in input.into_iter().enumerate().skip(own) {
             let payload = Payload::RunInput(RunInput {
                 message,
                 extra: Extra::new(),

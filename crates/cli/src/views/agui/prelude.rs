@@ -22,9 +22,9 @@
 //! `limits.message_bytes`), besides the page the caller reads.
 
 use super::{AguiError, AguiMapper, agui_messages, with_raw};
-use keel_eventlog::Event;
 use keel_eventlog::history::HistoryFold;
-use keel_message::Limits;
+use keel_eventlog::{Event, Payload};
+use keel_message::{Limits, Message, RunId};
 use serde_json::{Value, json};
 
 /// Events `1..=cursor` folded into what a join at the cursor starts from.
@@ -36,6 +36,9 @@ pub struct PreludeFold {
     /// Whether a `run.input` was folded in (without one the snapshot is
     /// empty, as [`keel_eventlog::history::rebuild`] yields no history).
     has_input: bool,
+    /// The run a continued run's `run.input` reference names: its history
+    /// starts the snapshot.
+    inherits: Option<RunId>,
 }
 
 impl PreludeFold {
@@ -50,6 +53,9 @@ impl PreludeFold {
         self.mapper.advance(event)?;
         if event.kind().name() == "run.input" {
             self.has_input = true;
+            if let Ok(Payload::RunInputReference(r)) = event.payload() {
+                self.inherits = Some(r.history.run_id);
+            }
         }
         self.last_line.clear();
         self.last_line.push_str(event.line());
@@ -67,6 +73,7 @@ impl PreludeFold {
             mapper: self.mapper,
             raw_at,
             has_input: self.has_input,
+            inherits: self.inherits,
         })
     }
 }
@@ -79,9 +86,17 @@ pub struct Prelude {
     mapper: AguiMapper,
     raw_at: Value,
     has_input: bool,
+    inherits: Option<RunId>,
 }
 
 impl Prelude {
+    /// The run whose history this run inherits (its `run.input`
+    /// reference), if any: the caller rebuilds that history for
+    /// [`Prelude::snapshot`].
+    pub fn inherits(&self) -> Option<&RunId> {
+        self.inherits.as_ref()
+    }
+
     /// `RUN_STARTED`, with the `run.started` line as `rawEvent`.
     pub fn run_started(&self) -> Value {
         let raw = self
@@ -94,10 +109,11 @@ impl Prelude {
     }
 
     /// A writer of the `MESSAGES_SNAPSHOT`, to be given events
-    /// `1..=cursor` again.
-    pub fn snapshot(&self) -> SnapshotWriter {
+    /// `1..=cursor` again; `inherited` is the history of the run
+    /// [`Prelude::inherits`] names (empty when none), written first.
+    pub fn snapshot(&self, inherited: Vec<Message>) -> SnapshotWriter {
         SnapshotWriter {
-            fold: HistoryFold::new(Limits::default()),
+            fold: HistoryFold::after(inherited, Limits::default()),
             written: 0,
             enabled: self.has_input,
         }
@@ -167,14 +183,20 @@ impl SnapshotWriter {
 /// from seq 1 up to the cursor, in order), and the mapper to map the
 /// tail with; the snapshot is the text [`SnapshotWriter`] writes, parsed.
 /// [`AguiError::Ended`] when the run's terminal is among them.
-pub fn prelude<E: AsRef<Event>>(events: &[E]) -> Result<(AguiMapper, Vec<Value>), AguiError> {
+/// `inherited` is the history a continued run's `run.input` reference
+/// names (empty for a run that inherits nothing); the snapshot starts
+/// with it.
+pub fn prelude<E: AsRef<Event>>(
+    events: &[E],
+    inherited: Vec<Message>,
+) -> Result<(AguiMapper, Vec<Value>), AguiError> {
     let mut fold = PreludeFold::new();
     for event in events {
         fold.push(event.as_ref())?;
     }
     let prelude = fold.finish()?;
     let mut text = SNAPSHOT_OPEN.to_owned();
-    let mut writer = prelude.snapshot();
+    let mut writer = prelude.snapshot(inherited);
     for event in events {
         for line in writer.push(event.as_ref())? {
             text.push('\n');

@@ -254,7 +254,7 @@ fn a_join_reopens_the_open_scopes() {
         turn("turn.completed", 1),
         ("run.completed", json!({})),
     ]);
-    let (mut mapper, mut out) = prelude(&events[..7]).expect("a prelude");
+    let (mut mapper, mut out) = prelude(&events[..7], Vec::new()).expect("a prelude");
     assert_eq!(
         types(&out),
         [
@@ -273,7 +273,10 @@ fn a_join_reopens_the_open_scopes() {
         out.extend(mapper.map(event).expect("maps"));
     }
     check_stream(&out).expect("the joined stream checks out");
-    assert!(matches!(prelude(&events), Err(AguiError::Ended)));
+    assert!(matches!(
+        prelude(&events, Vec::new()),
+        Err(AguiError::Ended)
+    ));
 }
 
 #[test]
@@ -379,7 +382,7 @@ fn the_snapshot_is_written_a_message_at_a_time() {
         fold.push(event).expect("folds");
     }
     let prelude = fold.finish().expect("not ended");
-    let mut writer = prelude.snapshot();
+    let mut writer = prelude.snapshot(Vec::new());
     // Each message is written by the event that completes it, and only then.
     let written: Vec<Vec<String>> = events
         .iter()
@@ -410,6 +413,6 @@ fn the_snapshot_is_written_a_message_at_a_time() {
     assert!(check_event(&snapshot).is_ok());
     // A run that recorded no input has no history: no messages.
     let bare = run(&[started(), turn("turn.started", 1)]);
-    let (_, out) = super::prelude(&bare).expect("a prelude");
+    let (_, out) = super::prelude(&bare, Vec::new()).expect("a prelude");
     assert_eq!(out[1]["messages"], json!([]));
 }
