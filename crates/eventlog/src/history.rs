@@ -269,7 +269,7 @@ impl HistoryFold {
                 self.completed.push(p.message);
             }
             Payload::RunInputReference(p) => {
-                if event.seq() != crate::reference::REFERENCE_SEQ {
+                if event.seq() != crate::lifecycle::REFERENCE_SEQ {
                     return Err(HistoryError::ReferenceMisplaced { seq: event.seq() });
                 }
                 self.inputs += 1;

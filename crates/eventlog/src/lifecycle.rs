@@ -629,3 +629,17 @@ fn is_descendant(candidate: &ScopeKey, ancestor: &ScopeKey) -> bool {
     }
     false
 }
+
+/// The seq a `run.input` reference must have: right after `run.started`.
+pub(crate) const REFERENCE_SEQ: u64 = 2;
+
+/// Checks that `payload`, committed at `seq`, is not a `run.input`
+/// reference out of place (rule `lifecycle.input_reference`).
+pub(crate) fn check_position(payload: &Payload, seq: u64) -> Result<(), LifecycleError> {
+    match payload {
+        Payload::RunInputReference(_) if seq != REFERENCE_SEQ => {
+            Err(LifecycleError::InputReferenceNotFirst { seq })
+        }
+        _ => Ok(()),
+    }
+}

@@ -209,7 +209,7 @@ impl RunLog {
             return Err(CommitError::Closed(reason));
         }
         state.tracker.check_named(transition, tool)?;
-        crate::reference::check_position(payload, state.next_seq)?;
+        crate::lifecycle::check_position(payload, state.next_seq)?;
         let seq = state.next_seq;
         let ts = now.max(state.last_ts);
         self.check_size(head.line_len(&self.shared.tail, seq, ts), transition)?;
@@ -243,7 +243,7 @@ impl RunLog {
             return Err(CommitError::Closed(reason));
         }
         state.tracker.check_named(&transition, tool)?;
-        crate::reference::check_position(payload, event.seq())?;
+        crate::lifecycle::check_position(payload, event.seq())?;
         if event.seq() != state.next_seq {
             return Err(CommitError::OutOfSequence {
                 expected: state.next_seq,

@@ -4,13 +4,14 @@
 //! it, so storage grows by what is new. See
 //! `docs/rfc/implemented/2026-12-04-continuation-by-reference.md`.
 
-use crate::event::Event;
-use crate::lifecycle::LifecycleError;
-use crate::payload::{Extra, Payload};
 use keel_message::RunId;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::fmt;
+
+/// Unknown members (the type of [`crate::Extra`], named here so this
+/// module of plain data depends on no other).
+type Extra = BTreeMap<String, serde_json::Value>;
 
 /// The prefix of a [`HistoryDigest`]'s text form.
 const DIGEST_PREFIX: &str = "sha256:";
@@ -35,7 +36,7 @@ const DIGEST_HEX_LEN: usize = 64;
 /// # Ok::<(), keel_eventlog::DigestError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct HistoryDigest([u8; 32]);
+pub struct HistoryDigest(pub(crate) [u8; 32]);
 
 /// Why a text is not a [`HistoryDigest`]. Nothing of the text is quoted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,60 +101,6 @@ impl<'de> Deserialize<'de> for HistoryDigest {
     }
 }
 
-/// Digests a run's lines in seq order, one at a time, so a history is
-/// checked without holding its events (see [`HistoryDigest`]).
-///
-/// ```
-/// use keel_eventlog::{HistoryHasher, LogConfig, Payload, RunLog, RunStarted, SystemClock};
-/// use keel_message::RunId;
-/// use std::sync::Arc;
-/// let log = RunLog::new(RunId::parse("run_1")?, LogConfig::default(), Arc::new(SystemClock))?;
-/// let started = log.commit(&Payload::RunStarted(RunStarted::default()))?;
-/// let mut hasher = HistoryHasher::default();
-/// hasher.update(&started);
-/// assert_eq!(hasher.last_seq(), 1);
-/// assert_eq!(hasher.finish(), HistoryHasher::default().finish_with([&*started]));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Clone, Default)]
-pub struct HistoryHasher {
-    sha: Sha256,
-    last_seq: u64,
-}
-
-impl fmt::Debug for HistoryHasher {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HistoryHasher")
-            .field("last_seq", &self.last_seq)
-            .finish_non_exhaustive()
-    }
-}
-
-impl HistoryHasher {
-    /// Adds the next event's line.
-    pub fn update(&mut self, event: &Event) {
-        self.sha.update(event.line().as_bytes());
-        self.sha.update(b"\n");
-        self.last_seq = event.seq();
-    }
-    /// The seq of the last event added (0 before any).
-    pub fn last_seq(&self) -> u64 {
-        self.last_seq
-    }
-    /// The digest of every line added.
-    pub fn finish(self) -> HistoryDigest {
-        let out = self.sha.finalize();
-        let mut bytes = [0u8; 32];
-        bytes.copy_from_slice(&out);
-        HistoryDigest(bytes)
-    }
-    /// Adds `events`, then [`finish`](Self::finish)es.
-    pub fn finish_with<'a>(mut self, events: impl IntoIterator<Item = &'a Event>) -> HistoryDigest {
-        events.into_iter().for_each(|e| self.update(e));
-        self.finish()
-    }
-}
-
 /// The history a continued run inherits: the run it continues, the seq of
 /// that run's last event, and the digest of its lines 1..=`last_seq`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -169,18 +116,6 @@ pub struct HistoryReference {
     pub extra: Extra,
 }
 
-impl HistoryReference {
-    /// The reference to the lines `hasher` digested of run `run_id`.
-    pub fn new(run_id: RunId, hasher: HistoryHasher) -> HistoryReference {
-        HistoryReference {
-            run_id,
-            last_seq: hasher.last_seq(),
-            digest: hasher.finish(),
-            extra: Extra::new(),
-        }
-    }
-}
-
 /// `run.input` in its reference form, `{"history":{"digest":…,"last_seq":N,"run_id":…}}`:
 /// the run starts from the history of the run it continues, as that run's
 /// log rebuilds it ([`crate::history::rebuild_chain`]). It is the run's
@@ -194,18 +129,4 @@ pub struct RunInputReference {
     /// Unknown members (never `message`: one `run.input` is one form).
     #[serde(flatten)]
     pub extra: Extra,
-}
-
-/// The seq a `run.input` reference must have: right after `run.started`.
-pub(crate) const REFERENCE_SEQ: u64 = 2;
-
-/// Checks that `payload`, committed at `seq`, is not a `run.input`
-/// reference out of place (rule `lifecycle.input_reference`).
-pub(crate) fn check_position(payload: &Payload, seq: u64) -> Result<(), LifecycleError> {
-    match payload {
-        Payload::RunInputReference(_) if seq != REFERENCE_SEQ => {
-            Err(LifecycleError::InputReferenceNotFirst { seq })
-        }
-        _ => Ok(()),
-    }
 }

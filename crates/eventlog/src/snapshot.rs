@@ -318,7 +318,7 @@ impl Snapshot {
             let payload: Payload = event
                 .payload()
                 .map_err(|source| ImportError::Event { line, source })?;
-            crate::reference::check_position(&payload, event.seq())
+            crate::lifecycle::check_position(&payload, event.seq())
                 .and_then(|()| tracker.apply_payload(&payload))
                 .map_err(|source| ImportError::Lifecycle { line, source })?;
             kept.push(event);

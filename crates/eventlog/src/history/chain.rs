@@ -5,8 +5,10 @@
 
 use super::{HistoryError, HistoryFold};
 use crate::event::Event;
+use crate::hasher::HistoryHasher;
+use crate::lifecycle::REFERENCE_SEQ;
 use crate::payload::Payload;
-use crate::reference::{HistoryHasher, HistoryReference, REFERENCE_SEQ};
+use crate::reference::HistoryReference;
 use keel_message::{Limits, Message, RunId};
 use std::collections::HashSet;
 
