@@ -544,3 +544,39 @@ async fn a_barrier_ahead_of_the_submits_waits_for_them() {
         .unwrap();
     assert_eq!(journal.seen(), vec![1, 2]);
 }
+
+/// The byte bound is inclusive: events whose lines add up to exactly the
+/// bound are all admitted, and the next one waits.
+#[tokio::test]
+async fn the_byte_bound_admits_up_to_and_including_it() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut held = Batching::named("journal");
+    held.gate = Some(gate.clone());
+    let held = Arc::new(held);
+    let log = RunLog::new(
+        RunId::parse("run_1").unwrap(),
+        LogConfig::default(),
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    let events: Vec<_> = (0..4).map(|i| commit(&log, i == 0)).collect();
+    let exact: usize = events[..3].iter().map(|e| e.line().len()).sum();
+    let f = fixture("run_1", window_config(256, exact), vec![held.clone()]);
+    let window = f.pipeline.window(log.clone());
+    for e in &events[..3] {
+        let admitted = window.submit(e).now_or_never();
+        assert!(
+            matches!(admitted, Some(Ok(()))),
+            "seq {} within the bound of {exact} bytes: {admitted:?}",
+            e.seq()
+        );
+    }
+    assert!(
+        window.submit(&events[3]).now_or_never().is_none(),
+        "seq 4 past the bound did not wait"
+    );
+    gate.add_permits(1000);
+    window.submit(&events[3]).await.unwrap();
+    window.durable(4).await.unwrap();
+    assert_eq!(held.seen(), vec![1, 2, 3, 4]);
+}
