@@ -580,3 +580,22 @@ async fn the_byte_bound_admits_up_to_and_including_it() {
     window.durable(4).await.unwrap();
     assert_eq!(held.seen(), vec![1, 2, 3, 4]);
 }
+
+/// `settle` returns the watermark only when it rose: settling a batch
+/// again (an event submitted twice) leaves it where it is and says so.
+#[test]
+fn settle_reports_the_watermark_only_when_it_rose() {
+    let f = fixture("run_1", window_config(64, 1 << 20), vec![]);
+    let core = f.pipeline.window_core("run_1".into());
+    let e = commit(&f.log, true);
+    let mut settled = Vec::new();
+    for _ in 0..2 {
+        assert!(matches!(core.admit(&e), Admission::Queued { .. }));
+        let Take::Batch(batch) = core.take() else {
+            panic!("nothing to take")
+        };
+        settled.push(core.settle(&batch, BatchOutcome::all(batch.len())));
+    }
+    assert_eq!(settled, [Some(1), None]);
+    assert_eq!(core.watermark(), 1);
+}
