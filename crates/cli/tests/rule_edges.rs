@@ -1,0 +1,63 @@
+//! Edges of the CLI's rule modules that cargo-mutants found untested:
+//! one table per rule family, each row at a boundary.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use keel_cli::serve::cross_site::{
+    AllowedOrigin, CrossSiteConfigError, CrossSitePolicy, MAX_NAME_BYTES, parse_public_host,
+};
+
+/// `--public-host` values at the edges of `host[:port]`: `ok` says
+/// whether the value is taken.
+#[test]
+fn public_host_edges() {
+    let at_bound = "h".repeat(MAX_NAME_BYTES);
+    let over_bound = "h".repeat(MAX_NAME_BYTES + 1);
+    let rows: [(&str, bool); 8] = [
+        ("example.com:8080", true),
+        // A signed port is not a number here, though `u16::from_str` takes it.
+        ("example.com:+80", false),
+        ("example.com:", false),
+        ("[::1]:8080", true),
+        // An IPv6 literal is hex digits, `:` and `.`; an empty one is none.
+        ("[zz]", false),
+        ("[]", false),
+        (&at_bound, true),
+        (&over_bound, false),
+    ];
+    for (value, ok) in rows {
+        let parsed = parse_public_host(value);
+        assert_eq!(parsed.is_ok(), ok, "{value:?}: {parsed:?}");
+    }
+    assert!(matches!(
+        parse_public_host(&over_bound),
+        Err(CrossSiteConfigError::TooLong { len, max: MAX_NAME_BYTES, .. }) if len == MAX_NAME_BYTES + 1
+    ));
+}
+
+/// `--allow-origin` values at the length bound, and the policy keeps the
+/// origins it was given, normalized.
+#[test]
+fn allow_origin_edges() {
+    let prefix = "http://";
+    let at_bound = format!("{prefix}{}", "o".repeat(MAX_NAME_BYTES - prefix.len()));
+    let over_bound = format!("{prefix}{}", "o".repeat(MAX_NAME_BYTES + 1 - prefix.len()));
+    assert!(AllowedOrigin::parse(&at_bound).is_ok(), "at the bound");
+    assert!(matches!(
+        AllowedOrigin::parse(&over_bound),
+        Err(CrossSiteConfigError::TooLong { len, .. }) if len == MAX_NAME_BYTES + 1
+    ));
+    let listed = vec![
+        AllowedOrigin::parse("HTTPS://App.Example:8443/").unwrap(),
+        AllowedOrigin::parse("http://localhost:3000").unwrap(),
+    ];
+    let policy = CrossSitePolicy::new(true, Vec::new(), listed);
+    let origins: Vec<&str> = policy
+        .allowed_origins()
+        .iter()
+        .map(AllowedOrigin::as_str)
+        .collect();
+    assert_eq!(
+        origins,
+        ["https://app.example:8443", "http://localhost:3000"]
+    );
+}
