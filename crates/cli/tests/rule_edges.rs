@@ -61,3 +61,83 @@ fn allow_origin_edges() {
         ["https://app.example:8443", "http://localhost:3000"]
     );
 }
+
+/// AG-UI: a turn is a step named after it, and a completed tool is a
+/// `TOOL_CALL_RESULT` carrying its output for its call.
+#[test]
+fn agui_steps_and_tool_results() {
+    use keel_eventlog::*;
+    use keel_message::{CallId, CanonicalJson, ModelName, OperationId, RunId, ToolName};
+    let log = RunLog::new(
+        RunId::parse("run_1").unwrap(),
+        LogConfig::default(),
+        std::sync::Arc::new(SystemClock),
+    )
+    .unwrap();
+    let op = OperationId::parse("op1").unwrap();
+    let call = CallId::parse("c1").unwrap();
+    let tool = ToolName::parse("probe").unwrap();
+    let payloads = [
+        Payload::RunStarted(RunStarted::default()),
+        Payload::TurnStarted(TurnRef {
+            turn: 1,
+            extra: Extra::new(),
+        }),
+        Payload::ModelStarted(ModelStarted {
+            turn: 1,
+            operation_id: op.clone(),
+            model: ModelName::parse("m").unwrap(),
+            attempt: 1,
+            extra: Extra::new(),
+        }),
+        Payload::ToolCall(ToolCall {
+            turn: 1,
+            operation_id: op.clone(),
+            call_id: call.clone(),
+            name: tool.clone(),
+            arguments: CanonicalJson::parse("{}").unwrap(),
+            extra: Extra::new(),
+        }),
+        Payload::ModelCompleted(ModelCompleted {
+            turn: 1,
+            operation_id: op,
+            finish: keel_stream::FinishReason::ToolCalls,
+            usage: None,
+            metadata: None,
+            extra: Extra::new(),
+        }),
+        Payload::ToolStarted(ToolRef {
+            turn: 1,
+            call_id: call.clone(),
+            tool: tool.clone(),
+            extra: Extra::new(),
+        }),
+        Payload::ToolCompleted(ToolCompleted {
+            turn: 1,
+            call_id: call,
+            tool,
+            output: "42".into(),
+            extra: Extra::new(),
+        }),
+    ];
+    let mut mapper = keel_cli::views::agui::AguiMapper::new();
+    let mut mapped = Vec::new();
+    for p in &payloads {
+        mapped.extend(mapper.map(&log.commit(p).unwrap()).unwrap());
+    }
+    let step = mapped
+        .iter()
+        .find(|e| e["type"] == "STEP_STARTED")
+        .expect("no STEP_STARTED");
+    assert_eq!(step["stepName"], "turn 1");
+    let result = mapped.last().unwrap();
+    assert_eq!(
+        (&result["type"], &result["toolCallId"], &result["content"]),
+        (
+            &serde_json::json!("TOOL_CALL_RESULT"),
+            &serde_json::json!("c1"),
+            &serde_json::json!("42")
+        ),
+        "{result}"
+    );
+}
