@@ -141,3 +141,61 @@ fn agui_steps_and_tool_results() {
         "{result}"
     );
 }
+
+/// One AG-UI event of `ty` with `fields` and a `rawEvent`.
+fn agui_event(ty: &str, fields: serde_json::Value) -> serde_json::Value {
+    let mut event = serde_json::json!({"type": ty, "rawEvent": {"seq": 1}});
+    for (k, v) in fields.as_object().unwrap() {
+        event[k] = v.clone();
+    }
+    event
+}
+
+/// The AG-UI checks refuse what `verifyEvents` refuses: one row per rule,
+/// each naming what its refusal says.
+#[test]
+fn agui_checks_refuse_broken_streams() {
+    use keel_cli::views::agui::{check_event, check_stream};
+    use serde_json::json;
+    let start = || agui_event("RUN_STARTED", json!({"threadId": "t", "runId": "r"}));
+    let finish = || agui_event("RUN_FINISHED", json!({"threadId": "t", "runId": "r"}));
+    let step = |ty: &str| agui_event(ty, json!({"stepName": "turn 1"}));
+    let rows: Vec<(Vec<serde_json::Value>, &str)> = vec![
+        (vec![step("STEP_STARTED")], "out of place"),
+        (
+            vec![start(), finish(), step("STEP_STARTED")],
+            "out of place",
+        ),
+        (
+            vec![start(), step("STEP_STARTED"), finish()],
+            "with scopes open",
+        ),
+        (vec![start(), step("STEP_FINISHED")], "does not pair"),
+        (
+            vec![
+                start(),
+                agui_event(
+                    "TEXT_MESSAGE_CONTENT",
+                    json!({"messageId": "m", "delta": "x"}),
+                ),
+            ],
+            "not open",
+        ),
+    ];
+    for (stream, why) in rows {
+        let refused = check_stream(&stream);
+        assert!(
+            refused.as_ref().is_err_and(|e| e.contains(why)),
+            "{why}: {refused:?}"
+        );
+    }
+    let fine = vec![
+        start(),
+        step("STEP_STARTED"),
+        step("STEP_FINISHED"),
+        finish(),
+    ];
+    assert_eq!(check_stream(&fine), Ok(()));
+    let missing = agui_event("STEP_STARTED", json!({}));
+    assert!(check_event(&missing).is_err_and(|e| e.contains("stepName")));
+}
