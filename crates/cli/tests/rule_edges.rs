@@ -199,3 +199,67 @@ fn agui_checks_refuse_broken_streams() {
     let missing = agui_event("STEP_STARTED", json!({}));
     assert!(check_event(&missing).is_err_and(|e| e.contains("stepName")));
 }
+
+/// The AI SDK stream names the model's finish reason in the SDK's terms:
+/// one row per reason.
+#[test]
+fn ui_stream_finish_reasons() {
+    use keel_eventlog::*;
+    use keel_message::{ModelName, OperationId, RunId};
+    use keel_stream::FinishReason;
+    let rows = [
+        (FinishReason::Stop, "stop"),
+        (FinishReason::Length, "length"),
+        (FinishReason::ContentFilter, "content-filter"),
+        (FinishReason::ToolCalls, "tool-calls"),
+    ];
+    for (finish, sdk) in rows {
+        let log = RunLog::new(
+            RunId::parse("run_1").unwrap(),
+            LogConfig::default(),
+            std::sync::Arc::new(SystemClock),
+        )
+        .unwrap();
+        let op = OperationId::parse("op1").unwrap();
+        let turn = TurnRef {
+            turn: 1,
+            extra: Extra::new(),
+        };
+        let payloads = [
+            Payload::RunStarted(RunStarted::default()),
+            Payload::TurnStarted(turn.clone()),
+            Payload::ModelStarted(ModelStarted {
+                turn: 1,
+                operation_id: op.clone(),
+                model: ModelName::parse("m").unwrap(),
+                attempt: 1,
+                extra: Extra::new(),
+            }),
+            Payload::ModelCompleted(ModelCompleted {
+                turn: 1,
+                operation_id: op,
+                finish: finish.clone(),
+                usage: None,
+                metadata: None,
+                extra: Extra::new(),
+            }),
+            Payload::TurnCompleted(turn),
+            Payload::RunCompleted(RunCompleted::default()),
+        ];
+        let mut stream = keel_cli::views::ui_stream::UiStream::new();
+        let mut chunks = Vec::new();
+        for p in &payloads {
+            chunks.extend(stream.feed(&log.commit(p).unwrap()).unwrap());
+        }
+        let reasons: Vec<String> = chunks
+            .iter()
+            .filter_map(|c| {
+                let json: serde_json::Value = serde_json::from_str(&c.to_json()).unwrap();
+                json.get("finishReason")
+                    .and_then(|r| r.as_str())
+                    .map(str::to_owned)
+            })
+            .collect();
+        assert_eq!(reasons, [sdk], "{finish:?}");
+    }
+}
