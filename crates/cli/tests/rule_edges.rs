@@ -263,3 +263,62 @@ fn ui_stream_finish_reasons() {
         assert_eq!(reasons, [sdk], "{finish:?}");
     }
 }
+
+/// The AI SDK stream tracks the approvals it asked for: a tool call's
+/// approval question is pending (interaction id, call id) until answered.
+#[test]
+fn ui_stream_pending_approvals() {
+    use keel_eventlog::*;
+    use keel_message::{CallId, CanonicalJson, InteractionId, ModelName, OperationId, RunId};
+    let log = RunLog::new(
+        RunId::parse("run_1").unwrap(),
+        LogConfig::default(),
+        std::sync::Arc::new(SystemClock),
+    )
+    .unwrap();
+    let op = OperationId::parse("op1").unwrap();
+    let call = CallId::parse("c1").unwrap();
+    let payloads = [
+        Payload::RunStarted(RunStarted::default()),
+        Payload::TurnStarted(TurnRef {
+            turn: 1,
+            extra: Extra::new(),
+        }),
+        Payload::ModelStarted(ModelStarted {
+            turn: 1,
+            operation_id: op.clone(),
+            model: ModelName::parse("m").unwrap(),
+            attempt: 1,
+            extra: Extra::new(),
+        }),
+        Payload::ToolCall(ToolCall {
+            turn: 1,
+            operation_id: op.clone(),
+            call_id: call.clone(),
+            name: keel_message::ToolName::parse("probe").unwrap(),
+            arguments: CanonicalJson::parse("{}").unwrap(),
+            extra: Extra::new(),
+        }),
+        Payload::ModelCompleted(ModelCompleted {
+            turn: 1,
+            operation_id: op,
+            finish: keel_stream::FinishReason::ToolCalls,
+            usage: None,
+            metadata: None,
+            extra: Extra::new(),
+        }),
+        Payload::InteractionStarted(InteractionStarted {
+            turn: 1,
+            interaction_id: InteractionId::parse("i_1").unwrap(),
+            request: "approval".to_owned(),
+            call_id: Some(call),
+            extra: Extra::new(),
+        }),
+    ];
+    let mut stream = keel_cli::views::ui_stream::UiStream::new();
+    for p in &payloads {
+        stream.feed(&log.commit(p).unwrap()).unwrap();
+    }
+    let pending: Vec<(&str, &str)> = stream.awaiting().collect();
+    assert_eq!(pending, [("i_1", "c1")]);
+}
