@@ -303,3 +303,94 @@ async fn the_outcome_waits_for_a_durable_terminal_past_the_closing_deadline() {
     );
     assert_eq!(journal.seqs(), (1..=last).collect::<Vec<_>>());
 }
+
+/// A required observer that notes the seqs of every offer as it arrives
+/// (before acknowledging anything) and acknowledges only as the test
+/// releases its gate.
+struct Gated {
+    gate: tokio::sync::Semaphore,
+    arrivals: Mutex<Vec<u64>>,
+}
+
+impl RequiredObserver for Gated {
+    fn name(&self) -> &str {
+        "gated"
+    }
+    fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
+        Box::pin(async move {
+            self.observe_batch(std::slice::from_ref(event))
+                .await
+                .map_err(|e| e.source)
+        })
+    }
+    fn observe_batch<'a>(&'a self, events: &'a [Arc<Event>]) -> ObserveBatchFuture<'a> {
+        Box::pin(async move {
+            self.arrivals
+                .lock()
+                .unwrap()
+                .extend(events.iter().map(|e| e.seq()));
+            self.gate.acquire().await.unwrap().forget();
+            Ok(())
+        })
+    }
+}
+
+/// A run cancelled while its window has a batch in flight closes the
+/// window and lets that batch settle before the closing re-offer: the
+/// observer is offered every seq once, in order (a re-offer started from
+/// the old watermark would offer the in-flight events a second time,
+/// ahead of their acknowledgement).
+#[tokio::test]
+async fn a_cancel_with_a_batch_in_flight_reoffers_nothing_twice() {
+    let observer = Arc::new(Gated {
+        gate: tokio::sync::Semaphore::new(0),
+        arrivals: Mutex::new(Vec::new()),
+    });
+    let script = vec![vec![
+        ScriptItem::text("Thinking"),
+        ScriptItem::delay(Duration::from_secs(3600)),
+        ScriptItem::text("never"),
+    ]];
+    let engine = Engine::builder()
+        .provider("scripted", Arc::new(ScriptedProvider::new(script)))
+        .required_observer(observer.clone())
+        .pipeline_config(PipelineConfig {
+            required_deadline: Duration::from_secs(10),
+            ..PipelineConfig::default()
+        })
+        .build()
+        .unwrap();
+    let run = engine
+        .start(request("run_cancel_in_flight").provider_named("scripted"))
+        .unwrap();
+    let log = run.log().clone();
+    let has = |kind: &str| {
+        log.retained_after(0)
+            .iter()
+            .any(|e| e.kind().to_string() == kind)
+    };
+    wait_until(|| has("model.text_delta")).await;
+    run.cancel();
+    wait_until(|| log.run_ended()).await;
+    // The closing re-offer has had every chance to start.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    observer.gate.add_permits(1_000);
+    assert_eq!(run.join().await, RunOutcome::Cancelled);
+    let last = log.stats().last_seq;
+    assert_eq!(
+        *observer.arrivals.lock().unwrap(),
+        (1..=last).collect::<Vec<_>>()
+    );
+    assert_eq!(log.stats().durable_seq, last);
+}
+
+/// Waits (bounded) until `done` holds.
+async fn wait_until(done: impl Fn() -> bool) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("timed out");
+}

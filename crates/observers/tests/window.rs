@@ -353,13 +353,15 @@ fn without_required_observers_a_submit_is_durable_at_once() {
 }
 
 /// A window dropped with events in flight still gets them acknowledged:
-/// the flusher drains, then ends.
+/// the flusher drains, then ends (it lets go of the pipeline; a flusher
+/// left parked would hold it, and the run's log, for good).
 #[tokio::test]
 async fn a_dropped_window_still_drains() {
     let mut slow = Batching::named("journal");
     slow.delay = Some(Duration::from_millis(2));
     let slow = Arc::new(slow);
     let f = fixture("run_1", window_config(64, 1 << 20), vec![slow.clone()]);
+    let holders = Arc::strong_count(&f.pipeline);
     let window = f.pipeline.window(f.log.clone());
     submit_all(&f.log, &window, 50).await.unwrap();
     drop(window);
@@ -383,6 +385,13 @@ async fn a_dropped_window_still_drains() {
         last = e.seq();
     }
     assert_eq!(slow.seen(), (1..=50).collect::<Vec<_>>());
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while Arc::strong_count(&f.pipeline) > holders {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the flusher of a dropped window did not end");
 }
 
 /// Stress: 8 runs on a multi-threaded runtime share one pipeline; each
@@ -435,4 +444,158 @@ async fn many_runs_in_parallel_keep_their_order() {
             "{run}: out of order or incomplete"
         );
     }
+}
+
+/// Polls `future` once, after letting the flusher run: `None` while it
+/// waits.
+async fn poll_after_yields<F: std::future::Future + Unpin>(future: &mut F) -> Option<F::Output> {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    future.now_or_never()
+}
+
+/// `finish` closes the window and waits for the batch in flight and what
+/// is pending behind it; a barrier asked while it waits waits too (the
+/// window is closed, but what it admitted will still be acknowledged);
+/// afterwards the watermark covers everything admitted and a submit is
+/// refused as closed at that watermark.
+#[tokio::test]
+async fn finish_waits_until_everything_admitted_is_acknowledged() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut held = Batching::named("journal");
+    held.gate = Some(gate.clone());
+    let held = Arc::new(held);
+    let f = fixture("run_1", window_config(64, 1 << 20), vec![held.clone()]);
+    let window = f.pipeline.window(f.log.clone());
+    submit_all(&f.log, &window, 3).await.unwrap();
+    let finish = window.finish();
+    tokio::pin!(finish);
+    assert!(
+        poll_after_yields(&mut finish).await.is_none(),
+        "finish returned with 3 events unacknowledged"
+    );
+    let barrier = window.durable(3);
+    tokio::pin!(barrier);
+    assert!(
+        poll_after_yields(&mut barrier).await.is_none(),
+        "a barrier on a closed window with events in flight did not wait"
+    );
+    gate.add_permits(1000);
+    tokio::time::timeout(Duration::from_secs(10), finish)
+        .await
+        .expect("finish did not return once the observer acknowledged");
+    assert_eq!((window.watermark(), f.log.durable_seq()), (3, 3));
+    barrier.await.unwrap();
+    assert_eq!(held.seen(), vec![1, 2, 3]);
+    // What a log line shows of a window: its run and how far it is durable.
+    let shown = format!("{window:?}");
+    assert!(
+        shown.contains("run_id: \"run_1\"") && shown.contains("watermark: 3"),
+        "{shown}"
+    );
+    let refused = window.submit(&commit(&f.log, false)).await;
+    assert!(
+        matches!(refused, Err(WindowError::Closed { watermark: 3, .. })),
+        "{refused:?}"
+    );
+}
+
+/// A window that was never given an event has no flusher: `finish`
+/// returns at once, and a barrier on the closed window is refused at
+/// once instead of waiting for an acknowledgement that cannot come.
+#[tokio::test]
+async fn finish_and_barriers_on_an_unused_window_return_at_once() {
+    let f = fixture(
+        "run_1",
+        window_config(64, 1 << 20),
+        vec![Arc::new(Batching::named("journal"))],
+    );
+    let window = f.pipeline.window(f.log.clone());
+    assert!(
+        window.finish().now_or_never().is_some(),
+        "finish waited on an empty window"
+    );
+    let barrier = window.durable(1).now_or_never();
+    assert!(
+        matches!(barrier, Some(Err(WindowError::Closed { watermark: 0, .. }))),
+        "{barrier:?}"
+    );
+}
+
+/// A barrier on an open window waits for its seq even while nothing is
+/// in flight (the event may not be submitted yet), and is released by
+/// the acknowledgement.
+#[tokio::test]
+async fn a_barrier_ahead_of_the_submits_waits_for_them() {
+    let journal = Arc::new(Batching::named("journal"));
+    let f = fixture("run_1", window_config(64, 1 << 20), vec![journal.clone()]);
+    let window = f.pipeline.window(f.log.clone());
+    let barrier = window.durable(2);
+    tokio::pin!(barrier);
+    assert!(
+        poll_after_yields(&mut barrier).await.is_none(),
+        "a barrier on an open, empty window did not wait"
+    );
+    submit_all(&f.log, &window, 2).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), barrier)
+        .await
+        .expect("the barrier was not released")
+        .unwrap();
+    assert_eq!(journal.seen(), vec![1, 2]);
+}
+
+/// The byte bound is inclusive: events whose lines add up to exactly the
+/// bound are all admitted, and the next one waits.
+#[tokio::test]
+async fn the_byte_bound_admits_up_to_and_including_it() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut held = Batching::named("journal");
+    held.gate = Some(gate.clone());
+    let held = Arc::new(held);
+    let log = RunLog::new(
+        RunId::parse("run_1").unwrap(),
+        LogConfig::default(),
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    let events: Vec<_> = (0..4).map(|i| commit(&log, i == 0)).collect();
+    let exact: usize = events[..3].iter().map(|e| e.line().len()).sum();
+    let f = fixture("run_1", window_config(256, exact), vec![held.clone()]);
+    let window = f.pipeline.window(log.clone());
+    for e in &events[..3] {
+        let admitted = window.submit(e).now_or_never();
+        assert!(
+            matches!(admitted, Some(Ok(()))),
+            "seq {} within the bound of {exact} bytes: {admitted:?}",
+            e.seq()
+        );
+    }
+    assert!(
+        window.submit(&events[3]).now_or_never().is_none(),
+        "seq 4 past the bound did not wait"
+    );
+    gate.add_permits(1000);
+    window.submit(&events[3]).await.unwrap();
+    window.durable(4).await.unwrap();
+    assert_eq!(held.seen(), vec![1, 2, 3, 4]);
+}
+
+/// `settle` returns the watermark only when it rose: settling a batch
+/// again (an event submitted twice) leaves it where it is and says so.
+#[test]
+fn settle_reports_the_watermark_only_when_it_rose() {
+    let f = fixture("run_1", window_config(64, 1 << 20), vec![]);
+    let core = f.pipeline.window_core("run_1".into());
+    let e = commit(&f.log, true);
+    let mut settled = Vec::new();
+    for _ in 0..2 {
+        assert!(matches!(core.admit(&e), Admission::Queued { .. }));
+        let Take::Batch(batch) = core.take() else {
+            panic!("nothing to take")
+        };
+        settled.push(core.settle(&batch, BatchOutcome::all(batch.len())));
+    }
+    assert_eq!(settled, [Some(1), None]);
+    assert_eq!(core.watermark(), 1);
 }

@@ -34,6 +34,11 @@ fn content_items_follow_the_stated_rules() {
             "[audio: audio/wav, 3 bytes]",
         ),
         (
+            // Unpadded, 7 significant chars (two lines): 5 bytes.
+            json!({"content": [{"type": "image", "data": "aGVs\nbG8", "mimeType": "image/gif"}]}),
+            "[image: image/gif, 5 bytes]",
+        ),
+        (
             json!({"content": [{"type": "resource", "resource": {"uri": "file:///a.txt", "mimeType": "text/plain", "text": "hello world"}}]}),
             "[resource: text/plain, 11 bytes, file:///a.txt]",
         ),
@@ -136,6 +141,30 @@ fn placeholders_bound_what_they_repeat() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(flat.text().len() < 600, "{}", flat.text().len());
     assert!(!flat.text().contains('\u{7}'));
+}
+
+/// A placeholder field cut at its bound backs off to a char boundary:
+/// a 2-byte char straddling byte 256 is left out whole.
+#[test]
+fn placeholder_fields_are_cut_at_char_boundaries() {
+    let mime = format!("{}é", "m".repeat(255));
+    let flat = flatten(
+        &json!({"content": [{"type": "resource_link", "uri": "file:///a", "mimeType": mime}]}),
+        1 << 20,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        flat.text(),
+        format!("[resource link: file:///a, {}]", "m".repeat(255))
+    );
+}
+
+/// `into_text` gives the text the model reads.
+#[test]
+fn into_text_is_the_flattened_text() {
+    let flat = flatten(&json!({"content": [{"type": "text", "text": "hi"}]}), 1024)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(flat.into_text(), "hi");
 }
 
 #[test]
