@@ -115,10 +115,21 @@ async fn chain(db: &std::path::Path, continuations: usize) -> (Vec<usize>, RunId
         per_run.push(stored_bytes(db, Some(&run)));
         previous = Some((run, done.into_transcript()));
     }
+    engine.shutdown(std::time::Duration::from_secs(5)).await;
     drop(engine);
-    match Arc::try_unwrap(journal) {
-        Ok(journal) => journal.close().unwrap(),
-        Err(_) => panic!("the engine still holds the journal"),
+    // The run tasks' last references to the journal go as they finish
+    // (after their terminals were acknowledged): wait for them, bounded.
+    let mut journal = journal;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match Arc::try_unwrap(journal) {
+            Ok(owned) => break owned.close().unwrap(),
+            Err(shared) if std::time::Instant::now() < until => {
+                journal = shared;
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(_) => panic!("the engine still holds the journal after 10 s"),
+        }
     }
     let (last, transcript) = previous.unwrap();
     (per_run, last, transcript)
