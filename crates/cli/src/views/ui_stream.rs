@@ -758,6 +758,39 @@ mod tests {
         )
     }
 
+    /// A failure typed in part (an outcome without a retry, or a retry
+    /// without an outcome) still carries what it has, the other `null`.
+    #[test]
+    fn a_failure_typed_in_part_carries_its_part() -> TestResult {
+        check(
+            &[
+                ("run.started", r#"{}"#),
+                ("turn.started", r#"{"turn":1}"#),
+                (
+                    "tool.failed",
+                    r#"{"call_id":"c1","error":"gone","outcome":"definitive","tool":"t","turn":1}"#,
+                ),
+                (
+                    "tool.failed",
+                    r#"{"call_id":"c2","error":"busy","retry":"retryable","tool":"t","turn":1}"#,
+                ),
+            ],
+            &[
+                &[],
+                &[r#"{"type":"start-step"}"#],
+                &[
+                    r#"{"type":"tool-output-error","toolCallId":"c1","errorText":"gone"}"#,
+                    r#"{"type":"data-keel-tool-failed","id":"c1","data":{"call_id":"c1","outcome":"definitive","retry":null,"tool":"t"}}"#,
+                ],
+                &[
+                    r#"{"type":"tool-output-error","toolCallId":"c2","errorText":"busy"}"#,
+                    r#"{"type":"data-keel-tool-failed","id":"c2","data":{"call_id":"c2","outcome":null,"retry":"retryable","tool":"t"}}"#,
+                ],
+            ],
+            false,
+        )
+    }
+
     #[test]
     fn events_out_of_order_are_refused() -> TestResult {
         let mut view = UiStream::new();

@@ -416,3 +416,165 @@ fn the_snapshot_is_written_a_message_at_a_time() {
     let (_, out) = super::prelude(&bare, Vec::new()).expect("a prelude");
     assert_eq!(out[1]["messages"], json!([]));
 }
+
+/// A join mid-message after more than [`MAX_TEXT_BYTES`] of one message:
+/// the re-opened content is the text up to the bound (a delta that would
+/// cross it is not split), the rest is counted in `keel.text_elided`, and
+/// nothing after the first elided delta is kept, however small.
+#[test]
+fn a_join_after_the_text_bound_says_what_it_elided() {
+    // 16 deltas of 64 KiB (the providers' delta bound) fill the bound.
+    let chunk = "a".repeat(64 << 10);
+    let mut script = vec![started(), turn("turn.started", 1), model_started("op_1")];
+    script.extend((0..16).map(|_| delta("op_1", &chunk)));
+    assert_eq!(16 * chunk.len(), MAX_TEXT_BYTES);
+    script.push(delta("op_1", "x"));
+    script.push(delta("op_1", "yz"));
+    script.push(model_completed("op_1", "stop"));
+    let events = run(&script);
+    let reopened = |cursor: usize| {
+        let (_, out) = prelude(&events[..cursor], Vec::new()).expect("a prelude");
+        out
+    };
+    // At the bound: all of it kept, nothing elided.
+    let out = reopened(19);
+    assert_eq!(
+        types(&out),
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STEP_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT"
+        ]
+    );
+    assert_eq!(out[4]["delta"].as_str().map(str::len), Some(MAX_TEXT_BYTES));
+    // One byte over: the byte is counted, not kept.
+    let out = reopened(20);
+    assert_eq!(out[4]["delta"].as_str().map(str::len), Some(MAX_TEXT_BYTES));
+    assert_eq!(types(&out)[5], "CUSTOM keel.text_elided");
+    assert_eq!(
+        out[5]["value"],
+        json!({"messageId": "run_1.op_1", "bytes": 1})
+    );
+    // Once something is elided, what follows is too (the text stays a
+    // prefix), and the counts add up.
+    let (mut mapper, mut out) = prelude(&events[..21], Vec::new()).expect("a prelude");
+    assert_eq!(out[4]["delta"].as_str().map(str::len), Some(MAX_TEXT_BYTES));
+    assert!(
+        out[4]["delta"]
+            .as_str()
+            .is_some_and(|t| t.bytes().all(|b| b == b'a'))
+    );
+    assert_eq!(
+        out[5]["value"],
+        json!({"messageId": "run_1.op_1", "bytes": 3})
+    );
+    assert_eq!(
+        out[5]["rawEvent"]["seq"], 4,
+        "the line that opened the message"
+    );
+    assert!(check_event(&out[5]).is_ok());
+    // The tail maps on from there.
+    out.extend(mapper.map(&events[21]).expect("maps"));
+    check_stream(&out).expect("the joined stream checks out");
+}
+
+/// A call id reused while its call is open: the open call ends before the
+/// new one starts (AG-UI allows no second START of an open id), and the
+/// other open calls are left alone.
+#[test]
+fn a_reused_call_id_ends_the_open_call_first() {
+    let out = check(
+        &run(&[
+            started(),
+            turn("turn.started", 1),
+            model_started("op_1"),
+            tool_call("op_1", "c1"),
+            tool_call("op_1", "c2"),
+            tool_call("op_1", "c1"),
+            model_completed("op_1", "tool_calls"),
+            turn("turn.completed", 1),
+        ]),
+        &[
+            "RUN_STARTED",
+            "STEP_STARTED",
+            "CUSTOM keel.model.started",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "TOOL_CALL_END",
+            "CUSTOM keel.model.completed",
+            "CUSTOM keel.usage",
+            "STEP_FINISHED",
+        ],
+    );
+    let ids: Vec<&str> = out
+        .iter()
+        .filter(|e| e["type"] == "TOOL_CALL_START" || e["type"] == "TOOL_CALL_END")
+        .map(|e| e["toolCallId"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(ids, ["c1", "c2", "c1", "c1", "c2", "c1"]);
+}
+
+/// The snapshot's messages, pinned as AG-UI messages (not through
+/// `agui_messages` itself): an assistant message has `content` only with
+/// text and `toolCalls` only with calls; a turn's tool results are one
+/// tool message each, an error carrying `error`.
+#[test]
+fn the_snapshot_has_every_kind_of_message() {
+    // Model events of turn `n` (the helpers above are all of turn 1).
+    let at = |n: u64, (kind, mut payload): (&'static str, Value)| {
+        payload["turn"] = json!(n);
+        (kind, payload)
+    };
+    let events = run(&[
+        started(),
+        input(),
+        turn("turn.started", 1),
+        model_started("op_1"),
+        delta("op_1", "Checking."),
+        tool_call("op_1", "c1"),
+        model_completed("op_1", "tool_calls"),
+        tool("tool.completed", "c1", json!({"output": "3"})),
+        turn("turn.completed", 1),
+        turn("turn.started", 2),
+        at(2, model_started("op_2")),
+        at(2, tool_call("op_2", "c2")),
+        at(2, model_completed("op_2", "tool_calls")),
+        at(2, tool("tool.failed", "c2", json!({"error": "reset"}))),
+        turn("turn.completed", 2),
+        turn("turn.started", 3),
+        at(3, model_started("op_3")),
+        at(3, delta("op_3", "It is 3.")),
+        at(3, model_completed("op_3", "stop")),
+        turn("turn.completed", 3),
+        turn("turn.started", 4),
+    ]);
+    let (_, out) = prelude(&events, Vec::new()).expect("a prelude");
+    let call = |id: &str| {
+        json!({"id": id, "type": "function",
+            "function": {"name": "get_weather", "arguments": r#"{"city":"Oslo"}"#}})
+    };
+    assert_eq!(
+        out[1]["messages"],
+        json!([
+            {"id": "m1", "role": "user", "content": "Hi"},
+            {"id": "run_1.t1.a", "role": "assistant", "content": "Checking.",
+                "toolCalls": [call("c1")]},
+            {"id": "run_1.t1.t.c1", "role": "tool", "content": "3", "toolCallId": "c1"},
+            {"id": "run_1.t2.a", "role": "assistant", "toolCalls": [call("c2")]},
+            {"id": "run_1.t2.t.c2", "role": "tool", "content": "reset", "toolCallId": "c2",
+                "error": "reset"},
+            {"id": "run_1.t3.a", "role": "assistant", "content": "It is 3."},
+        ]),
+        "{:#}",
+        out[1]["messages"]
+    );
+    assert!(check_event(&out[1]).is_ok());
+}
