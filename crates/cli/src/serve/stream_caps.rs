@@ -1,6 +1,6 @@
 //! Caps on concurrent event streams (`GET /v1/runs/{id}/events`, `/agui`,
 //! `/v1/chat/{id}/stream`, and `POST /v1/chat`'s response, which takes its
-//! slot in the handler, [`StreamCaps::acquire`]): at most `--max-streams`
+//! slot in the handler, `StreamCaps::acquire`): at most `--max-streams`
 //! in all and `--max-streams-per-run` of one run (a chat stream counts for
 //! its conversation id). A stream's slot is held by its
 //! response body, so it is freed when the stream ends or the client goes
