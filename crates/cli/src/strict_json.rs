@@ -79,4 +79,34 @@ mod tests {
         assert!(rule(&e).contains("limits.json_depth"), "{e}");
         assert!(parse("{} {}").is_err(), "one value only");
     }
+
+    /// Each refusal names its own rule (cargo-mutants, #32: the unsafe
+    /// integer and lone surrogate arms of `rule` were untested).
+    #[test]
+    fn each_refusal_names_its_rule() {
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        for (text, named) in [
+            (r#"{"a":1,"a":2}"#, "json.duplicate_key"),
+            (deep.as_str(), "limits.json_depth"),
+            ("[9007199254740992]", "json.unsafe_integer"),
+            (r#"["\ud800"]"#, "json.lone_surrogate"),
+            ("[1,]", "json.syntax"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(rule(&e).contains(named), "{text:?}: {}", rule(&e));
+        }
+        assert!(parse("[9007199254740991]").is_ok(), "2^53-1 is safe");
+    }
+
+    /// `check` refuses what only the strict reading refuses, and leaves
+    /// what is not JSON (or holds a lone surrogate) to the typed parser.
+    #[test]
+    fn check_refuses_only_the_strict_rules() {
+        assert_eq!(check(r#"{"a":1}"#), Ok(()));
+        assert_eq!(check("{"), Ok(()), "not JSON: the typed parser says where");
+        assert_eq!(check(r#"["\ud800"]"#), Ok(()));
+        for text in [r#"{"a":1,"a":2}"#, "[9007199254740992]"] {
+            assert!(check(text).is_err(), "{text}");
+        }
+    }
 }

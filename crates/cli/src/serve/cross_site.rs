@@ -663,6 +663,32 @@ mod tests {
         assert_eq!(open.check(&absolute), Err(CrossSiteRefusal::AbsoluteTarget));
     }
 
+    /// The middleware takes any target that is not a path as ambiguous:
+    /// an authority-form target (`host:port`, an authority without a
+    /// scheme) as well as an absolute URL (cargo-mutants, #32: `defend`'s
+    /// `||` read as `&&` let `host:port` through).
+    #[tokio::test]
+    async fn the_middleware_refuses_any_target_that_is_not_a_path() {
+        use tower_service::Service;
+        let policy = Arc::new(CrossSitePolicy::new(true, vec![], vec![]));
+        let app = axum::Router::new()
+            .fallback(|| async { "served" })
+            .layer(axum::middleware::from_fn_with_state(policy, defend));
+        for (target, status) in [
+            ("/v1/runs", StatusCode::OK),
+            ("http://127.0.0.1:7878/v1/runs", StatusCode::BAD_REQUEST),
+            ("127.0.0.1:7878", StatusCode::BAD_REQUEST),
+        ] {
+            let request = Request::builder()
+                .uri(target)
+                .header(header::HOST, "127.0.0.1:7878")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let response = app.clone().call(request).await.unwrap();
+            assert_eq!(response.status(), status, "{target}");
+        }
+    }
+
     #[test]
     fn flag_values_are_checked() {
         assert_eq!(

@@ -417,6 +417,36 @@ fn the_snapshot_is_written_a_message_at_a_time() {
     assert_eq!(out[1]["messages"], json!([]));
 }
 
+/// A continued run's prelude names the run it inherits (its `run.input`
+/// reference), and a run that inherits nothing names none
+/// (cargo-mutants, #32).
+#[test]
+fn the_prelude_names_the_run_a_continued_run_inherits() {
+    let reference = (
+        "run.input",
+        json!({"history": {
+            "run_id": "run_0",
+            "last_seq": 5,
+            "digest": format!("sha256:{}", "0".repeat(64)),
+        }}),
+    );
+    let fold_of = |events: &[Event]| {
+        let mut fold = PreludeFold::new();
+        for event in events {
+            fold.push(event).expect("folds");
+        }
+        fold.finish().expect("not ended")
+    };
+    let continued = run(&[started(), reference, input(), turn("turn.started", 1)]);
+    let prelude = fold_of(&continued);
+    assert_eq!(
+        prelude.inherits().map(keel_message::RunId::as_str),
+        Some("run_0")
+    );
+    let fresh = run(&[started(), input(), turn("turn.started", 1)]);
+    assert_eq!(fold_of(&fresh).inherits(), None);
+}
+
 /// A join mid-message after more than [`MAX_TEXT_BYTES`] of one message:
 /// the re-opened content is the text up to the bound (a delta that would
 /// cross it is not split), the rest is counted in `keel.text_elided`, and
