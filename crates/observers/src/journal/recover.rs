@@ -95,7 +95,7 @@ pub enum SkipReason {
         /// What is wrong (rule, line and seq numbers, never content).
         detail: String,
     },
-    /// `owners.host` is not a host id this build mints; no path is built
+    /// `owners.host` is not a host id ([`valid_host_id`](crate::valid_host_id)); no path is built
     /// from it and nothing was written.
     #[error("owners.host of this run is not a host id (rule recovery.host_id)")]
     InvalidOwner,
@@ -262,7 +262,7 @@ fn owner_state(
     if owner == own {
         return Err(SkipReason::OwnedByThisHost);
     }
-    if !hosts::valid_host_id(owner) {
+    if !crate::valid_host_id(owner) {
         return Err(SkipReason::InvalidOwner);
     }
     let state = hosts
