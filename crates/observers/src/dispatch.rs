@@ -4,6 +4,7 @@
 //! below both.
 
 use crate::observer::ObserverError;
+use keel_message::RunId;
 
 /// What one batch achieved across every required observer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +37,7 @@ pub struct DispatchError {
     /// Its position in construction order.
     pub index: usize,
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The committed sequence it refused.
     pub seq: u64,
     /// Why.

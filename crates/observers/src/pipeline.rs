@@ -349,7 +349,7 @@ impl Pipeline {
                 return Err(DispatchError {
                     observer: observer.name().to_owned(),
                     index,
-                    run_id: event.run_id().to_string(),
+                    run_id: event.run_id().clone(),
                     seq: event.seq(),
                     source,
                 });
@@ -415,7 +415,7 @@ impl Pipeline {
             error = Some(DispatchError {
                 observer: observer.name().to_owned(),
                 index,
-                run_id: batch[limit].run_id().to_string(),
+                run_id: batch[limit].run_id().clone(),
                 seq: batch[limit].seq(),
                 source: refusal.source,
             });

@@ -153,7 +153,7 @@ fn flusher(core: Arc<WindowCore>, pipeline: Arc<Pipeline>, fail_from: Option<u64
                         error: Some(DispatchError {
                             observer: "journal".into(),
                             index: 0,
-                            run_id: "run_1".into(),
+                            run_id: keel_message::RunId::parse("run_1").unwrap(),
                             seq: batch[at].seq(),
                             source: ObserverError::Failed("disk full".into()),
                         }),

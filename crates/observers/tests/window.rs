@@ -619,7 +619,7 @@ fn settle_hands_back_only_the_acknowledged_prefix_to_offer() {
     let refusal = DispatchError {
         observer: "journal".into(),
         index: 0,
-        run_id: "run_1".into(),
+        run_id: RunId::parse("run_1").unwrap(),
         seq: 3,
         source: ObserverError::Failed("disk full".into()),
     };

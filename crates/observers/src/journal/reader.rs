@@ -15,7 +15,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunSummary {
     /// The run id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The last stored sequence; events `1..=last_seq` are all stored.
     pub last_seq: u64,
     /// From the run's lifecycle events.
@@ -398,8 +398,10 @@ fn unsigned(row: &rusqlite::Row<'_>, col: usize, name: &str) -> rusqlite::Result
 
 fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
     let status: String = row.get(2)?;
+    let run_id: String = row.get(0)?;
     Ok(RunSummary {
-        run_id: row.get(0)?,
+        run_id: RunId::parse(&run_id)
+            .map_err(|e| conversion(0, format!("runs.run_id is not a run id: {e}")))?,
         last_seq: unsigned(row, 1, "last_seq")?,
         status: RunStatus::parse(&status).ok_or_else(|| {
             conversion(
@@ -527,7 +529,7 @@ mod tests {
             reader
                 .last_numbered_run(prefix, status)
                 .unwrap()
-                .map(|s| s.run_id)
+                .map(|s| s.run_id.as_str().to_owned())
         };
         assert_eq!(last("chat-x-", None).as_deref(), Some("chat-x-10"));
         assert_eq!(

@@ -50,7 +50,7 @@ impl RecoveryReport {
 #[non_exhaustive]
 pub struct RecoveredRun {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The host that owned it (gone), or `None` when no host was recorded
     /// (a run journaled before schema version 2).
     pub previous_owner: Option<String>,
@@ -64,7 +64,8 @@ pub struct RecoveredRun {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SkippedRun {
-    /// The run.
+    /// The run, as its `runs` row names it: a row whose id is not a run
+    /// id is skipped too ([`SkipReason::Corrupt`]), and named all the same.
     pub run_id: String,
     /// Why.
     pub reason: SkipReason,
@@ -233,7 +234,7 @@ impl SqliteJournal {
             }));
         }
         Ok(Ok(RecoveredRun {
-            run_id: run.run_id.clone(),
+            run_id: log.run_id().clone(),
             previous_owner: run.owner.clone(),
             terminals: events,
         }))

@@ -70,7 +70,7 @@ pub enum StreamRecovery {
 #[non_exhaustive]
 pub struct RecoveredInStream {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The owner that was gone, or `None` when none was recorded.
     pub previous_owner: Option<String>,
     /// Local events the stream lacked, published first
@@ -367,7 +367,7 @@ impl JetStreamRecovery {
         // Best effort: a stale record of an ended run is harmless.
         let _ = self.ownership.forget(run).await;
         Ok(StreamRecovery::Recovered(RecoveredInStream {
-            run_id: run.to_string(),
+            run_id: run.clone(),
             previous_owner,
             forwarded,
             terminals,
