@@ -34,13 +34,13 @@
 
 use crate::args::{ExportArgs, ImportArgs};
 use crate::commands::history::all_lines;
-use crate::conversation::{JournalStore, StoreError};
 use crate::error::{CliError, EXIT_OK};
 use keel_eventlog::history::{self, ChainError, HistoryStore};
 use keel_eventlog::{
     ENTRY_OVERHEAD_BYTES, Event, ImportError, LogConfig, Payload, RunLog, Snapshot, SystemClock,
 };
 use keel_message::{Limits, RunId};
+use keel_observers::conversation::{JournalStore, StoreError};
 use keel_observers::{
     JournalConfig, JournalReader, ObserverError, RequiredObserver, SqliteJournal, Synchronous,
 };

@@ -1,0 +1,165 @@
+//! Which network providers a posted scenario may use.
+//!
+//! A scenario names a provider type, an environment variable holding the
+//! key, and optionally a base URL; the adapter sends that variable's value
+//! to that URL. Taken from an HTTP client as they are, this would let any
+//! client read any variable of the daemon's environment (by pointing
+//! `base_url` at its own server) and make the daemon send requests
+//! anywhere. So `keel serve` runs a network provider only when the
+//! operator listed that exact triple with `--allow-provider`; scripted
+//! providers need nothing. See `docs/rfc/implemented/2026-11-30-serve-provider-allowlist.md`.
+
+use crate::file::ProviderSpec;
+
+/// One `--allow-provider TYPE,KEY_ENV[,BASE_URL]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderAllowance {
+    kind: &'static str,
+    api_key_env: String,
+    /// `None`: the adapter's own default endpoint.
+    base_url: Option<String>,
+}
+
+/// Why an `--allow-provider` value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--allow-provider: {0} (expected TYPE,KEY_ENV[,BASE_URL] with TYPE openai-compatible or anthropic)"
+)]
+pub struct AllowanceError(&'static str);
+
+/// Base URLs compare without trailing slashes.
+fn normalized(url: &str) -> &str {
+    url.trim_end_matches('/')
+}
+
+impl ProviderAllowance {
+    /// Parses `TYPE,KEY_ENV[,BASE_URL]`.
+    pub fn parse(text: &str) -> Result<ProviderAllowance, AllowanceError> {
+        let mut fields = text.splitn(3, ',');
+        let kind = match fields.next() {
+            Some("openai-compatible") => "openai-compatible",
+            Some("anthropic") => "anthropic",
+            _ => return Err(AllowanceError("unknown provider type")),
+        };
+        let api_key_env = match fields.next() {
+            Some(env)
+                if !env.is_empty()
+                    && env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+            {
+                env.to_owned()
+            }
+            _ => return Err(AllowanceError("KEY_ENV must be a variable name")),
+        };
+        let base_url = match fields.next() {
+            None => None,
+            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                Some(normalized(url).to_owned())
+            }
+            Some(_) => return Err(AllowanceError("BASE_URL must be an http or https URL")),
+        };
+        Ok(ProviderAllowance {
+            kind,
+            api_key_env,
+            base_url,
+        })
+    }
+
+    fn allows(&self, kind: &str, api_key_env: &str, base_url: Option<&str>) -> bool {
+        self.kind == kind
+            && self.api_key_env == api_key_env
+            && self.base_url.as_deref() == base_url.map(normalized)
+    }
+}
+
+/// Whether `spec` may run under `allowed`: scripted always; a network
+/// provider only when one allowance names its type, key variable and base
+/// URL exactly.
+pub fn permitted(spec: &ProviderSpec, allowed: &[ProviderAllowance]) -> bool {
+    match spec {
+        ProviderSpec::Scripted { .. } => true,
+        ProviderSpec::Network {
+            kind,
+            base_url,
+            api_key_env,
+        } => allowed
+            .iter()
+            .any(|a| a.allows(kind, api_key_env, base_url.as_deref())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn network(kind: &'static str, env: &str, url: Option<&str>) -> ProviderSpec {
+        ProviderSpec::Network {
+            kind,
+            base_url: url.map(str::to_owned),
+            api_key_env: env.to_owned(),
+        }
+    }
+
+    #[test]
+    fn only_the_listed_triple_is_permitted() {
+        let allowed = [
+            ProviderAllowance::parse("anthropic,ANTHROPIC_API_KEY").unwrap(),
+            ProviderAllowance::parse("openai-compatible,LOCAL_KEY,http://127.0.0.1:8000/v1/")
+                .unwrap(),
+        ];
+        let check = |spec: ProviderSpec, expected: bool| {
+            assert_eq!(permitted(&spec, &allowed), expected, "{spec:?}");
+        };
+        check(ProviderSpec::Scripted { calls: vec![] }, true);
+        check(network("anthropic", "ANTHROPIC_API_KEY", None), true);
+        check(
+            network(
+                "openai-compatible",
+                "LOCAL_KEY",
+                Some("http://127.0.0.1:8000/v1"),
+            ),
+            true,
+        );
+        // Another variable, another endpoint, another type: refused.
+        check(network("anthropic", "HOME", None), false);
+        check(
+            network(
+                "anthropic",
+                "ANTHROPIC_API_KEY",
+                Some("http://evil.example"),
+            ),
+            false,
+        );
+        check(
+            network("openai-compatible", "ANTHROPIC_API_KEY", None),
+            false,
+        );
+        check(network("openai-compatible", "LOCAL_KEY", None), false);
+        check(
+            network(
+                "openai-compatible",
+                "LOCAL_KEY",
+                Some("http://127.0.0.1:8001/v1"),
+            ),
+            false,
+        );
+        assert!(!permitted(
+            &network("anthropic", "ANTHROPIC_API_KEY", None),
+            &[]
+        ));
+    }
+
+    #[test]
+    fn malformed_allowances_are_refused() {
+        for bad in [
+            "",
+            "scripted,X",
+            "anthropic",
+            "anthropic,",
+            "anthropic,A-B",
+            "anthropic,K,ftp://x",
+        ] {
+            assert!(ProviderAllowance::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
