@@ -8,7 +8,7 @@ use crate::follow::{FOLLOW_BOUNDS, FollowError, RunFollower};
 use crate::request::{RunCanceller, RunHandle, RunRequest};
 use crate::run::{RunEnv, Runner, commit_cancelled_terminals};
 use keel_eventlog::{Clock, RunLog, SubscriptionBounds};
-use keel_message::{Message, RunId};
+use keel_message::{Limits, Message, RunId};
 use keel_observers::{RunHistory, ShutdownReport};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -282,7 +282,7 @@ impl Engine {
     /// against ([`EngineBuilder::message_limits`](crate::EngineBuilder::message_limits)):
     /// what a host rebuilding a history (a view, a continuation) applies.
     pub fn message_limits(&self) -> &Limits {
-        &self.inner.shared.message_limits
+        &self.inner.env.message_limits
     }
 
     /// Whether [`shutdown`](Self::shutdown) has begun (new runs are refused).
