@@ -103,6 +103,12 @@ impl Interrupts {
     }
 }
 
+/// The message limits of `keel run`'s engine: what its history, a
+/// continuation's rebuilt history and MCP results are checked against.
+fn message_limits() -> keel_message::Limits {
+    keel_message::Limits::default()
+}
+
 /// A scenario made ready to run: checked, with its request built, before
 /// any store is opened (a bad provider or tool is bad input, exit 2).
 struct Prepared {
@@ -131,7 +137,7 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
     let request = match (&args.continue_run, &args.message) {
         (Some(previous), Some(text)) => {
             let reader = JournalReader::open(&args.db.db)?;
-            let limits = keel_message::Limits::default();
+            let limits = message_limits();
             let continuation = conversation::user_message(text, &limits)
                 .and_then(|m| conversation::continuation(&reader, previous, &[m], &run_id, &limits))
                 .map_err(|e| CliError::bad_input(format!("--continue {previous}: {e}")))?;
@@ -165,8 +171,9 @@ async fn open_engine(
             db.display()
         )));
     }
-    let mut builder =
-        Engine::builder().required_observer(Arc::clone(&journal) as Arc<dyn RequiredObserver>);
+    let mut builder = Engine::builder()
+        .message_limits(message_limits())
+        .required_observer(Arc::clone(&journal) as Arc<dyn RequiredObserver>);
     // `--nats`: the second required observer, after the journal, so every
     // event is committed locally and then acknowledged by JetStream.
     if let Some(url) = &args.nats {
@@ -195,6 +202,7 @@ async fn with_mcp_servers(args: &RunArgs, prepared: &Prepared) -> Result<RunRequ
         &prepared.scenario,
         &[],
         keel_scenario::mcp::Trust::Operator,
+        &message_limits(),
     )
     .await
     .map_err(|e| match e {
