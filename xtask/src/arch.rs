@@ -15,7 +15,8 @@
 //!   narrowing the search to `src/a/b.rs` and `src/a/b/`), then either
 //!   `fn_name`, `Type::method` (some `impl … Type` or `trait Type` block
 //!   there has `fn method` directly in its body), or a bare `Type` (a
-//!   `struct`, `enum`, `trait` or `type` of that name).
+//!   `struct`, `enum`, `trait`, `type`, `const` or `static` of that name:
+//!   `UPPER_CASE` counts as a type).
 //! - A **test** is `path/to/file.rs::test_fn`, the path relative to the
 //!   repository root: the file holds `fn test_fn`.
 //!

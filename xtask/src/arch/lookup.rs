@@ -133,7 +133,7 @@ pub(super) fn find_item(tree: &dyn SourceTree, item: &str) -> Result<(), String>
     };
     Err(match target {
         Target::Function(name) => format!("no `fn {name}` in {place}"),
-        Target::Type(name) => format!("no struct, enum, trait or type `{name}` in {place}"),
+        Target::Type(name) => format!("no struct, enum, trait, type or const `{name}` in {place}"),
         Target::Method(ty, method) => format!("no `fn {method}` in an impl of `{ty}` in {place}"),
     })
 }
@@ -192,7 +192,13 @@ fn has_fn(tokens: &[Token], name: &str) -> bool {
 }
 
 fn has_type(tokens: &[Token], name: &str) -> bool {
-    ident_pair(tokens, &["struct", "enum", "trait", "type", "union"], name)
+    ident_pair(
+        tokens,
+        &[
+            "struct", "enum", "trait", "type", "union", "const", "static",
+        ],
+        name,
+    )
 }
 
 /// Whether an item-level `impl` whose self type names `ty` (or `trait ty`)

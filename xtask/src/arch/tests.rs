@@ -97,7 +97,7 @@ fn bad_rows_name_the_row_and_the_problem() {
         (
             "`eventlog::RunLogs`",
             TEST,
-            "no struct, enum, trait or type `RunLogs`",
+            "no struct, enum, trait, type or const `RunLogs`",
         ),
         (
             "`eventlog::snapshot::restore`",
