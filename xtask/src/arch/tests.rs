@@ -14,8 +14,10 @@ fn tree() -> BTreeMap<PathBuf, String> {
             "//! fn in_a_comment() {}\n\
              pub struct RunLog;\n\
              impl RunLog {\n    pub fn commit_head(&self) { fn nested() {} }\n}\n\
-             pub(crate) fn check_size() -> impl Iterator<Item = RunLog> { None.into_iter() }\n\
-             const NOTE: &str = \"fn in_a_literal\";\n",
+             pub(crate) fn check_size() -> impl Iterator<Item = RunLog> { fn helper() {} None.into_iter() }\n\
+             impl std::fmt::Display for RunLog { fn fmt(&self) {} }\n\
+             const NOTE: &str = \"fn in_a_literal\";\n\
+             pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;\n",
         ),
         (
             "crates/eventlog/src/history/chain.rs",
@@ -63,6 +65,8 @@ fn good_rows_pass() {
         "`eventlog::Store::page` (trait default)",
         "`eventlog::Wrapper::page`",
         "`xtask::modules::check_crates`",
+        "`eventlog::log::MAX_SAFE_INTEGER`",
+        "`eventlog::RunLog::fmt`",
     ];
     for functions in good {
         assert_eq!(
@@ -91,6 +95,16 @@ fn bad_rows_name_the_row_and_the_problem() {
             "`eventlog::Wrapper::commit_head`",
             TEST,
             "in an impl of `Wrapper`",
+        ),
+        (
+            "`eventlog::Display::fmt`",
+            TEST,
+            "no `fn fmt` in an impl of `Display`",
+        ),
+        (
+            "`eventlog::RunLog::helper`",
+            TEST,
+            "no `fn helper` in an impl of `RunLog`",
         ),
         ("`eventlog::in_a_comment`", TEST, "no `fn in_a_comment`"),
         ("`eventlog::in_a_literal`", TEST, "no `fn in_a_literal`"),
