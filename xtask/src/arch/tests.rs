@@ -77,77 +77,79 @@ fn good_rows_pass() {
     }
 }
 
+/// `(functions, tests, expected problem)`: each row has exactly one problem.
+const BAD: &[(&str, &str, &str)] = &[
+    (
+        "`eventlog::log::commit_tail`",
+        TEST,
+        "no `fn commit_tail` in eventlog::log",
+    ),
+    (
+        "`eventlog::RunLog::nested`",
+        TEST,
+        "no `fn nested` in an impl of `RunLog`",
+    ),
+    (
+        "`eventlog::Wrapper::commit_head`",
+        TEST,
+        "in an impl of `Wrapper`",
+    ),
+    (
+        "`eventlog::Display::fmt`",
+        TEST,
+        "no `fn fmt` in an impl of `Display`",
+    ),
+    (
+        "`eventlog::RunLog::helper`",
+        TEST,
+        "no `fn helper` in an impl of `RunLog`",
+    ),
+    ("`eventlog::in_a_comment`", TEST, "no `fn in_a_comment`"),
+    ("`eventlog::in_a_literal`", TEST, "no `fn in_a_literal`"),
+    (
+        "`eventlog::RunLogs`",
+        TEST,
+        "no struct, enum, trait, type or const `RunLogs`",
+    ),
+    (
+        "`eventlog::snapshot::restore`",
+        TEST,
+        "no module `snapshot`",
+    ),
+    ("`stream::validator::accept`", TEST, "no crate `stream`"),
+    (
+        "`eventlog::RunLog::commit_head::x`",
+        TEST,
+        "expected crate::[module::]fn",
+    ),
+    ("prose only", TEST, "names no enforcing function"),
+    ("`eventlog::log::check_size`", "prose only", "names no test"),
+    (
+        "`eventlog::log::check_size`",
+        "`crates/eventlog/tests/log.rs::gone`",
+        "no `fn gone` in",
+    ),
+    (
+        "`eventlog::log::check_size`",
+        "`crates/eventlog/tests/log.rs::commented_out`",
+        "no `fn commented_out` in",
+    ),
+    (
+        "`eventlog::log::check_size`",
+        "`crates/eventlog/tests/nope.rs::x`",
+        "no file",
+    ),
+    (
+        "`eventlog::log::check_size`",
+        "`seq_has_no_gap`",
+        "expected path/to/file.rs",
+    ),
+];
+
 #[test]
 fn bad_rows_name_the_row_and_the_problem() {
     let row = "row \"seq has no gap \\| ever\"";
-    let bad = [
-        (
-            "`eventlog::log::commit_tail`",
-            TEST,
-            "no `fn commit_tail` in eventlog::log",
-        ),
-        (
-            "`eventlog::RunLog::nested`",
-            TEST,
-            "no `fn nested` in an impl of `RunLog`",
-        ),
-        (
-            "`eventlog::Wrapper::commit_head`",
-            TEST,
-            "in an impl of `Wrapper`",
-        ),
-        (
-            "`eventlog::Display::fmt`",
-            TEST,
-            "no `fn fmt` in an impl of `Display`",
-        ),
-        (
-            "`eventlog::RunLog::helper`",
-            TEST,
-            "no `fn helper` in an impl of `RunLog`",
-        ),
-        ("`eventlog::in_a_comment`", TEST, "no `fn in_a_comment`"),
-        ("`eventlog::in_a_literal`", TEST, "no `fn in_a_literal`"),
-        (
-            "`eventlog::RunLogs`",
-            TEST,
-            "no struct, enum, trait, type or const `RunLogs`",
-        ),
-        (
-            "`eventlog::snapshot::restore`",
-            TEST,
-            "no module `snapshot`",
-        ),
-        ("`stream::validator::accept`", TEST, "no crate `stream`"),
-        (
-            "`eventlog::RunLog::commit_head::x`",
-            TEST,
-            "expected crate::[module::]fn",
-        ),
-        ("prose only", TEST, "names no enforcing function"),
-        ("`eventlog::log::check_size`", "prose only", "names no test"),
-        (
-            "`eventlog::log::check_size`",
-            "`crates/eventlog/tests/log.rs::gone`",
-            "no `fn gone` in",
-        ),
-        (
-            "`eventlog::log::check_size`",
-            "`crates/eventlog/tests/log.rs::commented_out`",
-            "no `fn commented_out` in",
-        ),
-        (
-            "`eventlog::log::check_size`",
-            "`crates/eventlog/tests/nope.rs::x`",
-            "no file",
-        ),
-        (
-            "`eventlog::log::check_size`",
-            "`seq_has_no_gap`",
-            "expected path/to/file.rs",
-        ),
-    ];
-    for (functions, tests, expected) in bad {
+    for &(functions, tests, expected) in BAD {
         let problems = check(functions, tests, 0);
         assert_eq!(problems.len(), 1, "{functions} / {tests}: {problems:?}");
         assert!(
