@@ -1,4 +1,11 @@
 //! `keel run SCENARIO`: one agent run, journaled, shown live.
+//!
+//! Scenario, provider and tool errors exit 2 before the database is
+//! opened (`prepare` runs before `open_engine`). Live output comes only
+//! from the run's subscription (`LiveView`), so `--json` prints exactly
+//! the stored lines. The first Ctrl-C cancels the run and waits for its
+//! cancelled terminals to be journaled (exit 130); a second exits at once
+//! (`Interrupts`).
 
 use crate::approval::Approver;
 use crate::args::RunArgs;
