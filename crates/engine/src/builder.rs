@@ -10,7 +10,7 @@ use crate::error::BuildError;
 use crate::interaction::InteractionHandler;
 use crate::run::RunEnv;
 use crate::tool::Tool;
-use crate::toolset::ToolSet;
+use crate::tool_set::ToolSet;
 use keel_eventlog::{Clock, LogConfig, SystemClock};
 use keel_message::Limits;
 use keel_observers::{

@@ -8,7 +8,7 @@ use crate::error::StartError;
 use crate::interaction::InteractionHandler;
 use crate::request::{ProviderChoice, RunRequest};
 use crate::source::ToolSource;
-use crate::toolset::ToolSet;
+use crate::tool_set::ToolSet;
 use keel_eventlog::LogConfig;
 use keel_message::ToolDefinition;
 use keel_stream::{MetadataAllowlist, ModelProvider};

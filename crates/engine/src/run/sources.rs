@@ -8,7 +8,7 @@ use super::turn::TurnFailure;
 use super::{Interrupt, Runner, Step, truncate};
 use crate::guard::guarded;
 use crate::tool::Tool;
-use crate::toolset::ToolSet;
+use crate::tool_set::ToolSet;
 use futures_util::future::join_all;
 use keel_eventlog::{CommitError, EventKind, Payload};
 use keel_message::{CanonicalJson, MessageError, ToolDefinition, ToolName};
