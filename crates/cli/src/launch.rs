@@ -129,7 +129,8 @@ pub fn build_provider(spec: &ProviderSpec) -> Result<Arc<dyn ModelProvider>, Lau
         } => (*kind, base_url, api_key_env),
     };
     let bad = |e: &dyn std::fmt::Display| LaunchError::Provider(e.to_string());
-    let key = ApiKey::from_env(api_key_env).map_err(|e| bad(&e))?;
+    let api_key_env = keel_message::EnvVarName::parse(api_key_env).map_err(|e| bad(&e))?;
+    let key = ApiKey::from_env(&api_key_env).map_err(|e| bad(&e))?;
     let provider: Arc<dyn ModelProvider> = match kind {
         "anthropic" => Arc::new(
             Anthropic::new(AnthropicConfig::new(

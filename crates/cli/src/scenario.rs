@@ -18,7 +18,7 @@
 //! that does not exist): those reach the engine exactly as a misbehaving
 //! provider's output would, and end up in the log as typed failures.
 
-use keel_engine::{EngineLimits, OnToolFailure, PartialRetry, RetryPolicy, ToolPolicy};
+use keel_engine::{EngineLimits, LimitField, OnToolFailure, PartialRetry, RetryPolicy, ToolPolicy};
 use keel_message::{CanonicalJson, Message, MessageId, ModelName, RunId, ToolDefinition, ToolName};
 use keel_stream::MetadataAllowlist;
 use keel_testkit::{ScriptItem, ToolStep};
@@ -488,6 +488,23 @@ fn nonzero<T: PartialEq + Default + Copy>(
     match value {
         Some(v) if v == T::default() => Err(rule(path, "must be at least 1")),
         other => Ok(other),
+    }
+}
+
+/// The scenario member an engine limit comes from.
+pub fn limit_path(field: LimitField) -> &'static str {
+    match field {
+        LimitField::MaxTurns => "limits.max_turns",
+        LimitField::MaxToolCallsPerTurn => "limits.max_tool_calls_per_turn",
+        LimitField::MaxParallelTools => "limits.max_parallel_tools",
+        LimitField::ModelCallTimeout => "limits.model_timeout_ms",
+        LimitField::ToolCallTimeout => "limits.tool_timeout_ms",
+        LimitField::ClosingDeadline => "limits.closing_deadline_ms",
+        LimitField::ApprovalTimeout => "limits.approval_timeout_ms",
+        LimitField::RetryMaxAttempts => "limits.retry.max_attempts",
+        LimitField::RetryInitialBackoff => "limits.retry.initial_backoff_ms",
+        LimitField::RetryMultiplier => "limits.retry.multiplier",
+        LimitField::RetryJitter => "limits.retry.jitter",
     }
 }
 

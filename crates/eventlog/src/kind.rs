@@ -196,6 +196,19 @@ impl EventKind {
     pub fn is_terminal(&self) -> bool {
         matches!(self, EventKind::Lifecycle(_, Phase::Ended(_)))
     }
+
+    /// Whether this is the run's terminal (`run.completed`, `run.failed`
+    /// or `run.cancelled`): the last event a run's log ever holds.
+    ///
+    /// ```
+    /// use keel_eventlog::EventKind;
+    /// assert!(EventKind::parse("run.cancelled")?.is_run_terminal());
+    /// assert!(!EventKind::parse("turn.completed")?.is_run_terminal());
+    /// # Ok::<(), keel_eventlog::KindError>(())
+    /// ```
+    pub fn is_run_terminal(&self) -> bool {
+        matches!(self, EventKind::Lifecycle(Scope::Run, Phase::Ended(_)))
+    }
 }
 
 fn lifecycle_name(scope: Scope, phase: Phase) -> &'static str {

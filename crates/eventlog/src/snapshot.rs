@@ -4,13 +4,14 @@
 use crate::clock::Clock;
 use crate::config::{ConfigError, LogConfig};
 use crate::event::{Event, EventDecodeError, MAX_SAFE, SCHEMA_VERSION};
-use crate::kind::Phase;
+use crate::kind::{EventKind, Phase, Scope, Terminal};
 use crate::lifecycle::{LifecycleError, LifecycleTracker};
 use crate::log::{CommitError, RunLog};
 use crate::payload::Payload;
 use crate::scope::{ScopeKey, Transition};
 use crate::sync::lock;
 use keel_message::{CallId, InteractionId, OperationId, RunId, ToolName};
+use keel_stream::MetadataAllowlist;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -257,6 +258,20 @@ pub enum ImportError {
     /// The target configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A `model.completed` carries metadata in a namespace the importing
+    /// side does not allow ([`RunLog::import_with_allowlist`]). Namespace
+    /// names are validated plain names, safe to show.
+    #[error(
+        "line {line}: seq {seq}: model.completed metadata namespace $.{namespace} is not allowed here (rule import.metadata_allowlist)"
+    )]
+    MetadataNotAllowed {
+        /// 1-based line number.
+        line: usize,
+        /// The event's sequence.
+        seq: u64,
+        /// The first namespace not allowed.
+        namespace: String,
+    },
 }
 
 impl Snapshot {
@@ -427,6 +442,36 @@ fn check_line(
     Ok(event)
 }
 
+/// Refuses event `n` when it is a `model.completed` whose metadata has a
+/// namespace `allowlist` does not hold.
+fn check_metadata_allowed(
+    event: &Event,
+    n: usize,
+    allowlist: &MetadataAllowlist,
+) -> Result<(), ImportError> {
+    if *event.kind() != EventKind::Lifecycle(Scope::Model, Phase::Ended(Terminal::Completed)) {
+        return Ok(());
+    }
+    let Payload::ModelCompleted(done) = event
+        .payload()
+        .map_err(|source| ImportError::Event { line: n, source })?
+    else {
+        return Ok(());
+    };
+    let namespaces = done.metadata.iter().flat_map(|m| m.namespaces());
+    match namespaces
+        .into_iter()
+        .find(|(name, _)| !allowlist.contains(name))
+    {
+        Some((namespace, _)) => Err(ImportError::MetadataNotAllowed {
+            line: n,
+            seq: event.seq(),
+            namespace: namespace.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Checks that event `n` is of `run_id`, follows `previous` and does not
 /// go back in time; then advances both.
 fn check_event(
@@ -578,11 +623,57 @@ impl RunLog {
     /// them), checking everything a commit checks. Sequences must run
     /// 1, 2, 3, … with no gap, duplicate or reordering; nothing is
     /// renumbered.
+    ///
+    /// For events this host stored itself (a journal, a stream), whose
+    /// metadata already passed the allowlist of the run that wrote them.
+    /// Events from outside (a file) go through
+    /// [`RunLog::import_with_allowlist`].
     pub fn import<'a>(
         run_id: RunId,
         lines: impl IntoIterator<Item = &'a str>,
         config: LogConfig,
         clock: Arc<dyn Clock>,
+    ) -> Result<RunLog, ImportError> {
+        Self::import_checked(run_id, lines, config, clock, None)
+    }
+
+    /// [`RunLog::import`] of events from outside, which must also keep to
+    /// this side's metadata allowlist: a `model.completed` whose metadata
+    /// has a namespace `allowlist` does not hold is refused
+    /// ([`ImportError::MetadataNotAllowed`], rule
+    /// `import.metadata_allowlist`). The live path would have dropped
+    /// that namespace, and an import keeps every event's bytes, so it
+    /// cannot drop it either.
+    ///
+    /// ```
+    /// use keel_eventlog::*;
+    /// use keel_stream::MetadataAllowlist;
+    /// use std::sync::Arc;
+    /// let run = keel_message::RunId::parse("run_1")?;
+    /// let line = r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":1,"ts":5}"#;
+    /// let log = RunLog::import_with_allowlist(
+    ///     run, [line], LogConfig::default(), Arc::new(SystemClock), &MetadataAllowlist::empty(),
+    /// )?;
+    /// assert_eq!(log.stats().last_seq, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn import_with_allowlist<'a>(
+        run_id: RunId,
+        lines: impl IntoIterator<Item = &'a str>,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+        allowlist: &MetadataAllowlist,
+    ) -> Result<RunLog, ImportError> {
+        Self::import_checked(run_id, lines, config, clock, Some(allowlist))
+    }
+
+    /// Both imports; `allowlist` is `None` for events this host stored.
+    fn import_checked<'a>(
+        run_id: RunId,
+        lines: impl IntoIterator<Item = &'a str>,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+        allowlist: Option<&MetadataAllowlist>,
     ) -> Result<RunLog, ImportError> {
         config.validate()?;
         let mut previous = 0;
@@ -590,6 +681,9 @@ impl RunLog {
         let mut events = Vec::new();
         for (i, line) in lines.into_iter().enumerate() {
             let event = check_line(line, i + 1, &run_id, &mut previous, &mut previous_ts)?;
+            if let Some(allowlist) = allowlist {
+                check_metadata_allowed(&event, i + 1, allowlist)?;
+            }
             events.push(Arc::new(event));
         }
         let tracker = LifecycleTracker::new(config.max_open_scopes);

@@ -1,7 +1,7 @@
 //! Subscriptions: a cursor into one run's log, with its own bounds.
 
 use crate::event::Event;
-use crate::shared::{EndReason, Shared, Signal, State, is_run_terminal};
+use crate::shared::{EndReason, Shared, Signal, State};
 use crate::sync::lock;
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -413,7 +413,7 @@ impl Cursor {
             && state
                 .entries
                 .back()
-                .is_some_and(|e| is_run_terminal(&e.event))
+                .is_some_and(|e| e.event.kind().is_run_terminal())
         {
             self.terminal = Some(self.taken);
         }

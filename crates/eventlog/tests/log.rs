@@ -349,6 +349,30 @@ fn byte_bound_cuts_off_too() {
 }
 
 #[test]
+fn only_the_runs_three_terminals_are_run_terminals() {
+    let mut names: Vec<String> = [
+        "model.text_delta",
+        "model.tool_call",
+        "run.input",
+        "acme.run_completed",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    for scope in Scope::ALL {
+        names.push(format!("{}.started", scope.as_str()));
+        for terminal in Terminal::ALL {
+            names.push(format!("{}.{}", scope.as_str(), terminal.as_str()));
+        }
+    }
+    let terminals: Vec<&str> = names
+        .iter()
+        .filter(|n| EventKind::parse(n).unwrap().is_run_terminal())
+        .map(String::as_str)
+        .collect();
+    assert_eq!(terminals, ["run.completed", "run.failed", "run.cancelled"]);
+}
+
+#[test]
 fn stream_ends_after_the_run_terminal() {
     let log = log();
     let mut sub = log.subscribe(0, SubscriptionBounds::default()).unwrap();
@@ -484,6 +508,56 @@ fn snapshot_restore_is_byte_identical_and_continues_the_sequence() {
         "turn 1 is still open after restore"
     );
     commit_all(&restored, &[turn_completed(1), run_completed()]);
+}
+
+#[test]
+fn import_with_an_allowlist_refuses_metadata_outside_it() {
+    let log = log();
+    let mut done = model_completed(1, "op_1");
+    if let Payload::ModelCompleted(p) = &mut done {
+        p.metadata = Some(
+            keel_stream::ProviderMetadata::from_value(&serde_json::json!({
+                "openai": {"id": "r1"}, "scripted": {"n": 1}
+            }))
+            .unwrap(),
+        );
+    }
+    started_model(&log);
+    commit_all(&log, &[done, turn_completed(1), run_completed()]);
+    let lines: Vec<String> = log
+        .retained_after(0)
+        .iter()
+        .map(|e| e.line().to_owned())
+        .collect();
+    let import = |names: &[&str]| {
+        RunLog::import_with_allowlist(
+            run_id(),
+            lines.iter().map(String::as_str),
+            LogConfig::default(),
+            Arc::new(SystemClock),
+            &keel_stream::MetadataAllowlist::new(names.iter().copied()).unwrap(),
+        )
+    };
+    let err = import(&["scripted"]).unwrap_err();
+    assert!(
+        matches!(&err, ImportError::MetadataNotAllowed { line: 4, seq: 4, namespace } if namespace == "openai"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("$.openai is not allowed here (rule import.metadata_allowlist)"),
+        "{err}"
+    );
+    let whole = import(&["openai", "scripted"]).unwrap();
+    assert_eq!(whole.stats().last_seq, 6);
+    // Events this host stored itself are trusted as they are.
+    let stored = RunLog::import(
+        run_id(),
+        lines.iter().map(String::as_str),
+        LogConfig::default(),
+        Arc::new(SystemClock),
+    );
+    assert!(stored.is_ok());
 }
 
 #[test]

@@ -88,7 +88,7 @@ mod run_window;
 mod tracing_bridge;
 mod window;
 
-pub use history::{HistoryError, RunHistory, RunStatus, StoredRun};
+pub use history::{RunHistory, RunHistoryError, RunStatus, StoredRun};
 pub use observer::{
     BatchError, BestEffortObserver, ObserveBatchFuture, ObserveFuture, ObserverError,
     RequiredObserver,

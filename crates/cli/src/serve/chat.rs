@@ -421,7 +421,16 @@ async fn start(
                 .map_err(|e| runs::launch_problem(&e))?
         }
     };
-    let request = request.chat_run(ChatRun::new(id, n));
+    let chat = keel_eventlog::ChatId::parse(id).map_err(|e| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-body",
+            "Invalid chat request",
+            format!("at id: {e}"),
+        )
+        .with("path", "id")
+    })?;
+    let request = request.chat_run(ChatRun::new(chat, n));
     // The template is the operator's own file: its servers start as written.
     runs::admit_run(daemon, McpPlan::resolve(daemon, template, false)?, request).await?;
     Ok(ui_response(ui_stream(Arc::clone(daemon), name, 0)))

@@ -165,7 +165,7 @@ pub async fn check_owned(daemon: &Daemon, id: &str, n: u64) -> Result<(), Proble
         .is_some_and(|event| match event.payload() {
             Ok(Payload::RunStarted(started)) => started
                 .chat
-                .is_some_and(|chat| chat.id == id && chat.n == n),
+                .is_some_and(|chat| chat.id.as_str() == id && chat.n == n),
             _ => false,
         });
     if owned {

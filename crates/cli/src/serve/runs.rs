@@ -368,16 +368,6 @@ pub(super) fn launch_problem(e: &LaunchError) -> Problem {
     invalid(e.to_string(), &e.path())
 }
 
-/// The scenario member an engine limit comes from.
-fn limit_path(field: &str) -> String {
-    match field {
-        "closing_deadline" => "limits.closing_deadline_ms".to_owned(),
-        "approval_timeout" => "limits.approval_timeout_ms".to_owned(),
-        "timeouts" => "limits".to_owned(),
-        other => format!("limits.{other}"),
-    }
-}
-
 /// `$.history[i]…` (the engine's path) as the scenario's `messages[i]…`.
 fn history_path(path: &str) -> String {
     match path.strip_prefix("$.history") {
@@ -395,7 +385,7 @@ fn start_problem(e: &StartError) -> Problem {
         StartError::ShuttingDown => shutting_down(),
         StartError::DuplicateRun { run_id } => run_exists(run_id.as_str()),
         StartError::InvalidLimit(l) => rule(
-            invalid(e.to_string(), &limit_path(l.field())),
+            invalid(e.to_string(), crate::scenario::limit_path(l.field())),
             "engine.limits",
         ),
         StartError::DuplicateTool { .. } => {
