@@ -12,7 +12,7 @@
 mod common;
 
 use common::events::{events, started};
-use keel_cli::views::agui::{AguiMapper, check_stream, prelude};
+use keel_views::agui::{AguiMapper, check_stream, prelude};
 use keel_eventlog::Event;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
     if at == 0 {
         return;
     }
-    if let Ok((mapper, mut joined)) = prelude(&events[..at], Vec::new()) {
+    if let Ok((mapper, mut joined)) = prelude(&events[..at], Vec::new(), keel_message::Limits::default()) {
         map_all(mapper, &events[at..], &mut joined);
         if let Err(e) = check_stream(&joined) {
             panic!("the joined stream at {at} breaks a rule: {e}");

@@ -1,6 +1,6 @@
 //! Fuzzes the body parser of `POST /v1/chat` (what the AI SDK's `useChat`
 //! sends: `id`, `messages`, `trigger`, …) on arbitrary text, through
-//! `keel_cli::serve::chat::parse_body`, the function the handler calls.
+//! `keel_serve::chat::parse_body`, the function the handler calls.
 //!
 //! Properties:
 //! - no panic, and the verdict is deterministic;
@@ -9,7 +9,7 @@
 //! - a refusal does not change when the letters and digits of content
 //!   members (`text`, `data`, `input`, `output`, `reason`, `errorText`)
 //!   are rotated: it names paths and rules, never content;
-//! - a body the one strict reader (`keel_cli::strict_json`) refuses, a
+//! - a body the one strict reader (`keel_message::strict_json`) refuses, a
 //!   repeated member anywhere above all, is refused at the path it names:
 //!   no member is read last-wins;
 //! - an accepted body obeys the documented bounds: an `id` of 1 to 64
@@ -17,7 +17,7 @@
 //!   least one answered approval.
 #![no_main]
 
-use keel_cli::serve::chat::{Ask, MAX_CHAT_ID_BYTES, parse_body};
+use keel_serve::chat::{Ask, MAX_CHAT_ID_BYTES, parse_body};
 use libfuzzer_sys::fuzz_target;
 
 mod common;
@@ -39,8 +39,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let verdict = parse_body(text);
     assert_eq!(verdict, parse_body(text), "deterministic");
-    if let Err(strict) = keel_cli::strict_json::parse(text) {
-        let path = keel_cli::strict_json::path(&strict);
+    if let Err(strict) = keel_message::strict_json::parse(text) {
+        let path = keel_message::strict_json::path(&strict);
         assert!(
             matches!(&verdict, Err(e) if e.path == path),
             "the strict reader refuses at {path}: {verdict:?}"

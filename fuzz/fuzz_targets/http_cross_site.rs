@@ -21,7 +21,7 @@
 
 use http::Method;
 use http::uri::Authority;
-use keel_cli::serve::cross_site::{
+use keel_serve::cross_site::{
     AllowedOrigin, CrossSitePolicy, CrossSiteRefusal, RequestHead, parse_public_host,
 };
 use libfuzzer_sys::arbitrary::{Arbitrary, Result, Unstructured};

@@ -20,8 +20,8 @@
 #![no_main]
 
 use http::{HeaderMap, HeaderValue, Uri};
-use keel_cli::serve::auth::bearer_matches;
-use keel_cli::serve::events::{EventsFormat, EventsRequest, Naming};
+use keel_serve::auth::bearer_matches;
+use keel_serve::events::{EventsFormat, EventsRequest, Naming};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;

@@ -13,7 +13,7 @@
 //!   message re-validates through `keel-message` after a JSON round trip.
 #![no_main]
 
-use keel_cli::scenario::{ProviderSpec, ScenarioError, parse};
+use keel_scenario::file::{ProviderSpec, ScenarioError, parse};
 use keel_message::{Limits, Message};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;

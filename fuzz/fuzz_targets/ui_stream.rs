@@ -25,7 +25,7 @@
 mod common;
 
 use common::events::{events, lifecycle_valid, started};
-use keel_cli::views::ui_stream::{UiStream, ViewError};
+use keel_views::ui_stream::{UiStream, ViewError};
 use keel_eventlog::{Event, Payload};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;

@@ -12,36 +12,25 @@
 //! | `keel recover` | close every abandoned run (rule `run.host_lost`); runs a live process owns are skipped; exit 1 if a run needs attention |
 //! | `keel verify` | every run: contiguous seqs from 1, canonical lines, lifecycle, status; exit 1 on the first violation |
 //! | `keel export RUN_ID [-o FILE]` / `keel import FILE` | a run as JSON Lines (the eventlog snapshot format); never renumbered |
-//! | `keel serve [--listen ADDR] [--token-file F]` | the HTTP daemon ([`serve`]): runs, SSE event streams with resume, approvals |
+//! | `keel serve [--listen ADDR] [--token-file F]` | the HTTP daemon (`keel-serve`): runs, SSE event streams with resume, approvals, chat, AG-UI, the viewer |
 //!
 //! Multi-host (`--nats URL`, always compiled in): `keel run --nats` also
 //! journals every event to NATS JetStream, and `keel serve --nats` streams
-//! runs it does not have from there ([`jetstream`], `docs/DEPLOYMENT.md`).
-//!
-//! MCP tools (feature `mcp`, on by default): a scenario's `mcp_servers`
-//! mounts MCP servers' tools through `keel-mcp`, and `keel serve --mcp`
-//! lists the servers posted scenarios may use (the `mcp` module).
+//! runs it does not have from there (`docs/DEPLOYMENT.md`).
 //!
 //! The database is `--db PATH`, else `$KEEL_DB`, else `keel.db`.
 //!
-//! This library holds the binary's logic so that it can be tested: the
-//! strict scenario loader ([`scenario`]), the built-in tools
-//! ([`builtins`]), the transcript renderer ([`render`]), the approval
-//! handler ([`approval`]) and the subcommands ([`commands`]). The binary
+//! This crate is the command line only: flags ([`args`]), the subcommands
+//! ([`commands`]), the transcript renderer ([`render`], [`screen`]) and
+//! the terminal's approval handler ([`approval`]). The binary
 //! (`src/main.rs`) only calls [`main`].
 //!
-//! What it is not: it owns no run semantics (the engine does: turns,
-//! retries, cancellation, closing), no storage format (the journal's), no
-//! provider wire format (`keel-providers` has them; `keel serve` still
-//! refuses the network provider types and runs scripted scenarios only).
-//!
-//! Neighbours: it composes `keel-engine` (the run loop), `keel-observers`
-//! (the SQLite journal, as a required observer, and its reader),
-//! `keel-eventlog` (events, subscriptions, `RunLog::import`) and
-//! `keel-testkit` (the scripted provider and tools that scenario files
-//! describe, and the lifecycle checker `verify` uses). Depending on the
-//! testkit is a recorded decision: see
-//! `docs/rfc/implemented/2026-11-30-cli-scripted-provider.md`.
+//! What it is not: it owns no run semantics (`keel-engine`), no storage
+//! format (the journal's, `keel-observers`), no scenario format
+//! (`keel-scenario` loads scenario files and turns them into runs), no
+//! HTTP (`keel-serve` is the daemon; `keel serve` maps its flags onto a
+//! `ServeConfig` and a `ScenarioFactory`), no frontend protocol
+//! (`keel-views`).
 //!
 //! Live output comes only from the run's log, through a subscription: the
 //! transcript and `--json` show exactly what was committed, in order, and
@@ -50,21 +39,11 @@
 
 pub mod approval;
 pub mod args;
-pub mod builtins;
 pub mod commands;
-pub mod conversation;
 pub mod error;
-pub mod jetstream;
-pub mod launch;
-#[cfg(feature = "mcp")]
-pub mod mcp;
 pub mod render;
-pub mod scenario;
 pub mod screen;
-pub mod serve;
-pub mod strict_json;
 pub mod time;
-pub mod views;
 
 use clap::Parser;
 
@@ -80,7 +59,7 @@ pub fn main() -> i32 {
         args::Command::Recover(a) => commands::recover::recover(a),
         args::Command::Export(a) => commands::transfer::export(a),
         args::Command::Import(a) => commands::transfer::import(a),
-        args::Command::Serve(a) => serve::serve(a),
+        args::Command::Serve(a) => commands::serve::serve(a),
     };
     match result {
         Ok(code) => code,

@@ -456,7 +456,7 @@ fn rebuilt(db: &std::path::Path, run: &str) -> Vec<keel_message::Message> {
     let reader = keel_observers::JournalReader::open(db).unwrap();
     let probe = keel_message::RunId::parse("probe").unwrap();
     let limits = keel_message::Limits::default();
-    keel_cli::conversation::continuation(&reader, run, &[], &probe, &limits)
+    keel_observers::conversation::continuation(&reader, run, &[], &probe, &limits)
         .unwrap()
         .history
 }

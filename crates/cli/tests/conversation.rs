@@ -246,7 +246,7 @@ async fn a_post_that_would_store_more_than_the_bound_is_refused() {
     );
     assert_eq!(
         problem["max_bytes"],
-        keel_cli::conversation::MAX_STORED_INPUT_BYTES
+        keel_observers::conversation::MAX_STORED_INPUT_BYTES
     );
     assert!(problem["bytes"].as_u64().unwrap() > 1 << 20, "{problem}");
     assert!(

@@ -9,9 +9,9 @@
 #![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use keel_cli::builtins::Builtin;
 use keel_engine::{Tool, ToolInvocation, ToolPolicy};
 use keel_message::{CallId, CanonicalJson, RunId};
+use keel_scenario::builtins::Builtin;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! one table per rule family, each row at a boundary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use keel_cli::serve::cross_site::{
+use keel_serve::cross_site::{
     AllowedOrigin, CrossSiteConfigError, CrossSitePolicy, MAX_NAME_BYTES, parse_public_host,
 };
 
@@ -120,7 +120,7 @@ fn agui_steps_and_tool_results() {
             extra: Extra::new(),
         }),
     ];
-    let mut mapper = keel_cli::views::agui::AguiMapper::new();
+    let mut mapper = keel_views::agui::AguiMapper::new();
     let mut mapped = Vec::new();
     for p in &payloads {
         mapped.extend(mapper.map(&log.commit(p).unwrap()).unwrap());
@@ -155,7 +155,7 @@ fn agui_event(ty: &str, fields: serde_json::Value) -> serde_json::Value {
 /// each naming what its refusal says.
 #[test]
 fn agui_checks_refuse_broken_streams() {
-    use keel_cli::views::agui::{check_event, check_stream};
+    use keel_views::agui::{check_event, check_stream};
     use serde_json::json;
     let start = || agui_event("RUN_STARTED", json!({"threadId": "t", "runId": "r"}));
     let finish = || agui_event("RUN_FINISHED", json!({"threadId": "t", "runId": "r"}));
@@ -246,7 +246,7 @@ fn ui_stream_finish_reasons() {
             Payload::TurnCompleted(turn),
             Payload::RunCompleted(RunCompleted::default()),
         ];
-        let mut stream = keel_cli::views::ui_stream::UiStream::new();
+        let mut stream = keel_views::ui_stream::UiStream::new();
         let mut chunks = Vec::new();
         for p in &payloads {
             chunks.extend(stream.feed(&log.commit(p).unwrap()).unwrap());
@@ -315,7 +315,7 @@ fn ui_stream_pending_approvals() {
             extra: Extra::new(),
         }),
     ];
-    let mut stream = keel_cli::views::ui_stream::UiStream::new();
+    let mut stream = keel_views::ui_stream::UiStream::new();
     for p in &payloads {
         stream.feed(&log.commit(p).unwrap()).unwrap();
     }

@@ -351,6 +351,13 @@ impl Engine {
         lock(&self.inner.registry).runs.keys().cloned().collect()
     }
 
+    /// The message limits every run's history and parts are checked
+    /// against ([`EngineBuilder::message_limits`](crate::EngineBuilder::message_limits)):
+    /// what a host rebuilding a history (a view, a continuation) applies.
+    pub fn message_limits(&self) -> &Limits {
+        &self.inner.shared.message_limits
+    }
+
     /// Whether [`shutdown`](Self::shutdown) has begun (new runs are refused).
     pub fn is_shutting_down(&self) -> bool {
         lock(&self.inner.registry).shutting_down

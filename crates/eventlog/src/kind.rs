@@ -207,7 +207,22 @@ impl EventKind {
     /// # Ok::<(), keel_eventlog::KindError>(())
     /// ```
     pub fn is_run_terminal(&self) -> bool {
-        matches!(self, EventKind::Lifecycle(Scope::Run, Phase::Ended(_)))
+        self.run_terminal().is_some()
+    }
+
+    /// How the run ended, when this is the run's terminal.
+    ///
+    /// ```
+    /// use keel_eventlog::{EventKind, Terminal};
+    /// assert_eq!(EventKind::parse("run.failed")?.run_terminal(), Some(Terminal::Failed));
+    /// assert_eq!(EventKind::parse("model.failed")?.run_terminal(), None);
+    /// # Ok::<(), keel_eventlog::KindError>(())
+    /// ```
+    pub fn run_terminal(&self) -> Option<Terminal> {
+        match self {
+            EventKind::Lifecycle(Scope::Run, Phase::Ended(terminal)) => Some(*terminal),
+            _ => None,
+        }
     }
 }
 

@@ -56,6 +56,7 @@ mod clock;
 mod config;
 mod decimal;
 mod event;
+mod foreign_run;
 mod hasher;
 pub mod history;
 mod kind;

@@ -4,14 +4,13 @@
 use crate::clock::Clock;
 use crate::config::{ConfigError, LogConfig};
 use crate::event::{Event, EventDecodeError, MAX_SAFE, SCHEMA_VERSION};
-use crate::kind::{EventKind, Phase, Scope, Terminal};
+use crate::kind::Phase;
 use crate::lifecycle::{LifecycleError, LifecycleTracker};
 use crate::log::{CommitError, RunLog};
 use crate::payload::Payload;
 use crate::scope::{ScopeKey, Transition};
 use crate::sync::lock;
 use keel_message::{CallId, InteractionId, OperationId, RunId, ToolName};
-use keel_stream::MetadataAllowlist;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -258,9 +257,18 @@ pub enum ImportError {
     /// The target configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The header does not describe the events replayed from it
+    /// ([`Snapshot::import_run`]).
+    #[error(
+        "the header does not describe the file's events (rule snapshot.consistent): they give {replayed}"
+    )]
+    HeaderMismatch {
+        /// The header the events give.
+        replayed: String,
+    },
     /// A `model.completed` carries metadata in a namespace the importing
-    /// side does not allow ([`RunLog::import_with_allowlist`]). Namespace
-    /// names are validated plain names, safe to show.
+    /// side does not allow ([`Snapshot::import_run`]). Namespace names are
+    /// validated plain names, safe to show.
     #[error(
         "line {line}: seq {seq}: model.completed metadata namespace $.{namespace} is not allowed here (rule import.metadata_allowlist)"
     )]
@@ -347,10 +355,7 @@ impl Snapshot {
     /// The JSON Lines form: header, then one line per event, each ending in
     /// `\n`.
     pub fn to_jsonl(&self) -> String {
-        let header = serde_json::to_value(&self.header)
-            .ok()
-            .and_then(|v| keel_message::canonical::to_canonical_string(&v).ok())
-            .unwrap_or_default();
+        let header = self.header_line();
         let mut out = String::with_capacity(
             header.len()
                 + 1
@@ -367,6 +372,14 @@ impl Snapshot {
             out.push('\n');
         }
         out
+    }
+
+    /// The header's canonical line (no trailing newline).
+    pub(crate) fn header_line(&self) -> String {
+        serde_json::to_value(&self.header)
+            .ok()
+            .and_then(|v| keel_message::canonical::to_canonical_string(&v).ok())
+            .unwrap_or_default()
     }
 
     /// Parses the JSON Lines form, checking every line and that the events
@@ -440,36 +453,6 @@ fn check_line(
     let event = Event::decode(line).map_err(|source| ImportError::Event { line: n, source })?;
     check_event(&event, n, run_id, previous, previous_ts)?;
     Ok(event)
-}
-
-/// Refuses event `n` when it is a `model.completed` whose metadata has a
-/// namespace `allowlist` does not hold.
-fn check_metadata_allowed(
-    event: &Event,
-    n: usize,
-    allowlist: &MetadataAllowlist,
-) -> Result<(), ImportError> {
-    if *event.kind() != EventKind::Lifecycle(Scope::Model, Phase::Ended(Terminal::Completed)) {
-        return Ok(());
-    }
-    let Payload::ModelCompleted(done) = event
-        .payload()
-        .map_err(|source| ImportError::Event { line: n, source })?
-    else {
-        return Ok(());
-    };
-    let namespaces = done.metadata.iter().flat_map(|m| m.namespaces());
-    match namespaces
-        .into_iter()
-        .find(|(name, _)| !allowlist.contains(name))
-    {
-        Some((namespace, _)) => Err(ImportError::MetadataNotAllowed {
-            line: n,
-            seq: event.seq(),
-            namespace: namespace.to_owned(),
-        }),
-        None => Ok(()),
-    }
 }
 
 /// Checks that event `n` is of `run_id`, follows `previous` and does not
@@ -626,54 +609,12 @@ impl RunLog {
     ///
     /// For events this host stored itself (a journal, a stream), whose
     /// metadata already passed the allowlist of the run that wrote them.
-    /// Events from outside (a file) go through
-    /// [`RunLog::import_with_allowlist`].
+    /// A run from outside (a file) goes through [`Snapshot::import_run`].
     pub fn import<'a>(
         run_id: RunId,
         lines: impl IntoIterator<Item = &'a str>,
         config: LogConfig,
         clock: Arc<dyn Clock>,
-    ) -> Result<RunLog, ImportError> {
-        Self::import_checked(run_id, lines, config, clock, None)
-    }
-
-    /// [`RunLog::import`] of events from outside, which must also keep to
-    /// this side's metadata allowlist: a `model.completed` whose metadata
-    /// has a namespace `allowlist` does not hold is refused
-    /// ([`ImportError::MetadataNotAllowed`], rule
-    /// `import.metadata_allowlist`). The live path would have dropped
-    /// that namespace, and an import keeps every event's bytes, so it
-    /// cannot drop it either.
-    ///
-    /// ```
-    /// use keel_eventlog::*;
-    /// use keel_stream::MetadataAllowlist;
-    /// use std::sync::Arc;
-    /// let run = keel_message::RunId::parse("run_1")?;
-    /// let line = r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":1,"ts":5}"#;
-    /// let log = RunLog::import_with_allowlist(
-    ///     run, [line], LogConfig::default(), Arc::new(SystemClock), &MetadataAllowlist::empty(),
-    /// )?;
-    /// assert_eq!(log.stats().last_seq, 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn import_with_allowlist<'a>(
-        run_id: RunId,
-        lines: impl IntoIterator<Item = &'a str>,
-        config: LogConfig,
-        clock: Arc<dyn Clock>,
-        allowlist: &MetadataAllowlist,
-    ) -> Result<RunLog, ImportError> {
-        Self::import_checked(run_id, lines, config, clock, Some(allowlist))
-    }
-
-    /// Both imports; `allowlist` is `None` for events this host stored.
-    fn import_checked<'a>(
-        run_id: RunId,
-        lines: impl IntoIterator<Item = &'a str>,
-        config: LogConfig,
-        clock: Arc<dyn Clock>,
-        allowlist: Option<&MetadataAllowlist>,
     ) -> Result<RunLog, ImportError> {
         config.validate()?;
         let mut previous = 0;
@@ -681,9 +622,6 @@ impl RunLog {
         let mut events = Vec::new();
         for (i, line) in lines.into_iter().enumerate() {
             let event = check_line(line, i + 1, &run_id, &mut previous, &mut previous_ts)?;
-            if let Some(allowlist) = allowlist {
-                check_metadata_allowed(&event, i + 1, allowlist)?;
-            }
             events.push(Arc::new(event));
         }
         let tracker = LifecycleTracker::new(config.max_open_scopes);

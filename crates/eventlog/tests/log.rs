@@ -370,6 +370,10 @@ fn only_the_runs_three_terminals_are_run_terminals() {
         .map(String::as_str)
         .collect();
     assert_eq!(terminals, ["run.completed", "run.failed", "run.cancelled"]);
+    for terminal in Terminal::ALL {
+        let kind = EventKind::parse(&format!("run.{}", terminal.as_str())).unwrap();
+        assert_eq!(kind.run_terminal(), Some(terminal));
+    }
 }
 
 #[test]
@@ -511,7 +515,7 @@ fn snapshot_restore_is_byte_identical_and_continues_the_sequence() {
 }
 
 #[test]
-fn import_with_an_allowlist_refuses_metadata_outside_it() {
+fn a_run_from_outside_keeps_to_the_importers_metadata_allowlist() {
     let log = log();
     let mut done = model_completed(1, "op_1");
     if let Payload::ModelCompleted(p) = &mut done {
@@ -524,15 +528,9 @@ fn import_with_an_allowlist_refuses_metadata_outside_it() {
     }
     started_model(&log);
     commit_all(&log, &[done, turn_completed(1), run_completed()]);
-    let lines: Vec<String> = log
-        .retained_after(0)
-        .iter()
-        .map(|e| e.line().to_owned())
-        .collect();
+    let snapshot = log.snapshot();
     let import = |names: &[&str]| {
-        RunLog::import_with_allowlist(
-            run_id(),
-            lines.iter().map(String::as_str),
+        snapshot.import_run(
             LogConfig::default(),
             Arc::new(SystemClock),
             &keel_stream::MetadataAllowlist::new(names.iter().copied()).unwrap(),
@@ -549,15 +547,40 @@ fn import_with_an_allowlist_refuses_metadata_outside_it() {
         "{err}"
     );
     let whole = import(&["openai", "scripted"]).unwrap();
-    assert_eq!(whole.stats().last_seq, 6);
+    assert_eq!(whole.retained_after(0), log.retained_after(0));
     // Events this host stored itself are trusted as they are.
-    let stored = RunLog::import(
-        run_id(),
-        lines.iter().map(String::as_str),
-        LogConfig::default(),
-        Arc::new(SystemClock),
+    let lines: Vec<&str> = snapshot.events().iter().map(|e| e.line()).collect();
+    assert!(RunLog::import(run_id(), lines, LogConfig::default(), Arc::new(SystemClock)).is_ok());
+}
+
+#[test]
+fn a_run_from_outside_must_have_the_header_its_events_give() {
+    let log = log();
+    commit_all(&log, &[run_started(), turn_started(1)]);
+    let open = log.snapshot().to_jsonl();
+    commit_all(&log, &[turn_completed(1), run_completed()]);
+    let ended = log.snapshot().to_jsonl();
+    // The finished run's events under the header of the run still open.
+    let (open_header, _) = open.split_once('\n').unwrap();
+    let (_, ended_events) = ended.split_once('\n').unwrap();
+    let forged =
+        format!("{open_header}\n{ended_events}").replace(r#""last_seq":2"#, r#""last_seq":4"#);
+    let snapshot = Snapshot::from_jsonl(&forged).unwrap();
+    let err = snapshot
+        .import_run(
+            LogConfig::default(),
+            Arc::new(SystemClock),
+            &keel_stream::MetadataAllowlist::empty(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, ImportError::HeaderMismatch { replayed } if replayed.contains(r#""run_ended":true"#)),
+        "{err:?}"
     );
-    assert!(stored.is_ok());
+    assert!(
+        err.to_string().contains("(rule snapshot.consistent)"),
+        "{err}"
+    );
 }
 
 #[test]

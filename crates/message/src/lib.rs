@@ -72,6 +72,7 @@ mod message;
 mod names;
 mod request;
 mod schema_check;
+pub mod strict_json;
 mod tool;
 mod tool_spec;
 mod tool_spec_error;

@@ -172,7 +172,7 @@ mod writer;
 /// needs no SQLite); named here as before.
 pub use crate::history::RunStatus;
 pub use claim::RunClaim;
-pub use reader::{JournalReader, PAGE_BYTES, RunSummary, RunTotals, is_last_page};
+pub use reader::{JournalReader, PAGE_BYTES, RunSummary, RunTotals, is_last_page, page_end};
 pub use recover::{RecoveredRun, RecoveryReport, SkipReason, SkippedRun};
 pub use schema::SCHEMA_VERSION;
 

@@ -2,7 +2,7 @@
 //! observer and the run history followers read.
 
 use crate::sync::lock;
-use keel_eventlog::{Event, Phase, Scope};
+use keel_eventlog::Event;
 use keel_message::RunId;
 use keel_observers::{
     BatchError, ObserveBatchFuture, ObserveFuture, ObserverError, RequiredObserver, RunHistory,
@@ -54,7 +54,7 @@ impl StoredEvents {
         let last = self.events.len() as u64;
         let seq = event.seq();
         if seq == last + 1 {
-            if let Some((Scope::Run, Phase::Ended(terminal))) = event.kind().lifecycle_parts() {
+            if let Some(terminal) = event.kind().run_terminal() {
                 self.status = RunStatus::from(terminal);
             }
             self.events.push(Arc::clone(event));

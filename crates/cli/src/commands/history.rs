@@ -1,9 +1,9 @@
 //! The read side: `keel events`, `keel runs`, `keel verify`.
 
 use crate::args::{DbArgs, EventsArgs, RunsArgs};
-use crate::conversation;
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use keel_eventlog::{Event, Terminal};
+use keel_observers::conversation;
 use keel_observers::{JournalReader, RunStatus, RunSummary, is_last_page};
 use keel_testkit::{LifecycleViolation, check_lifecycle_lines};
 use std::io::{BufWriter, Write};
@@ -34,28 +34,7 @@ pub fn all_lines(
     run_id: &str,
     after: u64,
 ) -> Result<Vec<String>, CliError> {
-    let mut out = Vec::new();
-    let mut cursor = after;
-    loop {
-        let page = reader.events_after(run_id, cursor, PAGE)?;
-        let last = is_last_page(&page, PAGE);
-        cursor = advance(cursor, &page);
-        out.extend(page);
-        if last {
-            return Ok(out);
-        }
-    }
-}
-
-/// The cursor after `page`: the seq of its last line (the journal has no
-/// gaps, so this is also `cursor + page.len()`).
-fn advance(cursor: u64, page: &[String]) -> u64 {
-    match page.last() {
-        None => cursor,
-        Some(last) => Event::decode(last)
-            .map(|e| e.seq())
-            .unwrap_or(cursor + page.len() as u64),
-    }
+    Ok(reader.all_lines_after(run_id, after)?)
 }
 
 fn known_run(reader: &JournalReader, run_id: &str) -> Result<RunSummary, CliError> {
@@ -83,7 +62,7 @@ pub fn events(args: EventsArgs) -> Result<i32, CliError> {
                 out.write_all(line.as_bytes()).map_err(write_error)?;
                 out.write_all(b"\n").map_err(write_error)?;
             }
-            cursor = advance(cursor, &page);
+            cursor = keel_observers::journal::page_end(cursor, &page);
             if is_last_page(&page, PAGE) {
                 break;
             }

@@ -3,4 +3,5 @@
 pub mod history;
 pub mod recover;
 pub mod run;
+pub mod serve;
 pub mod transfer;

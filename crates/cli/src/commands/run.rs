@@ -2,18 +2,19 @@
 
 use crate::approval::Approver;
 use crate::args::RunArgs;
-use crate::conversation;
 use crate::error::{CliError, EXIT_CANCELLED, EXIT_FAILED, EXIT_OK};
-use crate::launch::{self, Launch};
 use crate::render::Transcript;
-use crate::scenario::{self, Scenario};
 use crate::screen::Screen;
 use keel_engine::{Engine, RunCanceller, RunHandle, RunOutcome, RunRequest};
 use keel_eventlog::{SubscriptionBounds, SubscriptionError};
 use keel_message::RunId;
+use keel_observers::conversation;
 use keel_observers::{
     JetStreamObserver, JournalConfig, JournalReader, RequiredObserver, SqliteJournal,
 };
+use keel_scenario::Scenario;
+use keel_scenario::file as scenario;
+use keel_scenario::launch::{self, Launch};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -119,7 +120,7 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
     };
     let run_id = match &scenario.run_id {
         Some(id) => id.clone(),
-        None => new_run_id()?,
+        None => RunId::generate(),
     };
     let launch = Launch {
         files: files.as_deref(),
@@ -169,7 +170,11 @@ async fn open_engine(
     // `--nats`: the second required observer, after the journal, so every
     // event is committed locally and then acknowledged by JetStream.
     if let Some(url) = &args.nats {
-        let observer = JetStreamObserver::new(crate::jetstream::connect(url).await?);
+        let observer = JetStreamObserver::new(
+            keel_serve::nats_connect::connect(url)
+                .await
+                .map_err(|e| CliError::bad_input(e.to_string()))?,
+        );
         builder = builder.required_observer(Arc::new(observer) as Arc<dyn RequiredObserver>);
     }
     let engine = builder
@@ -189,7 +194,7 @@ async fn with_mcp_servers(args: &RunArgs, prepared: &Prepared) -> Result<RunRequ
         prepared.request.clone(),
         &prepared.scenario,
         &[],
-        crate::mcp::Trust::Operator,
+        keel_scenario::mcp::Trust::Operator,
     )
     .await
     .map_err(|e| match e {
@@ -394,21 +399,4 @@ fn files_dir(dir: &Path) -> Result<PathBuf, CliError> {
         )));
     }
     Ok(canonical)
-}
-
-/// `run_<UTC time>_<12 random hex digits>`, e.g.
-/// `run_20261130T120000Z_3fa9c2d41b07`.
-pub fn new_run_id() -> Result<RunId, CliError> {
-    use std::hash::{BuildHasher, Hasher};
-    let now = std::time::SystemTime::now();
-    let stamp = crate::time::compact_utc(now).unwrap_or_else(|| "0".to_owned());
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    let nanos = now
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    hasher.write_u128(nanos);
-    hasher.write_u32(std::process::id());
-    let random = hasher.finish() & 0xffff_ffff_ffff;
-    RunId::parse(&format!("run_{stamp}_{random:012x}"))
-        .map_err(|e| CliError::failure(format!("generated run id refused: {e}")))
 }

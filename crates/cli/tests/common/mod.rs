@@ -242,7 +242,8 @@ pub fn rebuilt_history(db: &Path, run_id: &str) -> Vec<serde_json::Value> {
     let reader = keel_observers::JournalReader::open(db).unwrap();
     let run = keel_message::RunId::parse(run_id).unwrap();
     let rebuilt =
-        keel_cli::conversation::rebuild(&reader, &run, &keel_message::Limits::default()).unwrap();
+        keel_observers::conversation::rebuild(&reader, &run, &keel_message::Limits::default())
+            .unwrap();
     rebuilt
         .history
         .iter()

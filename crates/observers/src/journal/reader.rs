@@ -234,6 +234,24 @@ impl JournalReader {
         self.events_within(run_id, after, limit, PAGE_BYTES)
     }
 
+    /// Every stored line of `run_id` after `after`, in order, read a page
+    /// at a time (`keel export`, `keel verify`, recovery at startup: the
+    /// callers that need a whole run in memory, and bound it themselves).
+    pub fn all_lines_after(&self, run_id: &str, after: u64) -> Result<Vec<String>, JournalError> {
+        const LINES_PER_PAGE: usize = 1024;
+        let mut out = Vec::new();
+        let mut cursor = after;
+        loop {
+            let page = self.events_after(run_id, cursor, LINES_PER_PAGE)?;
+            let last = is_last_page(&page, LINES_PER_PAGE);
+            cursor = page_end(cursor, &page);
+            out.extend(page);
+            if last {
+                return Ok(out);
+            }
+        }
+    }
+
     /// [`JournalReader::events_after`] with a byte budget of `max_bytes`:
     /// the page ends once its lines add up to `max_bytes` or more (the
     /// line that reaches it included), so it holds at most `max_bytes`
@@ -274,6 +292,16 @@ impl JournalReader {
 /// reader of the journal (an event stream, a prelude, `keel events`)
 /// holds per page is bounded in bytes, not only in lines.
 pub const PAGE_BYTES: usize = 256 << 10;
+/// The cursor after `page`: the seq of its last line (the journal has no
+/// gaps, so this is also `cursor + page.len()`).
+pub fn page_end(cursor: u64, page: &[String]) -> u64 {
+    match page.last() {
+        None => cursor,
+        Some(last) => Event::decode(last)
+            .map(|e| e.seq())
+            .unwrap_or(cursor + page.len() as u64),
+    }
+}
 
 /// Whether `page`, as [`JournalReader::events_after`] returned it for a
 /// `limit`, is the last of the run as stored when it was read: it ended

@@ -1,0 +1,724 @@
+//! The Vercel AI SDK's chat routes: `POST /v1/chat` (the body `useChat`
+//! sends) and `GET /v1/chat/{id}/stream` (`useChat({resume: true})`),
+//! answered with the UI message stream v1 ([`keel_views::ui_stream`]).
+//!
+//! The agent is the operator's: `keel serve --chat-scenario FILE` gives
+//! the model, provider, tools, limits and system messages; its provider
+//! must be scripted or allowed with `--allow-provider` (checked at
+//! startup). A body may name `model` and `provider` (a type name) only as
+//! the scenario does, else 403 `provider-not-allowed`.
+//!
+//! Conversations (#13, #32): the posted `id` names the conversation; its
+//! runs are `chat-{id}-{n}`, n = 1, 2, …, created only here and marked as
+//! the chat's in their `run.started` ([`super::chat_runs`]). The first
+//! user message starts run 1 with the scenario's messages plus that
+//! message. A later one starts the next run, continuing the last
+//! *completed* run (which must carry the chat's mark) with the history
+//! rebuilt from the journal: of the client's copy only the last message
+//! is read; runs after it that failed or were cancelled are not part of
+//! the history, and with no completed run the next run starts from the
+//! scenario's messages again. A last message that is an assistant message
+//! with answered approvals (`approval-responded` tool parts) answers the
+//! live run's pending interactions and streams the rest of that run.
+//!
+//! Every response stream, `POST /v1/chat`'s as well as the resume's,
+//! holds a `--max-streams` slot (keyed by the conversation id) while it
+//! is open; at the cap the POST is refused before a run starts.
+//!
+//! Bounds: the body at most [`super::MAX_BODY_BYTES`], an `id` of at most
+//! [`MAX_CHAT_ID_BYTES`] bytes of `[A-Za-z0-9_-]` (a [`ChatId`]), at most
+//! [`MAX_MESSAGES`] messages of at most [`MAX_PARTS`] parts each, and at
+//! most [`MAX_CONVERSATION_RUNS`] runs per conversation.
+
+pub use super::chat_runs::MAX_CONVERSATION_RUNS;
+use super::chat_runs::{self, LastRun, run_name};
+use super::factory::RunPlan;
+use super::problem::Problem;
+use super::{Daemon, read_body, runs, stream_caps};
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use keel_engine::InteractionDecision;
+use keel_eventlog::{
+    ChatId, ChatRun, Event, Payload, RunLog, SubscribeError, Subscription, SubscriptionError,
+};
+use keel_message::{Message, Part, Role, RunId};
+use keel_observers::RunStatus;
+use keel_observers::conversation;
+use keel_views::ui_stream::{Chunk, DONE, STREAM_HEADER, UiStream};
+use serde_json::{Map, Value};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest conversation id, in bytes: the eventlog's [`ChatId`] rule.
+pub use keel_eventlog::CHAT_ID_MAX_BYTES as MAX_CHAT_ID_BYTES;
+/// Most messages in a body.
+pub const MAX_MESSAGES: usize = 1000;
+/// Most parts in one message.
+pub const MAX_PARTS: usize = 256;
+/// Journal lines read per query while streaming.
+const PAGE: usize = 512;
+/// How long an approval answer waits for its question to be parked.
+const ANSWER_WAIT: Duration = Duration::from_secs(1);
+
+/// What the client's last message asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ask {
+    /// A user message: its text parts.
+    User(Vec<String>),
+    /// Answered approvals: (approval id, approved).
+    Approvals(Vec<(String, bool)>),
+}
+
+/// A checked `POST /v1/chat` body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatBody {
+    /// The conversation.
+    pub id: ChatId,
+    /// `model`, if named.
+    pub model: Option<String>,
+    /// `provider` (a type name), if named.
+    pub provider: Option<String>,
+    /// What the last message asks for.
+    pub ask: Ask,
+    /// Whether an earlier message is an assistant's (the client claims a
+    /// history).
+    pub claims_history: bool,
+}
+
+/// Why a body was refused: the JSON path and the rule. Never the content.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("at {path}: {rule}")]
+pub struct BodyError {
+    /// Where, e.g. `messages[2].parts[0].text`.
+    pub path: String,
+    /// What the member must be.
+    pub rule: &'static str,
+}
+
+fn refuse<T>(path: impl Into<String>, rule: &'static str) -> Result<T, BodyError> {
+    Err(BodyError {
+        path: path.into(),
+        rule,
+    })
+}
+
+fn optional_string(
+    root: &Map<String, Value>,
+    name: &str,
+    rule: &'static str,
+) -> Result<Option<String>, BodyError> {
+    match root.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => refuse(name, rule),
+    }
+}
+
+/// Parses the body `useChat` sends: `id`, `messages` (UIMessage[]),
+/// `trigger` (`submit-message`), `messageId`; `model` and `provider` as
+/// strings; other members are ignored, as are the members of parts this
+/// daemon does not read.
+pub fn parse_body(text: &str) -> Result<ChatBody, BodyError> {
+    let root = keel_message::strict_json::parse(text).or_else(|e| {
+        refuse(
+            keel_message::strict_json::path(&e),
+            keel_message::strict_json::rule(&e),
+        )
+    })?;
+    let Value::Object(root) = root else {
+        return refuse("$", "the body must be a JSON object");
+    };
+    let id = match root.get("id") {
+        Some(Value::String(s)) => chat_id(s)?,
+        _ => return refuse("id", CHAT_ID_RULE),
+    };
+    match root.get("trigger") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(t)) if t == "submit-message" => {}
+        Some(_) => return refuse("trigger", "submit-message (regenerate is not supported)"),
+    }
+    optional_string(&root, "messageId", "a string")?;
+    let model = optional_string(&root, "model", "a string")?;
+    let provider = optional_string(&root, "provider", "a string (a provider type)")?;
+    let Some(Value::Array(messages)) = root.get("messages") else {
+        return refuse("messages", "an array of UI messages");
+    };
+    if messages.is_empty() || messages.len() > MAX_MESSAGES {
+        return refuse("messages", "1 to 1000 messages");
+    }
+    let mut claims_history = false;
+    let mut last = None;
+    for (i, m) in messages.iter().enumerate() {
+        let (role, parts) = message_shape(i, m)?;
+        if i + 1 < messages.len() {
+            claims_history |= role == "assistant";
+        } else {
+            last = Some((role, parts));
+        }
+    }
+    let ask = match last {
+        Some(("user", parts)) => user_ask(messages.len() - 1, parts)?,
+        Some(("assistant", parts)) => approvals_ask(messages.len() - 1, parts)?,
+        _ => {
+            return refuse(
+                format!("messages[{}].role", messages.len() - 1),
+                "the last message must be a user message or an assistant message with answered approvals",
+            );
+        }
+    };
+    Ok(ChatBody {
+        id,
+        model,
+        provider,
+        ask,
+        claims_history,
+    })
+}
+
+/// A message's role and parts, each part an object with a string `type`.
+fn message_shape(i: usize, m: &Value) -> Result<(&str, &[Value]), BodyError> {
+    let Value::Object(m) = m else {
+        return refuse(format!("messages[{i}]"), "a UI message object");
+    };
+    let role = match m.get("role") {
+        Some(Value::String(r)) if matches!(r.as_str(), "system" | "user" | "assistant") => {
+            r.as_str()
+        }
+        _ => return refuse(format!("messages[{i}].role"), "system, user or assistant"),
+    };
+    let Some(Value::Array(parts)) = m.get("parts") else {
+        return refuse(format!("messages[{i}].parts"), "an array of parts");
+    };
+    if parts.len() > MAX_PARTS {
+        return refuse(format!("messages[{i}].parts"), "at most 256 parts");
+    }
+    for (j, p) in parts.iter().enumerate() {
+        if !matches!(p.get("type"), Some(Value::String(_))) {
+            return refuse(
+                format!("messages[{i}].parts[{j}].type"),
+                "each part is an object with a string type",
+            );
+        }
+    }
+    Ok((role, parts))
+}
+
+fn part_type(p: &Value) -> &str {
+    p.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+fn user_ask(i: usize, parts: &[Value]) -> Result<Ask, BodyError> {
+    let mut texts = Vec::new();
+    for (j, p) in parts.iter().enumerate() {
+        match part_type(p) {
+            "text" => match p.get("text") {
+                Some(Value::String(t)) => texts.push(t.clone()),
+                _ => return refuse(format!("messages[{i}].parts[{j}].text"), "a string"),
+            },
+            t if t.starts_with("data-") || t == "step-start" => {}
+            _ => {
+                return refuse(
+                    format!("messages[{i}].parts[{j}].type"),
+                    "a user message's parts are text (data parts are ignored)",
+                );
+            }
+        }
+    }
+    if texts.iter().all(String::is_empty) {
+        return refuse(
+            format!("messages[{i}].parts"),
+            "at least one non-empty text part",
+        );
+    }
+    Ok(Ask::User(texts))
+}
+
+fn approvals_ask(i: usize, parts: &[Value]) -> Result<Ask, BodyError> {
+    let mut answers = Vec::new();
+    for (j, p) in parts.iter().enumerate() {
+        let t = part_type(p);
+        let tool = t.starts_with("tool-") || t == "dynamic-tool";
+        if !tool || p.get("state").and_then(Value::as_str) != Some("approval-responded") {
+            continue;
+        }
+        let path = format!("messages[{i}].parts[{j}].approval");
+        let Some(Value::Object(approval)) = p.get("approval") else {
+            return refuse(path, "an object {id, approved}");
+        };
+        let Some(Value::String(id)) = approval.get("id") else {
+            return refuse(format!("{path}.id"), "a string");
+        };
+        let Some(Value::Bool(approved)) = approval.get("approved") else {
+            return refuse(format!("{path}.approved"), "a boolean");
+        };
+        answers.push((id.clone(), *approved));
+    }
+    if answers.is_empty() {
+        return refuse(
+            format!("messages[{i}]"),
+            "an assistant message as the last message must carry answered approvals",
+        );
+    }
+    Ok(Ask::Approvals(answers))
+}
+
+fn body_problem(e: &BodyError) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "invalid-body",
+        "Invalid chat request",
+        e.to_string(),
+    )
+    .with("path", e.path.as_str())
+}
+
+fn problem(status: StatusCode, kind: &'static str, title: &'static str, detail: &str) -> Problem {
+    Problem::new(status, kind, title, detail.to_owned())
+}
+
+/// What `id` must be, as a body error says it.
+const CHAT_ID_RULE: &str = "a string of 1 to 64 bytes of [A-Za-z0-9_-] (rule chat_id)";
+
+/// `id` as a conversation id, or the body error naming its rule.
+fn chat_id(id: &str) -> Result<ChatId, BodyError> {
+    ChatId::parse(id).or_else(|_| refuse("id", CHAT_ID_RULE))
+}
+
+fn unknown_conversation(id: &ChatId) -> Problem {
+    problem(
+        StatusCode::NOT_FOUND,
+        "conversation-not-found",
+        "Unknown conversation",
+        "no run of this conversation is live or stored",
+    )
+    .with("id", id.as_str())
+}
+
+/// `POST /v1/chat`: the response stream holds a stream slot of the
+/// conversation ([`stream_caps`]), taken before anything starts.
+pub async fn post_chat(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    if daemon.shutting_down() {
+        return Err(runs::shutting_down());
+    }
+    let Some(template) = daemon.factory.chat_agent() else {
+        return Err(problem(
+            StatusCode::NOT_FOUND,
+            "chat-not-configured",
+            "No chat agent",
+            "this daemon serves /v1/chat only when started with --chat-scenario FILE",
+        ));
+    };
+    let text = read_body(&headers, body).await?;
+    let body = parse_body(&text).map_err(|e| body_problem(&e))?;
+    let model_ok = body.model.as_deref().is_none_or(|m| m == template.model());
+    let provider_ok = body
+        .provider
+        .as_deref()
+        .is_none_or(|p| p == template.provider_type());
+    if !model_ok || !provider_ok {
+        return Err(runs::provider_not_allowed());
+    }
+    let slot = match daemon.streams.acquire(body.id.as_str()) {
+        Ok(slot) => slot,
+        Err(refused) => return Ok(stream_caps::refusal(refused)),
+    };
+    let response = converse(&daemon, template.as_ref(), body).await?;
+    Ok(stream_caps::held(slot, response))
+}
+
+/// What the body asks of its conversation, done.
+async fn converse(
+    daemon: &Arc<Daemon>,
+    template: &dyn RunPlan,
+    body: ChatBody,
+) -> Result<Response, Problem> {
+    let last = chat_runs::last_run(daemon, &body.id).await?;
+    match (body.ask, last) {
+        (Ask::User(_), None) if body.claims_history => Err(unknown_conversation(&body.id)),
+        (Ask::User(texts), None) => start(daemon, template, &body.id, 1, None, &texts).await,
+        (Ask::User(_), Some(last)) if last.running() => Err(problem(
+            StatusCode::CONFLICT,
+            "conversation-busy",
+            "The conversation's run is still live",
+            "post the next message once the run has ended, or answer its approvals",
+        )
+        .with("run_id", run_name(&body.id, last.n))),
+        (Ask::User(texts), Some(last)) => {
+            if last.n >= MAX_CONVERSATION_RUNS {
+                return Err(chat_runs::conversation_full(&body.id, last.n));
+            }
+            // The history is the last completed run's, and only the chat's
+            // own run is continued; with none completed, the next run
+            // starts from the scenario's messages, as run 1 does.
+            let previous = chat_runs::last_completed(daemon, &body.id).await?;
+            if let Some(p) = previous {
+                chat_runs::check_owned(daemon, &body.id, p).await?;
+            }
+            start(daemon, template, &body.id, last.n + 1, previous, &texts).await
+        }
+        (Ask::Approvals(_), None) => Err(unknown_conversation(&body.id)),
+        (Ask::Approvals(answers), Some(last)) => {
+            answer(daemon, &run_name(&body.id, last.n), last.live, &answers).await
+        }
+    }
+}
+
+/// Starts the conversation's `n`th run (continuing run `previous`) with
+/// the user's text, and streams it.
+async fn start(
+    daemon: &Arc<Daemon>,
+    template: &dyn RunPlan,
+    id: &ChatId,
+    n: u64,
+    previous: Option<u64>,
+    texts: &[String],
+) -> Result<Response, Problem> {
+    let limits = daemon.message_limits().clone();
+    let path = "messages";
+    let bad = |e: keel_message::MessageError| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-body",
+            "Invalid chat request",
+            format!("at {path}: {e}"),
+        )
+        .with("path", path)
+    };
+    let name = run_name(id, n);
+    let run_id = RunId::parse(&name).map_err(|e| bad(e.into()))?;
+    let parts = texts
+        .iter()
+        .filter(|t| !t.is_empty())
+        .map(|t| Part::text_with(t, &limits))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    let message_id = keel_eventlog::history::follow_up_message_id(&run_id, 1).map_err(bad)?;
+    let message = Message::new_with(message_id, Role::User, parts, &limits).map_err(bad)?;
+    let host = daemon.host_parts();
+    let request = match previous {
+        None => {
+            let mut history = template.messages().to_vec();
+            history.push(message);
+            template.request(run_id, history, &host)?
+        }
+        Some(p) => {
+            let reader = Arc::clone(&daemon.reader);
+            let (prev, new_run) = (run_name(id, p), run_id.clone());
+            let continuation = tokio::task::spawn_blocking(move || {
+                conversation::continuation(&reader, &prev, &[message], &new_run, &limits)
+            })
+            .await
+            .map_err(Problem::journal)?
+            .map_err(|e| runs::continue_problem(&run_name(id, p), &e))?;
+            runs::follow_up(template, run_id, &host, continuation)?
+        }
+    };
+    let request = request.chat_run(ChatRun::new(id.clone(), n));
+    runs::admit_run(daemon, template, request).await?;
+    Ok(ui_response(ui_stream(Arc::clone(daemon), name, 0)))
+}
+
+/// Answers the run's pending approvals and streams the rest of the run.
+async fn answer(
+    daemon: &Arc<Daemon>,
+    run: &str,
+    live: bool,
+    answers: &[(String, bool)],
+) -> Result<Response, Problem> {
+    let not_pending = || {
+        problem(
+            StatusCode::CONFLICT,
+            "interaction-not-pending",
+            "No such pending approval",
+            "none of the answered approvals is waiting in the conversation's run",
+        )
+        .with("run_id", run)
+    };
+    let Some(live_run) = live.then(|| daemon.engine.live_run(run)).flatten() else {
+        return Err(not_pending());
+    };
+    // What the client has: the run up to its last pause before now (its
+    // stream is durable, so at most the durable watermark).
+    let seen = live_run.log().durable_seq();
+    let until = tokio::time::Instant::now() + ANSWER_WAIT;
+    let mut answered = 0;
+    for (approval, approved) in answers {
+        let decision = if *approved {
+            InteractionDecision::Approved
+        } else {
+            InteractionDecision::Denied
+        };
+        // The question is parked just after `interaction.started`: while
+        // the run is live, wait for it a little.
+        loop {
+            if daemon.approvals.answer(run, approval, decision) {
+                answered += 1;
+                break;
+            }
+            if tokio::time::Instant::now() >= until || daemon.engine.live_run(run).is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    if answered == 0 {
+        return Err(not_pending());
+    }
+    Ok(ui_response(ui_stream(
+        Arc::clone(daemon),
+        run.to_owned(),
+        seen,
+    )))
+}
+
+/// `GET /v1/chat/{id}/stream`: the live run from its first event, then
+/// followed live; when the conversation's last run failed or was
+/// cancelled, a short stream carrying that failure (an `error` chunk, which
+/// `useChat` shows); 204 when it completed.
+pub async fn resume_stream(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Response, Problem> {
+    let id = chat_id(&id).map_err(|e| body_problem(&e))?;
+    match chat_runs::last_run(&daemon, &id).await? {
+        None => Err(unknown_conversation(&id)),
+        Some(LastRun { n, live: true, .. }) => Ok(ui_response(ui_stream(
+            Arc::clone(&daemon),
+            run_name(&id, n),
+            0,
+        ))),
+        Some(LastRun {
+            n,
+            stored: Some(summary),
+            ..
+        }) if matches!(summary.status, RunStatus::Failed | RunStatus::Cancelled) => {
+            unfinished_stream(&daemon, run_name(&id, n), summary.last_seq).await
+        }
+        Some(_) => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// The resume of a conversation whose last run, `run`, ended failed or
+/// cancelled at `last_seq`: [`ended_unfinished`] of its terminal, then
+/// `[DONE]`.
+async fn unfinished_stream(
+    daemon: &Daemon,
+    run: String,
+    last_seq: u64,
+) -> Result<Response, Problem> {
+    let lookup = run.clone();
+    let after = last_seq.saturating_sub(1);
+    let lines = daemon
+        .read(move |r| r.events_after(&lookup, after, 1))
+        .await?;
+    let terminal = lines.first().and_then(|line| Event::decode(line).ok());
+    let frames = ended_unfinished(&run, terminal.as_ref())
+        .iter()
+        .map(frame)
+        .chain(std::iter::once(SseEvent::default().data(DONE)))
+        .map(Ok)
+        .collect::<Vec<_>>();
+    Ok(ui_response(futures_util::stream::iter(frames)))
+}
+
+/// What a resume says of a conversation whose last run failed or was
+/// cancelled: the message starts, an `error` chunk says why (the run's
+/// screened error, or that it was cancelled), and it finishes with the
+/// `error` finish reason and the outcome in `messageMetadata.keel`.
+fn ended_unfinished(run: &str, terminal: Option<&Event>) -> Vec<Chunk> {
+    let (outcome, error_text) = match terminal.map(Event::payload) {
+        Some(Ok(Payload::RunFailed(p))) => ("failed", format!("the run failed: {}", p.error)),
+        Some(Ok(Payload::RunCancelled(p))) => (
+            "cancelled",
+            match p.reason {
+                Some(reason) => format!("the run was cancelled: {}", reason.as_str()),
+                None => "the run was cancelled".to_owned(),
+            },
+        ),
+        _ => ("failed", "the run did not complete".to_owned()),
+    };
+    vec![
+        UiStream::start(run),
+        Chunk::Error { error_text },
+        Chunk::Finish {
+            finish_reason: Some("error"),
+            message_metadata: Some(serde_json::json!({"keel": {"outcome": outcome}})),
+        },
+    ]
+}
+
+fn ui_response(
+    frames: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
+) -> Response {
+    let mut response = Sse::new(frames)
+        .keep_alive(KeepAlive::new().interval(super::events::KEEP_ALIVE))
+        .into_response();
+    let headers = response.headers_mut();
+    headers.insert(STREAM_HEADER.0, HeaderValue::from_static(STREAM_HEADER.1));
+    headers.insert("cache-control", HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// A run's events in order: the journal first, then the live log from
+/// where the journal ends (the seam of `GET /v1/runs/{id}/events`),
+/// durable events only ([`super::events::DEFAULT_BOUNDS`]): a chat client
+/// never renders what a crash could take back.
+struct Source {
+    daemon: Arc<Daemon>,
+    run: String,
+    last: u64,
+    log: Option<RunLog>,
+    sub: Option<Subscription>,
+    page: VecDeque<Event>,
+    /// When it began waiting for an evicted event to reach the journal.
+    in_flight_since: Option<tokio::time::Instant>,
+}
+
+impl Source {
+    async fn next(&mut self) -> Option<Result<Event, String>> {
+        loop {
+            if let Some(e) = self.page.pop_front() {
+                self.last = e.seq();
+                return Some(Ok(e));
+            }
+            if let Some(sub) = self.sub.as_mut() {
+                match sub.recv().await {
+                    Some(Ok(e)) => {
+                        self.last = e.seq();
+                        return Some(Ok(Event::clone(&e)));
+                    }
+                    // Fell behind or evicted: the journal has what was missed.
+                    Some(Err(
+                        SubscriptionError::SlowConsumer { .. } | SubscriptionError::Evicted { .. },
+                    )) => {
+                        self.sub = None;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Some(Err(e)) => return Some(Err(e.to_string())),
+                    None => return None,
+                }
+                continue;
+            }
+            // Read before the journal: what is durable now, it holds.
+            let durable = self.log.as_ref().map(RunLog::durable_seq);
+            let (run, after) = (self.run.clone(), self.last);
+            let lines = match self
+                .daemon
+                .read(move |r| r.events_after(&run, after, PAGE))
+                .await
+            {
+                Ok(lines) => lines,
+                Err(p) => return Some(Err(p.to_json().to_string())),
+            };
+            if lines.is_empty() {
+                let log = self.log.as_ref()?;
+                match log.subscribe(self.last, super::events::DEFAULT_BOUNDS) {
+                    Ok(s) => self.sub = Some(s),
+                    // Evicted before it was durable: on its way to the
+                    // journal (as in `events.rs`), read it again shortly.
+                    Err(SubscribeError::CursorExpired { .. })
+                        if durable.is_some_and(|d| d <= self.last) && self.still_in_flight() =>
+                    {
+                        tokio::time::sleep(super::events::IN_FLIGHT_POLL).await;
+                    }
+                    Err(e) => return Some(Err(e.to_string())),
+                }
+                continue;
+            }
+            self.in_flight_since = None;
+            for line in lines {
+                match Event::decode(&line) {
+                    Ok(e) => self.page.push_back(e),
+                    Err(e) => return Some(Err(format!("a stored line does not decode: {e}"))),
+                }
+            }
+        }
+    }
+
+    /// Whether to keep waiting for an evicted event to reach the journal
+    /// (at most [`super::events::IN_FLIGHT_WAIT`]).
+    fn still_in_flight(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let since = *self.in_flight_since.get_or_insert(now);
+        now.duration_since(since) < super::events::IN_FLIGHT_WAIT
+    }
+
+    /// Whether an event after `last` exists already.
+    fn more_committed(&self) -> bool {
+        !self.page.is_empty()
+            || self
+                .log
+                .as_ref()
+                .is_none_or(|l| l.stats().last_seq > self.last)
+    }
+}
+
+fn frame(chunk: &Chunk) -> SseEvent {
+    SseEvent::default().data(super::sse_data::escape_separators(&chunk.to_json()))
+}
+
+/// The run as UI message stream frames. Chunks of events up to `seen`
+/// the client has up to the last pause among them; those after it are
+/// sent. The stream ends after the run's terminal, or at a pause with
+/// nothing committed after it (the client answers in its next request).
+fn ui_stream(
+    daemon: Arc<Daemon>,
+    run: String,
+    seen: u64,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
+    let log = daemon.engine.live_run(&run).map(|r| r.log().clone());
+    let mut source = Source {
+        daemon,
+        run: run.clone(),
+        last: 0,
+        log,
+        sub: None,
+        page: VecDeque::new(),
+        in_flight_since: None,
+    };
+    async_stream::stream! {
+        let mut view = UiStream::new();
+        let mut held: Vec<Chunk> = Vec::new();
+        yield Ok(frame(&UiStream::start(&run)));
+        while let Some(next) = source.next().await {
+            let chunks = match next.map(|e| view.feed(&e).map_err(|v| v.to_string())) {
+                Ok(Ok(chunks)) => chunks,
+                Ok(Err(e)) | Err(e) => {
+                    yield Ok(frame(&Chunk::Error { error_text: e }));
+                    break;
+                }
+            };
+            if view.last_seq() <= seen {
+                held.extend(chunks);
+                if view.paused() {
+                    held.clear();
+                }
+                continue;
+            }
+            for chunk in held.drain(..).chain(chunks) {
+                yield Ok(frame(&chunk));
+            }
+            if view.ended() {
+                break;
+            }
+            if view.paused() && !source.more_committed() {
+                yield Ok(frame(&Chunk::Finish { finish_reason: None, message_metadata: Some(serde_json::json!({"keel": {"outcome": "awaiting-approval"}})) }));
+                break;
+            }
+        }
+        for chunk in held.drain(..) {
+            yield Ok(frame(&chunk));
+        }
+        yield Ok(SseEvent::default().data(DONE));
+    }
+}

@@ -1,0 +1,636 @@
+//! The run routes: `POST /v1/runs` (a scenario becomes a run of the
+//! daemon's one engine), `GET /v1/runs`, `GET /v1/runs/{id}` and
+//! `POST /v1/runs/{id}/cancel`. Every refusal is a typed problem naming
+//! the scenario member, the rule or the bound.
+
+use super::chat_runs;
+use super::factory::{HostParts, RunPlan};
+use super::problem::Problem;
+use super::reservation::Reservation;
+use super::{Daemon, json_response, read_body};
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use keel_engine::{LiveRun, RunHandle, RunRequest, StartError};
+use keel_eventlog::{Durability, SubscriptionBounds};
+use keel_message::RunId;
+use keel_observers::conversation::{self, Continuation, ContinueError, StoredInputError};
+use keel_observers::{RunSummary, RunTotals};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// `POST /v1/runs`: the factory turns the body into a run.
+pub async fn create_run(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    if daemon.shutting_down() {
+        return Err(shutting_down());
+    }
+    let text = read_body(&headers, body).await?;
+    let plan = daemon.factory.posted(&text)?;
+    conversation::check_stored_input(None, plan.messages())
+        .map_err(|e| stored_input_problem(&e))?;
+    let run_id = plan.run_id().cloned().unwrap_or_else(RunId::generate);
+    chat_runs::refuse_reserved(&run_id)?;
+    let request = plan.request(run_id, plan.messages().to_vec(), &daemon.host_parts())?;
+    admit(&daemon, plan.as_ref(), request).await
+}
+
+/// Starts `request` and answers 201 once its `run.started` is committed.
+async fn admit(
+    daemon: &Daemon,
+    plan: &dyn RunPlan,
+    request: RunRequest,
+) -> Result<Response, Problem> {
+    let run_id = request.run_id().clone();
+    admit_run(daemon, plan, request).await?;
+    Ok(created(run_id.as_str()))
+}
+
+/// Admits `request` (a live-run slot and its id claimed in the journal:
+/// [`Reservation::take`]), then lets the plan prepare it (tool servers
+/// start: [`RunPlan::prepare`]), then starts the run, and returns once its
+/// `run.started` is committed and journaled (what a 201 promises;
+/// `POST /v1/chat` then streams it). Nothing is started for a refused run;
+/// a run refused after its admission gives its slot and its id back.
+pub(super) async fn admit_run(
+    daemon: &Daemon,
+    plan: &dyn RunPlan,
+    request: RunRequest,
+) -> Result<(), Problem> {
+    let run_id = request.run_id().clone();
+    let mut reservation = Reservation::take(daemon, run_id.as_str()).await?;
+    let host = daemon.host_parts();
+    let started = match plan.prepare(request, &host).await {
+        Ok(request) => daemon.engine.start(request).map_err(|e| start_problem(&e)),
+        Err(problem) => Err(problem),
+    };
+    let handle = match started {
+        Ok(handle) => handle,
+        Err(problem) => {
+            reservation.release().await;
+            return Err(problem);
+        }
+    };
+    reservation.started();
+    if !began(handle).await {
+        reservation.release().await;
+        return Err(cancelled_before_it_began(daemon, run_id.as_str()));
+    }
+    drop(reservation);
+    journaled(daemon, run_id.as_str()).await
+}
+
+/// How long a 201 waits for the journal to hold the run's `run.started`.
+const JOURNALED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until the journal holds the run, so a 201 names a run that a
+/// crash right after it cannot lose (recovery then closes it). Past
+/// [`JOURNALED_WAIT`] the journal is failing: the run is failing with it,
+/// and the 201 still names a live run.
+async fn journaled(daemon: &Daemon, id: &str) -> Result<(), Problem> {
+    let until = tokio::time::Instant::now() + JOURNALED_WAIT;
+    loop {
+        let lookup = id.to_owned();
+        if daemon.read(move |r| r.run_status(&lookup)).await?.is_some()
+            || tokio::time::Instant::now() >= until
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
+/// `POST /v1/runs/{id}/messages`: a follow-up run continuing the completed
+/// run `id`. The body is what the factory takes for `POST /v1/runs` (same
+/// bounds and problems): its plan runs the follow-up, and its messages are
+/// the new messages, appended to `id`'s history as rebuilt from the journal.
+pub async fn continue_run(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    if daemon.shutting_down() {
+        return Err(shutting_down());
+    }
+    let text = read_body(&headers, body).await?;
+    let plan = daemon.factory.posted(&text)?;
+    if daemon.engine.live_run(&id).is_some() {
+        return Err(not_continuable(&id, "running"));
+    }
+    let run_id = plan.run_id().cloned().unwrap_or_else(RunId::generate);
+    chat_runs::refuse_reserved(&run_id)?;
+    let continuation = {
+        let reader = Arc::clone(&daemon.reader);
+        let limits = daemon.message_limits().clone();
+        let (previous, follow_up, new_run) = (id.clone(), plan.messages().to_vec(), run_id.clone());
+        tokio::task::spawn_blocking(move || {
+            conversation::continuation(&reader, &previous, &follow_up, &new_run, &limits)
+        })
+        .await
+        .map_err(Problem::journal)?
+        .map_err(|e| continue_problem(&id, &e))?
+    };
+    conversation::check_stored_input(Some(&continuation.reference), continuation.new_messages())
+        .map_err(|e| stored_input_problem(&e))?;
+    let request = follow_up(plan.as_ref(), run_id, &daemon.host_parts(), continuation)?;
+    admit(&daemon, plan.as_ref(), request).await
+}
+
+/// A follow-up run: the plan's run, starting from `continuation` (the
+/// earlier run's history plus the new messages), recording the earlier
+/// run's history by reference and the new messages in full.
+pub(super) fn follow_up(
+    plan: &dyn RunPlan,
+    run_id: RunId,
+    host: &HostParts,
+    continuation: Continuation,
+) -> Result<RunRequest, Problem> {
+    let request = plan.request(run_id, continuation.history, host)?;
+    Ok(request.inherits(continuation.reference, continuation.inherited))
+}
+
+/// 413 for input over [`conversation::MAX_STORED_INPUT_BYTES`]: the bound
+/// and the size, never the content.
+pub(super) fn stored_input_problem(e: &StoredInputError) -> Problem {
+    match e {
+        StoredInputError::TooLarge { bytes, max } => Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "input-too-large",
+            "The run's input is too large to store",
+            e.to_string(),
+        )
+        .with("max_bytes", *max)
+        .with("bytes", *bytes),
+        StoredInputError::Payload(p) => invalid(p.to_string(), "messages"),
+    }
+}
+
+fn not_continuable(id: &str, status: &str) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "run-not-continuable",
+        "The run cannot be continued",
+        format!(
+            "the run is {status}; only a completed run can be continued (rule run.continuable)"
+        ),
+    )
+    .with("run_id", id)
+    .with("status", status)
+}
+
+pub(super) fn continue_problem(id: &str, e: &ContinueError) -> Problem {
+    match e {
+        ContinueError::UnknownRun { .. } => Problem::unknown_run(id),
+        ContinueError::NotContinuable { status, .. } => not_continuable(id, status.as_str()),
+        ContinueError::Message(m) => invalid(m.to_string(), "messages"),
+        ContinueError::Journal(j) => Problem::journal(j),
+        e @ (ContinueError::History { .. } | ContinueError::Decode { .. }) => Problem::new(
+            StatusCode::CONFLICT,
+            "run-not-continuable",
+            "The run cannot be continued",
+            e.to_string(),
+        )
+        .with("run_id", id),
+    }
+}
+
+/// Whether the run committed its first event (`run.started`): a run
+/// cancelled before its task first ran (by a shutdown that began right
+/// after the admission) commits nothing, and must not be answered 201.
+///
+/// Committed, not durable: this only tells a run that began from one that
+/// never did. Durability is [`journaled`]'s, which waits for the journal
+/// itself and, unlike a durable subscription, still answers 201 for a live
+/// run whose journal is failing (a durable subscription would end without
+/// an event and turn that into a 409 claiming the run never began).
+async fn began(handle: RunHandle) -> bool {
+    let log = handle.log().clone();
+    let bounds = SubscriptionBounds {
+        durability: Durability::Committed,
+        ..SubscriptionBounds::default()
+    };
+    let Ok(mut sub) = log.subscribe(0, bounds) else {
+        return log.stats().last_seq > 0;
+    };
+    tokio::select! {
+        biased;
+        // Any committed event means it began: the first item is `Evicted`
+        // when the run committed past a small retention before this
+        // subscription read its replay.
+        first = sub.recv() => matches!(first, Some(Ok(_))) || log.stats().last_seq > 0,
+        // Dropping the handle detaches the run; joining ends with it.
+        _ = handle.join() => log.stats().last_seq > 0,
+    }
+}
+
+fn cancelled_before_it_began(daemon: &Daemon, id: &str) -> Problem {
+    if daemon.shutting_down() {
+        return shutting_down().with("run_id", id);
+    }
+    Problem::new(
+        StatusCode::CONFLICT,
+        "run-ended",
+        "The run ended before it began",
+        "the run was cancelled before its first event; nothing was recorded",
+    )
+    .with("run_id", id)
+}
+
+fn created(id: &str) -> Response {
+    let mut response = json_response(StatusCode::CREATED, &json!({ "run_id": id }));
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/runs/{id}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+pub(crate) fn invalid(detail: impl Into<String>, path: &str) -> Problem {
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "invalid-scenario",
+        "Invalid scenario",
+        detail,
+    )
+    .with("path", path)
+}
+
+fn internal(detail: impl Into<String>) -> Problem {
+    Problem::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "Internal error",
+        detail,
+    )
+}
+
+/// 503 for a run posted while the daemon shuts down.
+pub fn shutting_down() -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "shutting-down",
+        "The daemon is shutting down",
+        "no new runs are taken (rule engine.open)",
+    )
+    .with("rule", "engine.open")
+}
+
+pub(super) fn too_many_live_runs(max: usize, live: usize) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too-many-live-runs",
+        "Too many live runs",
+        format!(
+            "this daemon runs at most {max} runs at once (--max-live-runs); post again when one has ended"
+        ),
+    )
+    .with("bound", "max_live_runs")
+    .with("max_live_runs", max)
+    .with("live_runs", live)
+}
+
+pub(super) fn run_exists(id: &str) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "run-exists",
+        "Run id already used",
+        "a live or stored run has this id; give the scenario another run_id, or leave it out (rule run.unique_id)",
+    )
+    .with("run_id", id)
+    .with("rule", "run.unique_id")
+}
+
+/// 403 for a provider the daemon does not run for this client.
+pub(crate) fn provider_not_allowed() -> Problem {
+    Problem::new(
+        StatusCode::FORBIDDEN,
+        "provider-not-allowed",
+        "Provider not allowed",
+        "this daemon runs network providers only as listed with --allow-provider TYPE,KEY_ENV[,BASE_URL]",
+    )
+    .with("path", "provider")
+}
+
+/// `$.history[i]…` (the engine's path) as the scenario's `messages[i]…`.
+fn history_path(path: &str) -> String {
+    match path.strip_prefix("$.history") {
+        Some(rest) => format!("messages{rest}"),
+        None => "messages".to_owned(),
+    }
+}
+
+/// Every way the engine refuses a run, as a problem: 503 shutting down,
+/// 409 a live id, 400 naming the scenario member and the rule, 500 for
+/// what is the daemon's own fault.
+fn start_problem(e: &StartError) -> Problem {
+    let rule = |p: Problem, rule: &'static str| p.with("rule", rule);
+    match e {
+        StartError::ShuttingDown => shutting_down(),
+        StartError::DuplicateRun { run_id } => run_exists(run_id.as_str()),
+        StartError::InvalidLimit(l) => rule(
+            // The engine's own field name: what a host's run factory built
+            // from (a scenario's loader refuses its own limits first, by the
+            // same rules, naming the scenario member).
+            invalid(e.to_string(), &format!("limits.{}", l.field())),
+            "engine.limits",
+        ),
+        StartError::DuplicateTool { .. } => {
+            rule(invalid(e.to_string(), "tools"), "run.unique_tools")
+        }
+        StartError::ApprovalWithoutHandler { .. } => {
+            rule(invalid(e.to_string(), "tools"), "run.approval_handler")
+        }
+        StartError::UnknownProvider { .. } => {
+            rule(invalid(e.to_string(), "provider"), "run.provider_known")
+        }
+        StartError::NoProvider { .. } => {
+            rule(invalid(e.to_string(), "provider"), "run.provider_required")
+        }
+        StartError::EmptyHistory => {
+            rule(invalid(e.to_string(), "messages"), "run.history_nonempty")
+        }
+        StartError::InvalidHistory(m) => {
+            invalid(e.to_string(), &history_path(m.path())).with("rule", m.kind().rule())
+        }
+        // The daemon's log configuration (checked at startup), no runtime,
+        // or a refusal this daemon does not know yet.
+        _ => internal(e.to_string()),
+    }
+}
+
+fn summary_json(s: &RunSummary, live: bool) -> Value {
+    json!({
+        "run_id": s.run_id,
+        "status": s.status.as_str(),
+        "last_seq": s.last_seq,
+        "started_ts": s.started_ts,
+        "updated_ts": s.updated_ts,
+        "live": live,
+    })
+}
+
+/// A live run: `running`, its seq from its log, its timestamps from the
+/// journal row (which exists from `run.started` on: a posted run is
+/// answered once the journal holds it; `null` before).
+fn live_json(run: &LiveRun, stored: Option<&RunSummary>) -> Value {
+    json!({
+        "run_id": run.run_id().as_str(),
+        "status": "running",
+        "last_seq": run.log().stats().last_seq,
+        "started_ts": stored.map(|s| s.started_ts),
+        "updated_ts": stored.map(|s| s.updated_ts),
+        "live": true,
+    })
+}
+
+/// Adds `turns` and `usage` (from the journal's totals; zero for a run
+/// with none stored yet).
+fn with_totals(mut entry: Value, totals: Option<&RunTotals>) -> Value {
+    let t = totals.copied().unwrap_or_default();
+    if let Some(map) = entry.as_object_mut() {
+        map.insert("turns".to_owned(), json!(t.turns));
+        map.insert(
+            "usage".to_owned(),
+            json!({ "input_tokens": t.input_tokens, "output_tokens": t.output_tokens }),
+        );
+    }
+    entry
+}
+
+/// The `limit` of `GET /v1/runs` when none is given.
+pub const DEFAULT_PAGE_RUNS: usize = 500;
+/// The largest `limit` of `GET /v1/runs`.
+pub const MAX_PAGE_RUNS: usize = 1000;
+
+/// The query of `GET /v1/runs`, as sent (checked when the page is read).
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ListQuery {
+    limit: Option<String>,
+    after: Option<String>,
+}
+
+/// Where a page of the run list starts: after the run with this start
+/// time and id (the journal's order). On the wire it is opaque: the hex
+/// of `STARTED_TS:RUN_ID`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cursor {
+    started_ts: u64,
+    run_id: String,
+}
+
+impl Cursor {
+    fn of(s: &RunSummary) -> Cursor {
+        Cursor {
+            started_ts: s.started_ts,
+            run_id: s.run_id.clone(),
+        }
+    }
+
+    fn encode(&self) -> String {
+        format!("{}:{}", self.started_ts, self.run_id)
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    fn decode(text: &str) -> Option<Cursor> {
+        if !text.len().is_multiple_of(2) || !text.is_ascii() {
+            return None;
+        }
+        let bytes = (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        let plain = String::from_utf8(bytes).ok()?;
+        let (ts, run_id) = plain.split_once(':')?;
+        Some(Cursor {
+            started_ts: ts.parse().ok()?,
+            run_id: run_id.to_owned(),
+        })
+    }
+
+    /// Whether `s` comes after the cursor in the journal's order.
+    fn precedes(&self, s: &RunSummary) -> bool {
+        (s.started_ts, s.run_id.as_str()) > (self.started_ts, self.run_id.as_str())
+    }
+}
+
+/// One page's bounds.
+#[derive(Debug)]
+struct Page {
+    limit: usize,
+    after: Option<Cursor>,
+}
+
+impl Page {
+    fn parse(query: &ListQuery) -> Result<Page, Problem> {
+        let bad = |parameter: &str, detail: String| {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-page",
+                "Invalid page of the run list",
+                detail,
+            )
+            .with("parameter", parameter)
+        };
+        let limit = match query.limit.as_deref() {
+            None => DEFAULT_PAGE_RUNS,
+            Some(text) => text
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE_RUNS).contains(n))
+                .ok_or_else(|| {
+                    bad(
+                        "limit",
+                        format!("limit must be an integer from 1 to {MAX_PAGE_RUNS}"),
+                    )
+                    .with("max_limit", MAX_PAGE_RUNS)
+                })?,
+        };
+        let after = match query.after.as_deref() {
+            None => None,
+            Some(text) => Some(Cursor::decode(text).ok_or_else(|| {
+                bad(
+                    "after",
+                    "after must be the `next` cursor of an earlier page".to_owned(),
+                )
+            })?),
+        };
+        Ok(Page { limit, after })
+    }
+}
+
+/// `GET /v1/runs?limit=N&after=CURSOR`: a page of the journal's runs in
+/// its order (live ones as live), each with its turns and usage, and
+/// `next`, the cursor of the page after it (`null` on the last page). The
+/// last page also lists the live runs not journaled yet.
+pub async fn list_runs(
+    State(daemon): State<Arc<Daemon>>,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, Problem> {
+    let page = Page::parse(&query)?;
+    let (stored, totals) = daemon.read(|r| Ok((r.runs()?, r.totals()?))).await?;
+    let live: HashSet<String> = daemon
+        .engine
+        .live_run_ids()
+        .iter()
+        .map(|id| id.as_str().to_owned())
+        .collect();
+    let after = page.after.as_ref();
+    let mut rest = stored
+        .iter()
+        .filter(|s| after.is_none_or(|c| c.precedes(s)));
+    let chosen: Vec<&RunSummary> = rest.by_ref().take(page.limit).collect();
+    let next = match (rest.next(), chosen.last()) {
+        (Some(_), Some(last)) => Some(Cursor::of(last).encode()),
+        _ => None,
+    };
+    let mut runs: Vec<Value> = Vec::with_capacity(chosen.len());
+    for s in &chosen {
+        // A live run may end (and be journaled) between the two looks.
+        let run = live
+            .contains(s.run_id.as_str())
+            .then(|| daemon.engine.live_run(&s.run_id))
+            .flatten();
+        let entry = match run {
+            Some(run) => live_json(&run, Some(s)),
+            None => summary_json(s, false),
+        };
+        runs.push(with_totals(entry, totals.get(&s.run_id)));
+    }
+    if next.is_none() {
+        let listed: HashSet<&str> = stored.iter().map(|s| s.run_id.as_str()).collect();
+        for id in live.iter().filter(|id| !listed.contains(id.as_str())) {
+            if let Some(run) = daemon.engine.live_run(id) {
+                runs.push(with_totals(live_json(&run, None), totals.get(id)));
+            }
+        }
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "runs": runs, "next": next }),
+    ))
+}
+
+/// `GET /v1/runs/{id}`.
+pub async fn run_status(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Response, Problem> {
+    let live = daemon.engine.live_run(&id);
+    let lookup = id.clone();
+    let stored = daemon.read(move |r| r.run_status(&lookup)).await?;
+    match (live, stored) {
+        (Some(run), s) => Ok(json_response(StatusCode::OK, &live_json(&run, s.as_ref()))),
+        (None, Some(s)) => Ok(json_response(StatusCode::OK, &summary_json(&s, false))),
+        (None, None) => Err(Problem::unknown_run(&id)),
+    }
+}
+
+/// `POST /v1/runs/{id}/cancel`.
+pub async fn cancel_run(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Response, Problem> {
+    if let Some(run) = daemon.engine.live_run(&id) {
+        run.canceller().cancel();
+        return Ok(json_response(
+            StatusCode::ACCEPTED,
+            &json!({ "run_id": id, "status": "cancelling" }),
+        ));
+    }
+    let lookup = id.clone();
+    match daemon.read(move |r| r.run_status(&lookup)).await? {
+        Some(s) => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "run-ended",
+            "The run is not live",
+            format!("the run is {} and not running in this daemon", s.status),
+        )
+        .with("run_id", id.as_str())
+        .with("status", s.status.as_str())),
+        None => Err(Problem::unknown_run(&id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_round_trips_and_garbage_is_refused() {
+        let c = Cursor {
+            started_ts: 1_700_000_000_123,
+            run_id: "run:with:colons".to_owned(),
+        };
+        let text = c.encode();
+        assert!(text.bytes().all(|b| b.is_ascii_hexdigit()), "{text}");
+        assert_eq!(Cursor::decode(&text), Some(c));
+        for bad in ["", "a", "zz", "6162", "3a61", "78787878"] {
+            assert_eq!(Cursor::decode(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_limit_is_bounded() {
+        let q = |limit: &str| ListQuery {
+            limit: Some(limit.to_owned()),
+            after: None,
+        };
+        assert_eq!(
+            Page::parse(&ListQuery::default()).unwrap().limit,
+            DEFAULT_PAGE_RUNS
+        );
+        assert_eq!(Page::parse(&q("1000")).unwrap().limit, MAX_PAGE_RUNS);
+        for bad in ["0", "1001", "-1", "x"] {
+            let e = Page::parse(&q(bad)).unwrap_err();
+            assert_eq!(e.status(), StatusCode::BAD_REQUEST, "{bad}");
+            assert_eq!(e.to_json()["parameter"], "limit");
+        }
+    }
+}

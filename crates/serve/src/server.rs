@@ -1,0 +1,273 @@
+//! [`Server`]: a daemon bound to its listener, from a [`ServeConfig`], the
+//! host's engine builder and a [`RunFactory`]; [`Server::run`] serves until
+//! the shutdown signal, then shuts the runs down and closes the journal.
+
+use crate::config::{ServeConfig, ServeConfigError};
+use crate::cross_site::{self, AllowedOrigin, CrossSitePolicy};
+use crate::factory::RunFactory;
+use crate::{Daemon, approvals::Approvals, conn, recovery, router, stream_caps};
+use keel_engine::{EngineBuilder, EngineShutdown, InteractionHandler};
+use keel_observers::{JournalConfig, JournalError, RequiredObserver, SqliteJournal};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// How long shutdown waits for open connections once the runs are done.
+const SHUTDOWN_CONNECTIONS: Duration = Duration::from_secs(5);
+
+/// Why a daemon did not start. Messages name the setting, never a token
+/// or a credential.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration was refused.
+    #[error(transparent)]
+    Config(#[from] ServeConfigError),
+    /// An `allow_origin` or `public_host` entry was refused.
+    #[error(transparent)]
+    CrossSite(#[from] cross_site::CrossSiteConfigError),
+    /// The journal could not be opened or recovered.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// NATS could not be reached (the URL is named without credentials).
+    #[error("{0}")]
+    Nats(String),
+    /// Recovery at startup failed.
+    #[error("{0}")]
+    Recovery(String),
+    /// The engine refused the daemon's configuration.
+    #[error("cannot build the engine: {0}")]
+    Engine(String),
+    /// The listener could not be bound.
+    #[error("--listen {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl ServeError {
+    /// Whether the host's input is at fault (a setting, an address, NATS
+    /// unreachable), not the machine (`keel serve` exits 2 then).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            ServeError::Config(_)
+                | ServeError::CrossSite(_)
+                | ServeError::Nats(_)
+                | ServeError::Engine(_)
+                | ServeError::Listen { .. }
+        )
+    }
+}
+
+/// A daemon bound to its listener, its journal recovered.
+#[derive(Debug)]
+pub struct Server {
+    daemon: Arc<Daemon>,
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+}
+
+impl Server {
+    /// Checks `config`, opens and recovers the journal, builds the one
+    /// engine from `engine` (the daemon adds its journal, retention and
+    /// approvals to it) and binds the listener. Must be called within a
+    /// multi-threaded tokio runtime.
+    pub async fn bind(
+        config: ServeConfig,
+        engine: EngineBuilder,
+        factory: Arc<dyn RunFactory>,
+    ) -> Result<Server, ServeError> {
+        let daemon = Arc::new(open_daemon(&config, engine, factory).await?);
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| ServeError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| ServeError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        Ok(Server {
+            daemon,
+            listener,
+            addr,
+        })
+    }
+
+    /// The bound address (the port chosen when `listen` asked for 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until `shutdown` completes; then refuses new runs, cancels
+    /// the live ones and waits (at most `shutdown_timeout`) while they
+    /// journal their terminals, gives open connections a few seconds, and
+    /// closes the journal. The report names the runs left for recovery.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> EngineShutdown {
+        let Server {
+            daemon, listener, ..
+        } = self;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let shutting = {
+            let daemon = Arc::clone(&daemon);
+            tokio::spawn(async move {
+                shutdown.await;
+                let report = shutdown_runs(&daemon).await;
+                let _ = stop_tx.send(true);
+                report
+            })
+        };
+        let config =
+            conn::ConnConfig::new(router(Arc::clone(&daemon)), daemon.settings.connections);
+        run_server(listener, config, stop_rx).await;
+        // The server stops only after the runs were shut down, unless it
+        // failed: then shut them down now.
+        let report = match shutting.is_finished() {
+            true => match shutting.await {
+                Ok(report) => report,
+                Err(_) => shutdown_runs(&daemon).await,
+            },
+            false => {
+                shutting.abort();
+                shutdown_runs(&daemon).await
+            }
+        };
+        close_journal(daemon).await;
+        report
+    }
+}
+
+/// Opens the journal and builds the one engine over it.
+async fn open_daemon(
+    config: &ServeConfig,
+    engine: EngineBuilder,
+    factory: Arc<dyn RunFactory>,
+) -> Result<Daemon, ServeError> {
+    let settings = config.settings()?;
+    let cross_site = cross_site_policy(config)?;
+    let journal = Arc::new(SqliteJournal::open(&config.db, JournalConfig::default())?);
+    let reader = Arc::new(journal.reader()?);
+    let nats = match &config.nats {
+        Some(url) => Some(
+            crate::nats_connect::connect(url)
+                .await
+                .map_err(|e| ServeError::Nats(e.to_string()))?,
+        ),
+        None => None,
+    };
+    recovery::recover_at_startup(&journal, nats.as_ref()).await?;
+    let approvals = Arc::new(Approvals::new());
+    let mut engine = engine;
+    if let Some(handle) = &nats {
+        // Posted runs are published to JetStream (owner recorded, heartbeat
+        // kept), before the journal: the journal then only holds what the
+        // stream acked, so after a kill it is a prefix of the stream, which
+        // recovery closes and copies back (recovery.rs).
+        engine = engine.required_observer(Arc::new(keel_observers::JetStreamObserver::new(
+            handle.clone(),
+        )) as Arc<dyn RequiredObserver>);
+    }
+    let engine = engine
+        .required_observer(Arc::clone(&journal) as Arc<dyn RequiredObserver>)
+        // Streams read what a live log no longer retains from the journal.
+        .history(Arc::clone(&reader) as Arc<dyn keel_observers::RunHistory>)
+        .log_config(settings.log_config.clone())
+        .interaction_handler(Arc::clone(&approvals) as Arc<dyn InteractionHandler>)
+        .build()
+        .map_err(|e| ServeError::Engine(e.to_string()))?;
+    Ok(Daemon {
+        streams: stream_caps::StreamCaps::new(settings.streams),
+        engine,
+        journal,
+        reader,
+        approvals,
+        admission: tokio::sync::Mutex::new(()),
+        reserved: Mutex::default(),
+        token: config.token.clone(),
+        settings,
+        nats,
+        factory,
+        cross_site: Arc::new(cross_site),
+    })
+}
+
+/// The cross-site rules from `allow_origin`, `public_host` and the
+/// listener's address.
+fn cross_site_policy(config: &ServeConfig) -> Result<CrossSitePolicy, ServeError> {
+    let origins = config
+        .allow_origin
+        .iter()
+        .map(|o| AllowedOrigin::parse(o))
+        .collect::<Result<Vec<_>, _>>()?;
+    let hosts = config
+        .public_host
+        .iter()
+        .map(|h| cross_site::parse_public_host(h))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(CrossSitePolicy::new(
+        config.listen.ip().is_loopback(),
+        hosts,
+        origins,
+    ))
+}
+
+/// Serves until `stop` turns true, then gives open connections
+/// [`SHUTDOWN_CONNECTIONS`] to finish.
+async fn run_server(
+    listener: tokio::net::TcpListener,
+    config: conn::ConnConfig,
+    stop: watch::Receiver<bool>,
+) {
+    let mut stop_seen = stop.clone();
+    let server = conn::accept_loop(listener, config, stop);
+    tokio::select! {
+        () = server => {}
+        () = async {
+            // Graceful shutdown began: give open connections a bounded time.
+            let _ = stop_seen.wait_for(|s| *s).await;
+            tokio::time::sleep(SHUTDOWN_CONNECTIONS).await;
+        } => eprintln!("keel: connections still open after {} s; closing them", SHUTDOWN_CONNECTIONS.as_secs()),
+    }
+}
+
+/// Closes the journal once nothing else holds it (the engine, the
+/// routes); otherwise it is dropped with the process.
+async fn close_journal(daemon: Arc<Daemon>) {
+    let journal = Arc::clone(&daemon.journal);
+    drop(daemon);
+    match Arc::try_unwrap(journal) {
+        Ok(journal) => match tokio::task::spawn_blocking(move || journal.close()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("keel: closing the journal: {e}"),
+            Err(e) => eprintln!("keel: closing the journal: {e}"),
+        },
+        Err(journal) => drop(journal),
+    }
+}
+
+/// Refuses new runs, cancels the live ones and waits (at most
+/// `shutdown_timeout`) while they journal their terminals.
+async fn shutdown_runs(daemon: &Daemon) -> EngineShutdown {
+    let live = daemon.engine.live_runs();
+    let timeout = daemon.settings.shutdown_timeout;
+    eprintln!(
+        "keel: shutting down: cancelling {live} live run(s), waiting at most {} ms",
+        timeout.as_millis()
+    );
+    let started = Instant::now();
+    let report = daemon.engine.shutdown(timeout).await;
+    eprintln!(
+        "keel: shutdown: {} run(s) ended, {} abandoned, {} unacknowledged, in {} ms",
+        report.runs_ended,
+        report.runs_abandoned,
+        report.unacknowledged.len(),
+        started.elapsed().as_millis()
+    );
+    report
+}
