@@ -2,7 +2,6 @@
 //! names its conversation by, which `run.started`'s `chat` member records
 //! and a chat host puts in URLs and run ids.
 
-use std::fmt;
 use std::sync::Arc;
 
 /// The longest conversation id, in bytes.
@@ -73,33 +72,4 @@ impl ChatId {
     }
 }
 
-impl fmt::Debug for ChatId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ChatId({:?})", &*self.0)
-    }
-}
-
-impl fmt::Display for ChatId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl AsRef<str> for ChatId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl serde::Serialize for ChatId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for ChatId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        ChatId::parse(&text).map_err(serde::de::Error::custom)
-    }
-}
+keel_message::string_newtype_impls!(ChatId, ChatIdError);

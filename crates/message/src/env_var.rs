@@ -7,7 +7,6 @@
 //! is often written next to a secret (the variable holds an API key), so
 //! an error never echoes the text: only its length or a byte offset.
 
-use std::fmt;
 use std::sync::Arc;
 
 /// The longest environment variable name, in bytes.
@@ -90,40 +89,4 @@ impl EnvVarName {
     }
 }
 
-impl fmt::Debug for EnvVarName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "EnvVarName({:?})", &*self.0)
-    }
-}
-
-impl fmt::Display for EnvVarName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl AsRef<str> for EnvVarName {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::str::FromStr for EnvVarName {
-    type Err = EnvVarNameError;
-    fn from_str(text: &str) -> Result<EnvVarName, EnvVarNameError> {
-        EnvVarName::parse(text)
-    }
-}
-
-impl serde::Serialize for EnvVarName {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for EnvVarName {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        EnvVarName::parse(&text).map_err(serde::de::Error::custom)
-    }
-}
+crate::string_newtype_impls!(EnvVarName, EnvVarNameError);

@@ -73,6 +73,7 @@ mod names;
 mod request;
 mod schema_check;
 pub mod strict_json;
+mod string_newtype;
 mod tool;
 mod tool_spec;
 mod tool_spec_error;
@@ -91,3 +92,6 @@ pub use request::ModelRequest;
 pub use tool::ToolDefinition;
 pub use tool_spec::ToolSpec;
 pub use tool_spec_error::{SchemaProblem, ToolSpecError};
+
+#[doc(hidden)]
+pub use serde as __serde;
