@@ -84,8 +84,8 @@ pub enum EventDecodeError {
     },
 }
 
-/// The largest `seq` and `ts`: 2^53 − 1, so lines stay I-JSON.
-pub(crate) const MAX_SAFE: u64 = (1 << 53) - 1;
+// The largest `seq` and `ts`: keel-message's 2^53 − 1, so lines stay I-JSON.
+pub(crate) use keel_message::canonical::MAX_SAFE_INTEGER as MAX_SAFE;
 
 /// `{"kind":"","payload":` without the kind name.
 const HEAD_FIXED_BYTES: usize = 21;

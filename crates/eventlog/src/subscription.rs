@@ -7,7 +7,7 @@
 //! never waits for it.
 
 use crate::event::Event;
-use crate::shared::{EndReason, Shared, Signal, State, is_run_terminal};
+use crate::shared::{EndReason, Shared, Signal, State};
 use crate::sync::lock;
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -419,7 +419,7 @@ impl Cursor {
             && state
                 .entries
                 .back()
-                .is_some_and(|e| is_run_terminal(&e.event))
+                .is_some_and(|e| e.event.kind().is_run_terminal())
         {
             self.terminal = Some(self.taken);
         }

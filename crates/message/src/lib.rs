@@ -12,6 +12,7 @@
 //! - [`ToolSpec`], a tool definition written as a `const` item and checked
 //!   at compile time (name, description bound, object schema), whose
 //!   [`definition`](ToolSpec::definition) cannot fail;
+//! - [`EnvVarName`], the one rule for an environment variable's name;
 //! - [`Limits`], the one place every bound lives, with documented defaults;
 //! - [`CanonicalJson`], validated bounded RFC 8785 canonical JSON.
 //!
@@ -63,6 +64,7 @@
 
 pub mod canonical;
 pub mod decode;
+mod env_var;
 mod error;
 pub mod ids;
 mod limits;
@@ -73,12 +75,14 @@ mod request;
 mod role;
 mod schema_check;
 pub mod strict_json;
+mod string_newtype;
 mod tool;
 mod tool_spec;
 mod tool_spec_error;
 
 pub use canonical::{CanonicalJson, JsonError};
 pub use decode::DecodeError;
+pub use env_var::{ENV_VAR_NAME_MAX_BYTES, EnvVarName, EnvVarNameError};
 pub use error::{MessageError, MessageErrorKind};
 pub use ids::{
     CallId, ID_MAX_BYTES, IdError, InteractionId, MessageId, OperationId, OperationIdIssuer, RunId,
@@ -91,3 +95,6 @@ pub use role::Role;
 pub use tool::ToolDefinition;
 pub use tool_spec::ToolSpec;
 pub use tool_spec_error::{SchemaProblem, ToolSpecError};
+
+#[doc(hidden)]
+pub use serde as __serde;

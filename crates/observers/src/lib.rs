@@ -91,7 +91,7 @@ mod tracing_bridge;
 mod window;
 
 pub use dispatch::{BatchOutcome, DispatchError};
-pub use history::{HistoryError, RunHistory, RunStatus, StoredRun};
+pub use history::{RunHistory, RunHistoryError, RunStatus, StoredRun};
 pub use host_id::{MAX_HOST_ID_BYTES, valid_host_id};
 pub use observer::{
     BatchError, BestEffortObserver, ObserveBatchFuture, ObserveFuture, ObserverError,

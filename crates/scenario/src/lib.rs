@@ -12,7 +12,8 @@
 //! (`keel-serve`, whose `ScenarioFactory` uses this crate) and no command
 //! line (`keel-cli`). Rules it checks are called, not restated: names and
 //! messages are `keel-message`'s constructors, limits are
-//! `EngineLimits::validate`, metadata namespaces are `keel-stream`'s.
+//! `EngineLimits::check`, key variables are `EnvVarName`s, provider types
+//! are `ProviderKind`s, metadata namespaces are `keel-stream`'s.
 //!
 //! Neighbours: it composes `keel-testkit` (the scripted provider and tools
 //! a scenario describes: a recorded decision,

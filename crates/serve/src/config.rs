@@ -4,7 +4,7 @@
 //! before anything opens; [`BearerToken`] holds a checked token.
 
 use crate::limits::{ConnectionConfig, ConnectionLimits, LimitsError, StreamConfig, StreamLimits};
-use keel_engine::MIN_CLOSING_DEADLINE;
+use keel_engine::{LimitError, check_closing_deadline};
 use keel_eventlog::LogConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -65,7 +65,8 @@ pub struct ServeConfig {
     pub max_live_runs: usize,
     /// `--approval-timeout-ms`: for runs whose factory sets none.
     pub approval_timeout: Duration,
-    /// `--shutdown-timeout-ms`: at least [`MIN_CLOSING_DEADLINE`].
+    /// `--shutdown-timeout-ms`: at least
+    /// [`MIN_CLOSING_DEADLINE`](keel_engine::MIN_CLOSING_DEADLINE).
     pub shutdown_timeout: Duration,
     /// The connection caps and timeouts (`--max-connections`, …).
     pub connections: ConnectionConfig,
@@ -107,12 +108,10 @@ pub enum ServeConfigError {
     /// A count or duration that must be at least 1.
     #[error("{0}: must be at least 1")]
     Zero(&'static str),
-    /// The shutdown timeout under the engine's closing floor.
-    #[error("--shutdown-timeout-ms: must be at least {floor_ms} (MIN_CLOSING_DEADLINE)")]
-    ShutdownTooShort {
-        /// [`MIN_CLOSING_DEADLINE`] in ms.
-        floor_ms: u128,
-    },
+    /// The shutdown timeout under the engine's closing floor
+    /// ([`check_closing_deadline`]).
+    #[error("--shutdown-timeout-ms: {0}")]
+    ShutdownTooShort(#[source] LimitError),
     /// A connection or stream bound.
     #[error(transparent)]
     Limits(#[from] LimitsError),
@@ -162,11 +161,8 @@ impl ServeConfig {
         if self.approval_timeout.is_zero() {
             return Err(ServeConfigError::Zero("--approval-timeout-ms"));
         }
-        if self.shutdown_timeout < MIN_CLOSING_DEADLINE {
-            return Err(ServeConfigError::ShutdownTooShort {
-                floor_ms: MIN_CLOSING_DEADLINE.as_millis(),
-            });
-        }
+        check_closing_deadline(self.shutdown_timeout)
+            .map_err(ServeConfigError::ShutdownTooShort)?;
         Ok(Settings {
             max_live_runs: self.max_live_runs,
             default_approval_timeout: self.approval_timeout,

@@ -280,16 +280,6 @@ pub(crate) fn provider_not_allowed() -> Problem {
     .with("path", "provider")
 }
 
-/// The scenario member an engine limit comes from.
-fn limit_path(field: &str) -> String {
-    match field {
-        "closing_deadline" => "limits.closing_deadline_ms".to_owned(),
-        "approval_timeout" => "limits.approval_timeout_ms".to_owned(),
-        "timeouts" => "limits".to_owned(),
-        other => format!("limits.{other}"),
-    }
-}
-
 /// `$.history[i]…` (the engine's path) as the scenario's `messages[i]…`.
 fn history_path(path: &str) -> String {
     match path.strip_prefix("$.history") {
@@ -307,7 +297,10 @@ fn start_problem(e: &StartError) -> Problem {
         StartError::ShuttingDown => shutting_down(),
         StartError::DuplicateRun { run_id } => run_exists(run_id.as_str()),
         StartError::InvalidLimit(l) => rule(
-            invalid(e.to_string(), &limit_path(l.field())),
+            // The engine's own field name: what a host's run factory built
+            // from (a scenario's loader refuses its own limits first, by the
+            // same rules, naming the scenario member).
+            invalid(e.to_string(), &format!("limits.{}", l.field())),
             "engine.limits",
         ),
         StartError::DuplicateTool { .. } => {

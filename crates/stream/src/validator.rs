@@ -6,7 +6,7 @@
 //! raw-to-validated steps.
 
 use crate::failure::{ModelFailure, RetryPosition};
-use crate::item::{Completion, FinishReason, StreamItem, TextDelta};
+use crate::item::{Completion, DeltaText, FinishReason, StreamItem};
 use crate::metadata::{MetadataAllowlist, ProviderMetadata};
 use crate::problem::ProviderProblem;
 use crate::raw::{RawCompletion, RawItem, RawProblem, RawToolCall};
@@ -160,7 +160,7 @@ impl StreamValidator {
 
     fn check(&mut self, raw: RawItem) -> Result<StreamItem, StreamViolation> {
         match raw {
-            RawItem::TextDelta(text) => Ok(StreamItem::TextDelta(TextDelta::new_with(
+            RawItem::TextDelta(text) => Ok(StreamItem::TextDelta(DeltaText::new_with(
                 text,
                 &self.limits,
             )?)),

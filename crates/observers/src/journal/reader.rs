@@ -6,7 +6,7 @@
 
 use super::schema::{self, Found};
 use super::{JournalError, RunStatus};
-use crate::history::{HistoryError, RunHistory, StoredRun};
+use crate::history::{RunHistory, RunHistoryError, StoredRun};
 use keel_eventlog::Event;
 use keel_message::RunId;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
@@ -320,17 +320,17 @@ pub fn is_last_page(page: &[String], limit: usize) -> bool {
 /// and [`JournalReader::events_after`], each line decoded (with the
 /// canonical round-trip check). A page is bounded in bytes as well as in
 /// events ([`PAGE_BYTES`]), and ends before a line that does not
-/// decode; a read that starts at one is [`HistoryError::Corrupt`]. What the writer acknowledged before a call
+/// decode; a read that starts at one is [`RunHistoryError::Corrupt`]. What the writer acknowledged before a call
 /// began is in its answer (each call reads one snapshot).
 impl RunHistory for JournalReader {
     fn name(&self) -> &str {
         "sqlite"
     }
 
-    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, HistoryError> {
+    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, RunHistoryError> {
         let summary = self
             .run_status(run_id.as_str())
-            .map_err(|e| HistoryError::read("sqlite", e))?;
+            .map_err(|e| RunHistoryError::read("sqlite", e))?;
         Ok(summary.map(|s| StoredRun::new(s.last_seq, s.status)))
     }
 
@@ -339,10 +339,10 @@ impl RunHistory for JournalReader {
         run_id: &RunId,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<Arc<Event>>, HistoryError> {
+    ) -> Result<Vec<Arc<Event>>, RunHistoryError> {
         let lines = self
             .events_after(run_id.as_str(), after, limit)
-            .map_err(|e| HistoryError::read("sqlite", e))?;
+            .map_err(|e| RunHistoryError::read("sqlite", e))?;
         let mut last = after;
         let mut events = Vec::with_capacity(lines.len());
         // Each line is dropped once decoded: the page is held about once.
@@ -356,7 +356,7 @@ impl RunHistory for JournalReader {
                 // read starts at the bad line and fails.
                 Err(_) if !events.is_empty() => break,
                 Err(e) => {
-                    return Err(HistoryError::Corrupt {
+                    return Err(RunHistoryError::Corrupt {
                         store: "sqlite".to_owned(),
                         run_id: run_id.to_string(),
                         after: last,
@@ -502,7 +502,7 @@ mod tests {
         let before = history.read_after(&run, 0, 10).unwrap();
         assert_eq!(before.iter().map(|e| e.seq()).collect::<Vec<_>>(), [1, 2]);
         match history.read_after(&run, 2, 10) {
-            Err(HistoryError::Corrupt {
+            Err(RunHistoryError::Corrupt {
                 after: 2, run_id, ..
             }) => assert_eq!(run_id, "run_h"),
             other => panic!("{other:?}"),

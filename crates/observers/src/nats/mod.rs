@@ -168,15 +168,3 @@ pub use recovery::{
 };
 pub use recovery_error::JetStreamRecoveryError;
 pub use subscription::{RemoteSubscribeError, RemoteSubscription, RemoteSubscriptionError};
-
-use keel_eventlog::{Event, Phase, Scope};
-
-/// Whether `event` ends its run: the one place this folder asks (the
-/// observer, the subscription and recovery call it). Its body is the
-/// eventlog's rule, to be replaced by `EventKind::is_run_terminal` there.
-fn is_run_terminal(event: &Event) -> bool {
-    matches!(
-        event.kind().lifecycle_parts(),
-        Some((Scope::Run, Phase::Ended(_)))
-    )
-}

@@ -6,7 +6,6 @@
 use super::handle::{
     Answer, Expect, JetStreamConfig, JetStreamError, JetStreamHandle, Published, answer, seq_of,
 };
-use super::is_run_terminal;
 use super::ownership::{HostHeartbeat, Ownership};
 use crate::observer::{
     BatchError, ObserveBatchFuture, ObserveFuture, ObserverError, RequiredObserver,
@@ -160,7 +159,7 @@ impl JetStreamObserver {
     fn remember(&self, event: &Event, stream_seq: u64) {
         let mut runs = lock(&self.runs);
         let run_id = event.run_id().as_str();
-        if is_run_terminal(event) {
+        if event.kind().is_run_terminal() {
             runs.remove(run_id);
         } else {
             let entry = runs.entry(run_id.to_owned()).or_insert(RunState {
@@ -209,7 +208,7 @@ impl JetStreamObserver {
             .publish_as(event, self.id(event), Expect::SubjectSequence(expected))
             .await;
         self.settle(event, answer, expected).await?;
-        if is_run_terminal(event)
+        if event.kind().is_run_terminal()
             && let Some(host) = self.host.get()
         {
             // Best effort: a stale record of an ended run is harmless.
@@ -315,7 +314,7 @@ impl JetStreamObserver {
         }
         let acks = self.send_chain(chain, state.stream_seq).await;
         let acked = self.collect(chain, acks, state.stream_seq).await?;
-        if chain[..acked].iter().any(|e| is_run_terminal(e))
+        if chain[..acked].iter().any(|e| e.kind().is_run_terminal())
             && let Some(host) = self.host.get()
         {
             // Best effort: a stale record of an ended run is harmless.

@@ -4,7 +4,6 @@
 //! the stream holds.
 
 use super::handle::{JetStreamHandle, Published};
-use super::is_run_terminal;
 use super::ownership::{ATTEMPTS, Ownership};
 use super::recovery_error::{JetStreamRecoveryError, nats, nats_err};
 use super::subscription::{RemoteSubscribeError, RemoteSubscription};
@@ -206,7 +205,7 @@ impl JetStreamRecovery {
         let Some(tail) = self.tail(&run).await? else {
             return Ok(LocalSync::NotInStream);
         };
-        if !is_run_terminal(&tail.event) {
+        if !tail.event.kind().is_run_terminal() {
             return Ok(LocalSync::StreamOpen);
         }
         let stream = self.history(&run, &tail).await?;
@@ -254,7 +253,7 @@ impl JetStreamRecovery {
         run: &RunId,
         tail: &Tail,
     ) -> Result<StreamStanding, JetStreamRecoveryError> {
-        if is_run_terminal(&tail.event) {
+        if tail.event.kind().is_run_terminal() {
             return Ok(StreamStanding::Ended {
                 by_recovery: ended_by_recovery(&tail.event),
             });

@@ -2,7 +2,6 @@
 //! with no gap and no duplicate, until the run's terminal.
 
 use super::handle::{JetStreamHandle, seq_of};
-use super::is_run_terminal;
 use async_nats::jetstream::consumer;
 use futures_util::StreamExt;
 use keel_eventlog::{Event, SubscribeError};
@@ -110,7 +109,7 @@ fn is_run_terminal_line(line: &[u8]) -> bool {
     std::str::from_utf8(line)
         .ok()
         .and_then(|t| Event::decode(t).ok())
-        .is_some_and(|e| is_run_terminal(&e))
+        .is_some_and(|e| e.kind().is_run_terminal())
 }
 
 impl RemoteSubscription {
@@ -218,7 +217,7 @@ impl RemoteSubscription {
                 }));
             }
             self.cursor = event.seq();
-            if is_run_terminal(&event) {
+            if event.kind().is_run_terminal() {
                 self.finished = true;
             }
             return Some(Ok(Arc::new(event)));
