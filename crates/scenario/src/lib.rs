@@ -25,7 +25,7 @@
 //! use std::path::Path;
 //! let text = r#"{
 //!   "model": "scripted-1",
-//!   "provider": {"type": "scripted", "calls": [[{"text": "hi"}, {"complete": {"finish_reason": "stop"}}]]},
+//!   "provider": {"type": "scripted", "calls": [[{"text": "hi"}, {"complete": {"finish": "stop"}}]]},
 //!   "messages": [{"role": "user", "text": "hello"}]
 //! }"#;
 //! let scenario = keel_scenario::file::parse(Path::new("inline.json"), text).unwrap();
