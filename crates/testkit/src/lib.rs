@@ -33,6 +33,8 @@
 //!   (contiguous sequences from 1, one run, non-decreasing timestamps,
 //!   canonical round trip, exactly one terminal per scope, nesting, every
 //!   scope closed); [`assert_kinds`] checks an exact sequence of kinds.
+//! - [`verify_run`] is `keel verify`'s check of one stored run: its lines
+//!   against the journal's status and last sequence.
 //! - `strategies` (feature `proptest`) has proptest strategies for
 //!   messages, histories, requests, raw streams (valid and malformed),
 //!   scripts, whole scripted runs and lifecycle-valid event sequences.
@@ -156,6 +158,7 @@ mod script;
 pub mod strategies;
 mod sync;
 mod tool;
+mod verify;
 
 pub use check::{
     LifecycleSummary, LifecycleViolation, assert_kinds, assert_lifecycle, check_lifecycle,
@@ -175,3 +178,4 @@ pub use script::{
 pub use tool::{
     HANG, ScriptToolError, ScriptedTool, TOOL_SCRIPT_EXHAUSTED, ToolAction, ToolHandle, ToolStep,
 };
+pub use verify::{Verdict, VerifyViolation, verify_run};

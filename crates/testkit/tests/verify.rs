@@ -1,0 +1,134 @@
+//! `verify_run`, `keel verify`'s check of one stored run: each rule it
+//! names, and the two verdicts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use keel_observers::{RunStatus, StoredRun};
+use keel_testkit::{Verdict, VerifyViolation, verify_run};
+
+fn line(kind: &str, run: &str, seq: u64, ts: u64) -> String {
+    format!(r#"{{"kind":"{kind}","payload":{{}},"run_id":"{run}","seq":{seq},"ts":{ts}}}"#)
+}
+
+/// run.started, turn 1 started and completed, run.completed.
+fn completed() -> Vec<String> {
+    vec![
+        line("run.started", "run_1", 1, 5),
+        r#"{"kind":"turn.started","payload":{"turn":1},"run_id":"run_1","seq":2,"ts":6}"#.into(),
+        r#"{"kind":"turn.completed","payload":{"turn":1},"run_id":"run_1","seq":3,"ts":7}"#.into(),
+        line("run.completed", "run_1", 4, 8),
+    ]
+}
+
+fn rule(result: Result<Verdict, VerifyViolation>) -> (u64, &'static str) {
+    let v = result.expect_err("a violation");
+    assert!(v.to_string().starts_with(&format!(
+        "run {} seq {}: rule {}: ",
+        v.run_id, v.seq, v.rule
+    )));
+    (v.seq, v.rule)
+}
+
+#[test]
+fn a_closed_run_whose_record_agrees_is_ok() {
+    let lines = completed();
+    let stored = StoredRun::new(4, RunStatus::Completed);
+    assert_eq!(verify_run("run_1", stored, &lines), Ok(Verdict::Ok));
+}
+
+#[test]
+fn a_running_prefix_is_incomplete_with_its_open_scopes() {
+    let lines = &completed()[..2];
+    let stored = StoredRun::new(2, RunStatus::Running);
+    assert_eq!(
+        verify_run("run_1", stored, lines),
+        Ok(Verdict::Incomplete { open: 2 })
+    );
+}
+
+#[test]
+fn open_scopes_under_an_ended_status_break_lifecycle_closed() {
+    let lines = &completed()[..2];
+    let stored = StoredRun::new(2, RunStatus::Failed);
+    let v = verify_run("run_1", stored, lines).unwrap_err();
+    assert_eq!((v.seq, v.rule), (2, "lifecycle.closed"));
+    assert_eq!(v.detail, "status failed but 2 scope(s) are still open");
+}
+
+#[test]
+fn a_status_other_than_the_terminal_breaks_runs_status() {
+    let stored = StoredRun::new(4, RunStatus::Cancelled);
+    let v = verify_run("run_1", stored, &completed()).unwrap_err();
+    assert_eq!((v.seq, v.rule), (4, "runs.status"));
+    assert_eq!(
+        v.detail,
+        "the log ends with run.completed, the runs table says cancelled"
+    );
+}
+
+#[test]
+fn a_last_seq_other_than_the_line_count_breaks_runs_last_seq() {
+    let stored = StoredRun::new(5, RunStatus::Completed);
+    let v = verify_run("run_1", stored, &completed()).unwrap_err();
+    assert_eq!((v.seq, v.rule), (5, "runs.last_seq"));
+    assert_eq!(
+        v.detail,
+        "the runs table says last_seq 5, the journal holds 4 events"
+    );
+}
+
+#[test]
+fn lines_of_another_run_break_event_run_id() {
+    let lines = completed();
+    let stored = StoredRun::new(4, RunStatus::Completed);
+    let v = verify_run("run_2", stored, &lines).unwrap_err();
+    assert_eq!(v.run_id, "run_2");
+    assert_eq!((v.seq, v.rule), (1, "event.run_id"));
+    assert_eq!(v.detail, "the event belongs to run run_1");
+}
+
+#[test]
+fn envelope_rules_are_named() {
+    let stored = StoredRun::new(4, RunStatus::Completed);
+    let none: [String; 0] = [];
+    assert_eq!(
+        rule(verify_run("run_1", stored, &none)),
+        (1, "seq.contiguous")
+    );
+    let mut gap = completed();
+    gap.remove(1);
+    assert_eq!(
+        rule(verify_run("run_1", stored, &gap)),
+        (2, "seq.contiguous")
+    );
+    let mut back = completed();
+    back[2] =
+        r#"{"kind":"turn.completed","payload":{"turn":1},"run_id":"run_1","seq":3,"ts":1}"#.into();
+    assert_eq!(
+        rule(verify_run("run_1", stored, &back)),
+        (3, "event.ts_monotonic")
+    );
+    let mut mixed = completed();
+    mixed[1] =
+        r#"{"kind":"turn.started","payload":{"turn":1},"run_id":"run_2","seq":2,"ts":6}"#.into();
+    assert_eq!(
+        rule(verify_run("run_1", stored, &mixed)),
+        (2, "event.run_id")
+    );
+    let mut spaced = completed();
+    spaced[3] = spaced[3].replacen(',', ", ", 1);
+    assert_eq!(
+        rule(verify_run("run_1", stored, &spaced)),
+        (4, "event.canonical")
+    );
+}
+
+#[test]
+fn a_lifecycle_rule_is_named_by_the_tracker() {
+    let mut lines = completed();
+    lines[2] =
+        r#"{"kind":"turn.completed","payload":{"turn":2},"run_id":"run_1","seq":3,"ts":7}"#.into();
+    let stored = StoredRun::new(4, RunStatus::Completed);
+    let (seq, rule) = rule(verify_run("run_1", stored, &lines));
+    assert_eq!(seq, 3);
+    assert!(rule.starts_with("lifecycle."), "{rule}");
+}
