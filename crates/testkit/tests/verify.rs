@@ -45,35 +45,38 @@ fn a_running_prefix_is_incomplete_with_its_open_scopes() {
     );
 }
 
+/// A record that disagrees with the lines breaks the rule named, at the
+/// seq named, with the detail named.
 #[test]
-fn open_scopes_under_an_ended_status_break_lifecycle_closed() {
-    let lines = &completed()[..2];
-    let stored = StoredRun::new(2, RunStatus::Failed);
-    let v = verify_run("run_1", stored, lines).unwrap_err();
-    assert_eq!((v.seq, v.rule), (2, "lifecycle.closed"));
-    assert_eq!(v.detail, "status failed but 2 scope(s) are still open");
-}
-
-#[test]
-fn a_status_other_than_the_terminal_breaks_runs_status() {
-    let stored = StoredRun::new(4, RunStatus::Cancelled);
-    let v = verify_run("run_1", stored, &completed()).unwrap_err();
-    assert_eq!((v.seq, v.rule), (4, "runs.status"));
-    assert_eq!(
-        v.detail,
-        "the log ends with run.completed, the runs table says cancelled"
-    );
-}
-
-#[test]
-fn a_last_seq_other_than_the_line_count_breaks_runs_last_seq() {
-    let stored = StoredRun::new(5, RunStatus::Completed);
-    let v = verify_run("run_1", stored, &completed()).unwrap_err();
-    assert_eq!((v.seq, v.rule), (5, "runs.last_seq"));
-    assert_eq!(
-        v.detail,
-        "the runs table says last_seq 5, the journal holds 4 events"
-    );
+fn a_record_disagreeing_with_the_lines_names_its_rule() {
+    let all = completed();
+    let cases: [(StoredRun, &[String], u64, &str, &str); 3] = [
+        (
+            StoredRun::new(2, RunStatus::Failed),
+            &all[..2],
+            2,
+            "lifecycle.closed",
+            "status failed but 2 scope(s) are still open",
+        ),
+        (
+            StoredRun::new(4, RunStatus::Cancelled),
+            &all,
+            4,
+            "runs.status",
+            "the log ends with run.completed, the runs table says cancelled",
+        ),
+        (
+            StoredRun::new(5, RunStatus::Completed),
+            &all,
+            5,
+            "runs.last_seq",
+            "the runs table says last_seq 5, the journal holds 4 events",
+        ),
+    ];
+    for (stored, lines, seq, rule, detail) in cases {
+        let v = verify_run("run_1", stored, lines).unwrap_err();
+        assert_eq!((v.seq, v.rule, v.detail.as_str()), (seq, rule, detail));
+    }
 }
 
 #[test]
