@@ -81,6 +81,7 @@ mod request;
 mod run;
 mod source;
 mod tool;
+mod tool_set;
 
 pub use builder::EngineBuilder;
 pub use config::{EngineLimits, LimitError, MIN_CLOSING_DEADLINE, PartialRetry, RetryPolicy};

@@ -67,8 +67,10 @@ mod error;
 pub mod ids;
 mod limits;
 mod message;
+mod name_rules;
 mod names;
 mod request;
+mod role;
 mod schema_check;
 pub mod strict_json;
 mod tool;
@@ -77,14 +79,15 @@ mod tool_spec_error;
 
 pub use canonical::{CanonicalJson, JsonError};
 pub use decode::DecodeError;
-pub use error::{MessageError, MessageErrorKind, NameProblem};
+pub use error::{MessageError, MessageErrorKind};
 pub use ids::{
     CallId, ID_MAX_BYTES, IdError, InteractionId, MessageId, OperationId, OperationIdIssuer, RunId,
 };
 pub use limits::{Bound, LimitExceeded, Limits};
-pub use message::{Message, Part, Role, TextPart, ToolCallPart, ToolResultPart};
-pub use names::{ModelName, TOOL_NAME_MAX_BYTES, ToolName};
+pub use message::{Message, Part, TextPart, ToolCallPart, ToolResultPart};
+pub use names::{ModelName, NameProblem, TOOL_NAME_MAX_BYTES, ToolName};
 pub use request::ModelRequest;
+pub use role::Role;
 pub use tool::ToolDefinition;
 pub use tool_spec::ToolSpec;
 pub use tool_spec_error::{SchemaProblem, ToolSpecError};

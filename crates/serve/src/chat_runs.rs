@@ -88,7 +88,7 @@ pub async fn last_run(daemon: &Daemon, id: &str) -> Result<Option<LastRun>, Prob
     let stored = daemon
         .read(move |r| r.last_numbered_run(&lookup, None))
         .await?
-        .and_then(|s| number_of(&s.run_id, &prefix).map(|n| (n, s)));
+        .and_then(|s| number_of(s.run_id.as_str(), &prefix).map(|n| (n, s)));
     Ok(Some(match (live, stored) {
         (Some(n), stored) if stored.as_ref().is_none_or(|(m, _)| n >= *m) => LastRun {
             n,
@@ -111,7 +111,7 @@ pub async fn last_completed(daemon: &Daemon, id: &str) -> Result<Option<u64>, Pr
     let found = daemon
         .read(move |r| r.last_numbered_run(&lookup, Some(RunStatus::Completed)))
         .await?;
-    Ok(found.and_then(|s| number_of(&s.run_id, &prefix)))
+    Ok(found.and_then(|s| number_of(s.run_id.as_str(), &prefix)))
 }
 
 /// 409 for a conversation at its bound: run `n` is its last possible run.

@@ -1,5 +1,5 @@
 //! The daemon's bounds on connections and streams (issue #22), from its
-//! [`ServeConfig`] (the `keel serve` flags): what a hostile client can hold, and for how long.
+//! [`ServeConfig`](crate::ServeConfig) (the `keel serve` flags): what a hostile client can hold, and for how long.
 //! `docs/SECURITY.md` ("Hostile clients") tables them.
 
 use std::time::Duration;

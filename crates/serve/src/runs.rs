@@ -398,7 +398,7 @@ impl Cursor {
     fn of(s: &RunSummary) -> Cursor {
         Cursor {
             started_ts: s.started_ts,
-            run_id: s.run_id.clone(),
+            run_id: s.run_id.to_string(),
         }
     }
 
@@ -506,13 +506,13 @@ pub async fn list_runs(
         // A live run may end (and be journaled) between the two looks.
         let run = live
             .contains(s.run_id.as_str())
-            .then(|| daemon.engine.live_run(&s.run_id))
+            .then(|| daemon.engine.live_run(s.run_id.as_str()))
             .flatten();
         let entry = match run {
             Some(run) => live_json(&run, Some(s)),
             None => summary_json(s, false),
         };
-        runs.push(with_totals(entry, totals.get(&s.run_id)));
+        runs.push(with_totals(entry, totals.get(s.run_id.as_str())));
     }
     if next.is_none() {
         let listed: HashSet<&str> = stored.iter().map(|s| s.run_id.as_str()).collect();

@@ -7,26 +7,29 @@
 
 use crate::check::{LifecycleViolation, check_lifecycle_lines};
 use keel_eventlog::Event;
+use keel_message::RunId;
 use keel_observers::{RunStatus, StoredRun};
 
 /// What [`verify_run`] found wrong with one stored run: the first rule it
 /// broke.
 ///
 /// ```
+/// use keel_message::RunId;
 /// use keel_testkit::VerifyViolation;
 /// let v = VerifyViolation {
-///     run_id: "run_1".into(),
+///     run_id: RunId::parse("run_1")?,
 ///     seq: 3,
 ///     rule: "seq.contiguous",
 ///     detail: "a gap".into(),
 /// };
 /// assert_eq!(v.to_string(), "run run_1 seq 3: rule seq.contiguous: a gap");
+/// # Ok::<(), keel_message::IdError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("run {run_id} seq {seq}: rule {rule}: {detail}")]
 pub struct VerifyViolation {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The sequence where it broke (0 when it is about the run as a whole).
     pub seq: u64,
     /// The rule's name (`seq.contiguous`, `event.run_id`,
@@ -60,33 +63,36 @@ pub enum Verdict {
 /// its rule (`lifecycle.same_identity`, `lifecycle.children_first`, …).
 ///
 /// ```
+/// use keel_message::RunId;
 /// use keel_observers::{RunStatus, StoredRun};
 /// use keel_testkit::{Verdict, verify_run};
+/// let run = RunId::parse("run_1")?;
 /// let lines = [
 ///     r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":1,"ts":5}"#,
 ///     r#"{"kind":"run.completed","payload":{},"run_id":"run_1","seq":2,"ts":5}"#,
 /// ];
 /// let stored = StoredRun::new(2, RunStatus::Completed);
-/// assert_eq!(verify_run("run_1", stored, &lines), Ok(Verdict::Ok));
+/// assert_eq!(verify_run(&run, stored, &lines), Ok(Verdict::Ok));
 /// let running = StoredRun::new(1, RunStatus::Running);
-/// assert_eq!(verify_run("run_1", running, &lines[..1]), Ok(Verdict::Incomplete { open: 1 }));
-/// let wrong = verify_run("run_1", StoredRun::new(2, RunStatus::Failed), &lines);
+/// assert_eq!(verify_run(&run, running, &lines[..1]), Ok(Verdict::Incomplete { open: 1 }));
+/// let wrong = verify_run(&run, StoredRun::new(2, RunStatus::Failed), &lines);
 /// assert_eq!(wrong.map_err(|v| v.rule), Err("runs.status"));
+/// # Ok::<(), keel_message::IdError>(())
 /// ```
 pub fn verify_run<S: AsRef<str>>(
-    run_id: &str,
+    run_id: &RunId,
     stored: StoredRun,
     lines: &[S],
 ) -> Result<Verdict, VerifyViolation> {
     let violation = |seq: u64, rule: &'static str, detail: String| VerifyViolation {
-        run_id: run_id.to_owned(),
+        run_id: run_id.clone(),
         seq,
         rule,
         detail,
     };
     if let Some(first) = lines.first()
         && let Ok(event) = Event::decode(first.as_ref())
-        && event.run_id().as_str() != run_id
+        && event.run_id() != run_id
     {
         return Err(violation(
             event.seq(),

@@ -2,8 +2,13 @@
 //! names, and the two verdicts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use keel_message::RunId;
 use keel_observers::{RunStatus, StoredRun};
 use keel_testkit::{Verdict, VerifyViolation, verify_run};
+
+fn id(run: &str) -> RunId {
+    RunId::parse(run).unwrap()
+}
 
 fn line(kind: &str, run: &str, seq: u64, ts: u64) -> String {
     format!(r#"{{"kind":"{kind}","payload":{{}},"run_id":"{run}","seq":{seq},"ts":{ts}}}"#)
@@ -32,7 +37,7 @@ fn rule(result: Result<Verdict, VerifyViolation>) -> (u64, &'static str) {
 fn a_closed_run_whose_record_agrees_is_ok() {
     let lines = completed();
     let stored = StoredRun::new(4, RunStatus::Completed);
-    assert_eq!(verify_run("run_1", stored, &lines), Ok(Verdict::Ok));
+    assert_eq!(verify_run(&id("run_1"), stored, &lines), Ok(Verdict::Ok));
 }
 
 #[test]
@@ -40,7 +45,7 @@ fn a_running_prefix_is_incomplete_with_its_open_scopes() {
     let lines = &completed()[..2];
     let stored = StoredRun::new(2, RunStatus::Running);
     assert_eq!(
-        verify_run("run_1", stored, lines),
+        verify_run(&id("run_1"), stored, lines),
         Ok(Verdict::Incomplete { open: 2 })
     );
 }
@@ -74,7 +79,7 @@ fn a_record_disagreeing_with_the_lines_names_its_rule() {
         ),
     ];
     for (stored, lines, seq, rule, detail) in cases {
-        let v = verify_run("run_1", stored, lines).unwrap_err();
+        let v = verify_run(&id("run_1"), stored, lines).unwrap_err();
         assert_eq!((v.seq, v.rule, v.detail.as_str()), (seq, rule, detail));
     }
 }
@@ -83,8 +88,8 @@ fn a_record_disagreeing_with_the_lines_names_its_rule() {
 fn lines_of_another_run_break_event_run_id() {
     let lines = completed();
     let stored = StoredRun::new(4, RunStatus::Completed);
-    let v = verify_run("run_2", stored, &lines).unwrap_err();
-    assert_eq!(v.run_id, "run_2");
+    let v = verify_run(&id("run_2"), stored, &lines).unwrap_err();
+    assert_eq!(v.run_id, id("run_2"));
     assert_eq!((v.seq, v.rule), (1, "event.run_id"));
     assert_eq!(v.detail, "the event belongs to run run_1");
 }
@@ -94,33 +99,33 @@ fn envelope_rules_are_named() {
     let stored = StoredRun::new(4, RunStatus::Completed);
     let none: [String; 0] = [];
     assert_eq!(
-        rule(verify_run("run_1", stored, &none)),
+        rule(verify_run(&id("run_1"), stored, &none)),
         (1, "seq.contiguous")
     );
     let mut gap = completed();
     gap.remove(1);
     assert_eq!(
-        rule(verify_run("run_1", stored, &gap)),
+        rule(verify_run(&id("run_1"), stored, &gap)),
         (2, "seq.contiguous")
     );
     let mut back = completed();
     back[2] =
         r#"{"kind":"turn.completed","payload":{"turn":1},"run_id":"run_1","seq":3,"ts":1}"#.into();
     assert_eq!(
-        rule(verify_run("run_1", stored, &back)),
+        rule(verify_run(&id("run_1"), stored, &back)),
         (3, "event.ts_monotonic")
     );
     let mut mixed = completed();
     mixed[1] =
         r#"{"kind":"turn.started","payload":{"turn":1},"run_id":"run_2","seq":2,"ts":6}"#.into();
     assert_eq!(
-        rule(verify_run("run_1", stored, &mixed)),
+        rule(verify_run(&id("run_1"), stored, &mixed)),
         (2, "event.run_id")
     );
     let mut spaced = completed();
     spaced[3] = spaced[3].replacen(',', ", ", 1);
     assert_eq!(
-        rule(verify_run("run_1", stored, &spaced)),
+        rule(verify_run(&id("run_1"), stored, &spaced)),
         (4, "event.canonical")
     );
 }
@@ -131,7 +136,7 @@ fn a_lifecycle_rule_is_named_by_the_tracker() {
     lines[2] =
         r#"{"kind":"turn.completed","payload":{"turn":2},"run_id":"run_1","seq":3,"ts":7}"#.into();
     let stored = StoredRun::new(4, RunStatus::Completed);
-    let (seq, rule) = rule(verify_run("run_1", stored, &lines));
+    let (seq, rule) = rule(verify_run(&id("run_1"), stored, &lines));
     assert_eq!(seq, 3);
     assert!(rule.starts_with("lifecycle."), "{rule}");
 }

@@ -64,7 +64,7 @@ pub fn export(args: ExportArgs) -> Result<i32, CliError> {
             run.run_id
         ))
     };
-    let run_id = RunId::parse(&run.run_id).map_err(|e| broken(format!("run id: {e}")))?;
+    let run_id = run.run_id.clone();
     // A continued run inherits its history by reference: the file carries
     // the runs it references first, so it is self-contained.
     let runs = history::chain_runs(&JournalStore(&reader), &run_id)

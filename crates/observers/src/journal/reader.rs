@@ -1,4 +1,8 @@
 //! The read side: runs, events after a cursor, run status.
+//! [`JournalReader`] implements `RunHistory`; its pages are bounded in
+//! lines and in bytes (`PAGE_BYTES`, plus the line that reaches it, and at
+//! least one line when one follows), and `is_last_page` tells an empty
+//! page, the only end of a run's stored lines.
 
 use super::schema::{self, Found};
 use super::{JournalError, RunStatus};
@@ -15,7 +19,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunSummary {
     /// The run id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The last stored sequence; events `1..=last_seq` are all stored.
     pub last_seq: u64,
     /// From the run's lifecycle events.
@@ -426,8 +430,10 @@ fn unsigned(row: &rusqlite::Row<'_>, col: usize, name: &str) -> rusqlite::Result
 
 fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
     let status: String = row.get(2)?;
+    let run_id: String = row.get(0)?;
     Ok(RunSummary {
-        run_id: row.get(0)?,
+        run_id: RunId::parse(&run_id)
+            .map_err(|e| conversion(0, format!("runs.run_id is not a run id: {e}")))?,
         last_seq: unsigned(row, 1, "last_seq")?,
         status: RunStatus::parse(&status).ok_or_else(|| {
             conversion(
@@ -555,7 +561,7 @@ mod tests {
             reader
                 .last_numbered_run(prefix, status)
                 .unwrap()
-                .map(|s| s.run_id)
+                .map(|s| s.run_id.as_str().to_owned())
         };
         assert_eq!(last("chat-x-", None).as_deref(), Some("chat-x-10"));
         assert_eq!(
