@@ -97,37 +97,40 @@ fn lines_of_another_run_break_event_run_id() {
 #[test]
 fn envelope_rules_are_named() {
     let stored = StoredRun::new(4, RunStatus::Completed);
-    let none: [String; 0] = [];
-    assert_eq!(
-        rule(verify_run(&id("run_1"), stored, &none)),
-        (1, "seq.contiguous")
-    );
+    let with = |at: usize, line: String| {
+        let mut lines = completed();
+        lines[at] = line;
+        lines
+    };
     let mut gap = completed();
     gap.remove(1);
-    assert_eq!(
-        rule(verify_run(&id("run_1"), stored, &gap)),
-        (2, "seq.contiguous")
-    );
-    let mut back = completed();
-    back[2] =
-        r#"{"kind":"turn.completed","payload":{"turn":1},"run_id":"run_1","seq":3,"ts":1}"#.into();
-    assert_eq!(
-        rule(verify_run(&id("run_1"), stored, &back)),
-        (3, "event.ts_monotonic")
-    );
-    let mut mixed = completed();
-    mixed[1] =
-        r#"{"kind":"turn.started","payload":{"turn":1},"run_id":"run_2","seq":2,"ts":6}"#.into();
-    assert_eq!(
-        rule(verify_run(&id("run_1"), stored, &mixed)),
-        (2, "event.run_id")
-    );
-    let mut spaced = completed();
-    spaced[3] = spaced[3].replacen(',', ", ", 1);
-    assert_eq!(
-        rule(verify_run(&id("run_1"), stored, &spaced)),
-        (4, "event.canonical")
-    );
+    let spaced = completed()[3].replacen(',', ", ", 1);
+    let cases: [(Vec<String>, u64, &str); 5] = [
+        (Vec::new(), 1, "seq.contiguous"),
+        (gap, 2, "seq.contiguous"),
+        (
+            with(
+                2,
+                r#"{"kind":"turn.completed","payload":{"turn":1},"run_id":"run_1","seq":3,"ts":1}"#
+                    .into(),
+            ),
+            3,
+            "event.ts_monotonic",
+        ),
+        (
+            with(
+                1,
+                r#"{"kind":"turn.started","payload":{"turn":1},"run_id":"run_2","seq":2,"ts":6}"#
+                    .into(),
+            ),
+            2,
+            "event.run_id",
+        ),
+        (with(3, spaced), 4, "event.canonical"),
+    ];
+    for (lines, seq, name) in cases {
+        assert_eq!(rule(verify_run(&id("run_1"), stored, &lines)), (seq, name));
+    }
 }
 
 #[test]
