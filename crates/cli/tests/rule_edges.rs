@@ -68,57 +68,27 @@ fn allow_origin_edges() {
 fn agui_steps_and_tool_results() {
     use keel_eventlog::*;
     use keel_message::{CallId, CanonicalJson, ModelName, OperationId, RunId, ToolName};
+    use keel_testkit::events::{self, ModelAttempt, ToolUse};
     let log = RunLog::new(
         RunId::parse("run_1").unwrap(),
         LogConfig::default(),
         std::sync::Arc::new(SystemClock),
     )
     .unwrap();
-    let op = OperationId::parse("op1").unwrap();
-    let call = CallId::parse("c1").unwrap();
-    let tool = ToolName::parse("probe").unwrap();
+    let model = ModelAttempt::new(1, OperationId::parse("op1").unwrap());
+    let tool = ToolUse::new(
+        1,
+        CallId::parse("c1").unwrap(),
+        ToolName::parse("probe").unwrap(),
+    );
     let payloads = [
-        Payload::RunStarted(RunStarted::default()),
-        Payload::TurnStarted(TurnRef {
-            turn: 1,
-            extra: Extra::new(),
-        }),
-        Payload::ModelStarted(ModelStarted {
-            turn: 1,
-            operation_id: op.clone(),
-            model: ModelName::parse("m").unwrap(),
-            attempt: 1,
-            extra: Extra::new(),
-        }),
-        Payload::ToolCall(ToolCall {
-            turn: 1,
-            operation_id: op.clone(),
-            call_id: call.clone(),
-            name: tool.clone(),
-            arguments: CanonicalJson::parse("{}").unwrap(),
-            extra: Extra::new(),
-        }),
-        Payload::ModelCompleted(ModelCompleted {
-            turn: 1,
-            operation_id: op,
-            finish: keel_stream::FinishReason::ToolCalls,
-            usage: None,
-            metadata: None,
-            extra: Extra::new(),
-        }),
-        Payload::ToolStarted(ToolRef {
-            turn: 1,
-            call_id: call.clone(),
-            tool: tool.clone(),
-            extra: Extra::new(),
-        }),
-        Payload::ToolCompleted(ToolCompleted {
-            turn: 1,
-            call_id: call,
-            tool,
-            output: "42".into(),
-            extra: Extra::new(),
-        }),
+        events::run_started(),
+        events::turn_started(1),
+        model.started(ModelName::parse("m").unwrap()),
+        model.tool_call(&tool, CanonicalJson::parse("{}").unwrap()),
+        model.completed(keel_stream::FinishReason::ToolCalls, None),
+        tool.started(),
+        tool.completed("42"),
     ];
     let mut mapper = keel_views::agui::AguiMapper::new();
     let mut mapped = Vec::new();

@@ -56,11 +56,7 @@ impl RequiredObserver for SlowJournal {
         "slow-journal"
     }
     fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
-        Box::pin(async move {
-            self.observe_batch(std::slice::from_ref(event))
-                .await
-                .map_err(|e| e.source)
-        })
+        observe_as_batch(self, event)
     }
     fn observe_batch<'a>(&'a self, events: &'a [Arc<Event>]) -> ObserveBatchFuture<'a> {
         Box::pin(async move {
@@ -317,11 +313,7 @@ impl RequiredObserver for Gated {
         "gated"
     }
     fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
-        Box::pin(async move {
-            self.observe_batch(std::slice::from_ref(event))
-                .await
-                .map_err(|e| e.source)
-        })
+        observe_as_batch(self, event)
     }
     fn observe_batch<'a>(&'a self, events: &'a [Arc<Event>]) -> ObserveBatchFuture<'a> {
         Box::pin(async move {

@@ -7,7 +7,6 @@
 //! 1,000 runs at once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use keel_cli::commands::history::{Verdict, all_lines, verify_run};
 use keel_engine::*;
 use keel_eventlog::{
     Event, LogConfig, RunLog, Snapshot, Subscription, SubscriptionBounds, SystemClock, TryRecvError,
@@ -15,7 +14,7 @@ use keel_eventlog::{
 use keel_message::*;
 use keel_observers::{
     JournalConfig, JournalReader, ObserveFuture, ObserverError, RequiredObserver, RunSummary,
-    SqliteJournal, Synchronous,
+    SqliteJournal, StoredRun, Synchronous,
 };
 use keel_stream::FinishReason;
 use keel_testkit::strategies::{
@@ -306,6 +305,14 @@ struct Stored {
     summary: RunSummary,
 }
 
+impl Stored {
+    /// `keel verify`'s check of the stored run.
+    fn verify(&self) -> Result<Verdict, VerifyViolation> {
+        let record = StoredRun::new(self.summary.last_seq, self.summary.status);
+        verify_run(&self.summary.run_id, record, &self.journal)
+    }
+}
+
 /// Runs `case` in paused time with a fresh SQLite journal as the first
 /// required observer, checks the run ([`check_run`]), shuts the engine
 /// down, closes the journal and reads the run back.
@@ -338,7 +345,7 @@ fn run_hard_case(case: &HardCase) -> Stored {
     let reader = JournalReader::open(&path).unwrap();
     Stored {
         log,
-        journal: all_lines(&reader, "run_prop", 0).unwrap(),
+        journal: reader.all_lines_after("run_prop", 0).unwrap(),
         summary: reader
             .run_status("run_prop")
             .unwrap()
@@ -419,7 +426,7 @@ fn check_journal(case: &HardCase, stored: &Stored) -> Result<(), TestCaseError> 
             Err(LifecycleViolation::Unclosed { .. })
         );
         prop_assert!(unclosed, "a short journal misses terminals, nothing else");
-        let verdict = verify_run(&stored.summary, &stored.journal);
+        let verdict = stored.verify();
         prop_assert!(
             matches!(verdict, Ok(Verdict::Incomplete { .. })),
             "verify: {:?}",
@@ -435,10 +442,7 @@ fn check_journal(case: &HardCase, stored: &Stored) -> Result<(), TestCaseError> 
         &stored.log,
         "the journal holds the log byte for byte"
     );
-    prop_assert_eq!(
-        verify_run(&stored.summary, &stored.journal),
-        Ok(Verdict::Ok)
-    );
+    prop_assert_eq!(stored.verify(), Ok(Verdict::Ok));
     Ok(())
 }
 

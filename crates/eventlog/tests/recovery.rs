@@ -6,6 +6,7 @@
 use keel_eventlog::*;
 use keel_message::{CallId, CanonicalJson, ModelName, OperationId, RunId, ToolName};
 use keel_stream::RetryPosition;
+use keel_testkit::events::{self, ModelAttempt, ToolUse};
 use std::sync::Arc;
 
 /// What the open model attempt recorded before its host was lost.
@@ -26,36 +27,23 @@ fn check(output: Output, position: RetryPosition) {
     )
     .unwrap();
     let op = OperationId::parse("op_1").unwrap();
+    let model = ModelAttempt::new(1, op.clone());
     let mut payloads = vec![
-        Payload::RunStarted(RunStarted::default()),
-        Payload::TurnStarted(TurnRef {
-            turn: 1,
-            extra: Extra::new(),
-        }),
-        Payload::ModelStarted(ModelStarted {
-            turn: 1,
-            operation_id: op.clone(),
-            model: ModelName::parse("m").unwrap(),
-            attempt: 1,
-            extra: Extra::new(),
-        }),
+        events::run_started(),
+        events::turn_started(1),
+        model.started(ModelName::parse("m").unwrap()),
     ];
     match output {
         Output::Nothing => {}
-        Output::Text => payloads.push(Payload::TextDelta(TextDelta {
-            turn: 1,
-            operation_id: op.clone(),
-            text: "hel".into(),
-            extra: Extra::new(),
-        })),
-        Output::ToolCall => payloads.push(Payload::ToolCall(ToolCall {
-            turn: 1,
-            operation_id: op.clone(),
-            call_id: CallId::parse("c1").unwrap(),
-            name: ToolName::parse("probe").unwrap(),
-            arguments: CanonicalJson::parse("{}").unwrap(),
-            extra: Extra::new(),
-        })),
+        Output::Text => payloads.push(model.text("hel")),
+        Output::ToolCall => {
+            let tool = ToolUse::new(
+                1,
+                CallId::parse("c1").unwrap(),
+                ToolName::parse("probe").unwrap(),
+            );
+            payloads.push(model.tool_call(&tool, CanonicalJson::parse("{}").unwrap()));
+        }
     }
     for p in &payloads {
         log.commit(p).unwrap();

@@ -5,8 +5,7 @@
 
 use futures_util::FutureExt;
 use keel_eventlog::{
-    Event, Extra, LogConfig, ModelCompleted, ModelStarted, Payload, RunCompleted, RunLog,
-    RunStarted, SystemClock, TextDelta, TurnRef,
+    Event, Extra, LogConfig, Payload, RunCompleted, RunLog, RunStarted, SystemClock,
 };
 use keel_message::{ModelName, OperationId, RunId};
 use keel_observers::journal::SCHEMA_VERSION;
@@ -14,6 +13,7 @@ use keel_observers::{
     BatchError, JournalConfig, JournalError, JournalReader, ObserverError, RequiredObserver,
     RunStatus, SqliteJournal,
 };
+use keel_testkit::events::{self, ModelAttempt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -847,49 +847,25 @@ fn a_real_run_log_is_stored_and_imports_back() {
     let rt = rt();
     let run = RunId::parse("run_real").unwrap();
     let log = RunLog::new(run.clone(), LogConfig::default(), Arc::new(SystemClock)).unwrap();
-    let op = OperationId::parse("op_1").unwrap();
-    let model = ModelName::parse("scripted-1").unwrap();
+    let model_name = ModelName::parse("scripted-1").unwrap();
+    let model = ModelAttempt::new(1, OperationId::parse("op_1").unwrap());
     let usage = keel_stream::Usage::new(12, 7).unwrap();
     let mut payloads = vec![
         Payload::RunStarted(RunStarted {
-            model: Some(model.clone()),
+            model: Some(model_name.clone()),
             chat: None,
             extra: Extra::new(),
             continues: None,
         }),
-        Payload::TurnStarted(TurnRef {
-            turn: 1,
-            extra: Extra::new(),
-        }),
-        Payload::ModelStarted(ModelStarted {
-            turn: 1,
-            operation_id: op.clone(),
-            model,
-            attempt: 1,
-            extra: Extra::new(),
-        }),
+        events::turn_started(1),
+        model.started(model_name),
     ];
     for text in ["Checking", " the weather", " in Oslo: 3 °C, \"cloudy\".\n"] {
-        payloads.push(Payload::TextDelta(TextDelta {
-            turn: 1,
-            operation_id: op.clone(),
-            text: text.to_owned(),
-            extra: Extra::new(),
-        }));
+        payloads.push(model.text(text));
     }
     payloads.extend([
-        Payload::ModelCompleted(ModelCompleted {
-            turn: 1,
-            operation_id: op,
-            finish: keel_stream::FinishReason::Stop,
-            usage: Some(usage),
-            metadata: None,
-            extra: Extra::new(),
-        }),
-        Payload::TurnCompleted(TurnRef {
-            turn: 1,
-            extra: Extra::new(),
-        }),
+        model.completed(keel_stream::FinishReason::Stop, Some(usage)),
+        events::turn_completed(1),
         Payload::RunCompleted(RunCompleted {
             usage: Some(usage),
             extra: Extra::new(),

@@ -4,11 +4,10 @@
 //! per-event bound is restored and closed, not skipped as corrupt.
 #![cfg(feature = "sqlite")]
 
-use keel_eventlog::{
-    Extra, LogConfig, ModelStarted, Payload, RunLog, RunStarted, SystemClock, TextDelta, TurnRef,
-};
+use keel_eventlog::{LogConfig, RunLog, SystemClock};
 use keel_message::{ModelName, OperationId, RunId};
 use keel_observers::{JournalConfig, RequiredObserver, SqliteJournal};
+use keel_testkit::events::{self, ModelAttempt};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -56,27 +55,13 @@ fn a_run_with_an_event_over_the_default_bound_is_recovered() {
         Arc::new(SystemClock),
     )
     .unwrap();
-    let op = OperationId::parse("op1").unwrap();
+    let model = ModelAttempt::new(1, OperationId::parse("op1").unwrap());
     let owner = SqliteJournal::open(&db, JournalConfig::default()).unwrap();
     for payload in [
-        Payload::RunStarted(RunStarted::default()),
-        Payload::TurnStarted(TurnRef {
-            turn: 1,
-            extra: Extra::new(),
-        }),
-        Payload::ModelStarted(ModelStarted {
-            turn: 1,
-            operation_id: op.clone(),
-            model: ModelName::parse("m").unwrap(),
-            attempt: 1,
-            extra: Extra::new(),
-        }),
-        Payload::TextDelta(TextDelta {
-            turn: 1,
-            operation_id: op,
-            text: "x".repeat(big),
-            extra: Extra::new(),
-        }),
+        events::run_started(),
+        events::turn_started(1),
+        model.started(ModelName::parse("m").unwrap()),
+        model.text("x".repeat(big)),
     ] {
         let event = log.commit(&payload).unwrap();
         rt.block_on(owner.observe(&event)).unwrap();

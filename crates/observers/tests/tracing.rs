@@ -5,6 +5,7 @@
 use keel_eventlog::*;
 use keel_message::{CallId, CanonicalJson, ModelName, OperationId, RunId, ToolName};
 use keel_observers::{BestEffortObserver, TracingObserver};
+use keel_testkit::events::{self, ModelAttempt, ToolUse};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tracing::field::{Field, Visit};
@@ -88,70 +89,31 @@ fn run_events() -> Vec<Arc<Event>> {
         Arc::new(SystemClock),
     )
     .unwrap();
-    let op = OperationId::parse("op_1").unwrap();
-    let call = CallId::parse("call_1").unwrap();
-    let tool = ToolName::parse("get_weather").unwrap();
+    let model = ModelAttempt::new(1, OperationId::parse("op_1").unwrap());
+    let tool = ToolUse::new(
+        1,
+        CallId::parse("call_1").unwrap(),
+        ToolName::parse("get_weather").unwrap(),
+    );
+    let arguments = CanonicalJson::parse(&format!(r#"{{"city":"{SECRET_TEXT}"}}"#)).unwrap();
     let payloads = vec![
-        Payload::RunStarted(RunStarted::default()),
-        Payload::TurnStarted(TurnRef {
-            turn: 1,
-            extra: Extra::new(),
-        }),
-        Payload::ModelStarted(ModelStarted {
-            turn: 1,
-            operation_id: op.clone(),
-            model: ModelName::parse("gpt-5").unwrap(),
-            attempt: 1,
-            extra: Extra::new(),
-        }),
-        Payload::TextDelta(TextDelta {
-            turn: 1,
-            operation_id: op.clone(),
-            text: SECRET_TEXT.into(),
-            extra: Extra::new(),
-        }),
-        Payload::ToolCall(ToolCall {
-            turn: 1,
-            operation_id: op.clone(),
-            call_id: call.clone(),
-            name: tool.clone(),
-            arguments: CanonicalJson::parse(&format!(r#"{{"city":"{SECRET_TEXT}"}}"#)).unwrap(),
-            extra: Extra::new(),
-        }),
-        Payload::ModelCompleted(ModelCompleted {
-            turn: 1,
-            operation_id: op,
-            finish: keel_stream::FinishReason::ToolCalls,
-            usage: Some(keel_stream::Usage::new(12, 7).unwrap()),
-            metadata: None,
-            extra: Extra::new(),
-        }),
-        Payload::ToolStarted(ToolRef {
-            turn: 1,
-            call_id: call.clone(),
-            tool: tool.clone(),
-            extra: Extra::new(),
-        }),
-        Payload::ToolFailed(ToolFailed {
-            turn: 1,
-            call_id: call,
-            tool,
-            error: ErrorText::new(SECRET_TEXT),
-            outcome: Some(ToolOutcome::Uncertain),
-            retry: Some(ToolRetry::Retryable),
-            extra: Extra::new(),
-        }),
-        Payload::TurnFailed(TurnFailed {
-            turn: 1,
-            error: ErrorText::new(SECRET_TEXT),
-            cause: None,
-            extra: Extra::new(),
-        }),
-        Payload::RunFailed(RunFailed {
-            error: ErrorText::new(SECRET_TEXT),
-            cause: None,
-            extra: Extra::new(),
-        }),
+        events::run_started(),
+        events::turn_started(1),
+        model.started(ModelName::parse("gpt-5").unwrap()),
+        model.text(SECRET_TEXT),
+        model.tool_call(&tool, arguments),
+        model.completed(
+            keel_stream::FinishReason::ToolCalls,
+            Some(keel_stream::Usage::new(12, 7).unwrap()),
+        ),
+        tool.started(),
+        tool.failed(
+            SECRET_TEXT,
+            Some(ToolOutcome::Uncertain),
+            Some(ToolRetry::Retryable),
+        ),
+        events::turn_failed(1, SECRET_TEXT),
+        events::run_failed(SECRET_TEXT),
     ];
     payloads.iter().map(|p| log.commit(p).unwrap()).collect()
 }

@@ -7,6 +7,7 @@ use futures_util::FutureExt;
 use keel_eventlog::*;
 use keel_message::RunId;
 use keel_observers::*;
+use keel_testkit::observe_as_batch;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -61,11 +62,7 @@ impl RequiredObserver for Batching {
         &self.name
     }
     fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
-        Box::pin(async move {
-            self.observe_batch(std::slice::from_ref(event))
-                .await
-                .map_err(|e| e.source)
-        })
+        observe_as_batch(self, event)
     }
     fn observe_batch<'a>(&'a self, events: &'a [Arc<Event>]) -> ObserveBatchFuture<'a> {
         Box::pin(async move {

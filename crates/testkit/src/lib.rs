@@ -24,7 +24,8 @@
 //! - [`ManualClock`] is a [`Clock`](keel_eventlog::Clock) the test moves.
 //! - [`RecordingObserver`] and [`RecordingBestEffort`] keep what they are
 //!   given; [`FaultyObserver`] fails, hangs, panics (in its future, or in
-//!   `observe` itself) or applies backpressure as its [`Fault`] says.
+//!   `observe` itself) or applies backpressure as its [`Fault`] says;
+//!   [`observe_as_batch`] is `observe` for an observer written batch-first.
 //! - [`MemoryJournal`] is a durable in-memory required observer with the
 //!   SQLite journal's rules (contiguity, idempotent retry, typed conflict)
 //!   that is also a [`RunHistory`](keel_observers::RunHistory), so
@@ -33,6 +34,11 @@
 //!   (contiguous sequences from 1, one run, non-decreasing timestamps,
 //!   canonical round trip, exactly one terminal per scope, nesting, every
 //!   scope closed); [`assert_kinds`] checks an exact sequence of kinds.
+//! - [`events`] builds a run's lifecycle payloads (run, turns, a model
+//!   call with its text and tool calls, a tool's start and end) for tests
+//!   that write a run by hand.
+//! - [`verify_run`] is `keel verify`'s check of one stored run: its lines
+//!   against the journal's status and last sequence.
 //! - `strategies` (feature `proptest`) has proptest strategies for
 //!   messages, histories, requests, raw streams (valid and malformed),
 //!   scripts, whole scripted runs and lifecycle-valid event sequences.
@@ -146,6 +152,7 @@
 mod check;
 mod clock;
 pub mod conformance;
+pub mod events;
 mod interaction;
 mod memory_journal;
 mod observer;
@@ -156,6 +163,7 @@ mod script;
 pub mod strategies;
 mod sync;
 mod tool;
+mod verify;
 
 pub use check::{
     LifecycleSummary, LifecycleViolation, assert_kinds, assert_lifecycle, check_lifecycle,
@@ -167,7 +175,9 @@ pub use interaction::{
     ScriptedInteractions,
 };
 pub use memory_journal::MemoryJournal;
-pub use observer::{Fault, FaultyObserver, RecordingBestEffort, RecordingObserver};
+pub use observer::{
+    Fault, FaultyObserver, RecordingBestEffort, RecordingObserver, observe_as_batch,
+};
 pub use provider::{ProviderHandle, SCRIPT_EXHAUSTED, ScriptedProvider};
 pub use script::{
     ScriptArguments, ScriptComplete, ScriptFail, ScriptItem, ScriptToolCall, ScriptUsage,
@@ -175,3 +185,4 @@ pub use script::{
 pub use tool::{
     HANG, ScriptToolError, ScriptedTool, TOOL_SCRIPT_EXHAUSTED, ToolAction, ToolHandle, ToolStep,
 };
+pub use verify::{Verdict, VerifyViolation, verify_run};

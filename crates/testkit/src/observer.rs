@@ -506,3 +506,41 @@ impl Drop for OfferGuard<'_> {
         }
     }
 }
+
+/// `observe` for an observer whose batch path is its only path: offers
+/// `event` as a batch of one and returns the batch's error. An observer
+/// under test writes `fn observe(..) { observe_as_batch(self, event) }`
+/// and its logic once, in `observe_batch`.
+///
+/// ```
+/// use keel_eventlog::Event;
+/// use keel_observers::{BatchError, ObserveBatchFuture, ObserveFuture, ObserverError, RequiredObserver};
+/// use keel_testkit::observe_as_batch;
+/// use std::sync::Arc;
+///
+/// struct Refusing;
+/// impl RequiredObserver for Refusing {
+///     fn name(&self) -> &str { "refusing" }
+///     fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
+///         observe_as_batch(self, event)
+///     }
+///     fn observe_batch<'a>(&'a self, _: &'a [Arc<Event>]) -> ObserveBatchFuture<'a> {
+///         Box::pin(async { Err(BatchError { acknowledged: 0, source: ObserverError::Failed("full".into()) }) })
+///     }
+/// }
+/// let event = Arc::new(Event::decode(r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":1,"ts":5}"#)?);
+/// let rt = tokio::runtime::Builder::new_current_thread().build()?;
+/// assert!(matches!(rt.block_on(Refusing.observe(&event)), Err(ObserverError::Failed(_))));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn observe_as_batch<'a, O: RequiredObserver + ?Sized>(
+    observer: &'a O,
+    event: &'a Arc<Event>,
+) -> ObserveFuture<'a> {
+    Box::pin(async move {
+        observer
+            .observe_batch(std::slice::from_ref(event))
+            .await
+            .map_err(|e| e.source)
+    })
+}

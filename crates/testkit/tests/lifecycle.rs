@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use keel_eventlog::*;
 use keel_message::{CallId, OperationId, ToolName};
+use keel_testkit::events::{self, ModelAttempt, ToolUse};
 use keel_testkit::*;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -22,73 +23,31 @@ fn decode(lines: &[String]) -> Vec<Arc<Event>> {
         .collect()
 }
 
-fn turn(n: u64) -> TurnRef {
-    TurnRef {
-        turn: n,
-        extra: Extra::new(),
-    }
-}
-
 /// A run with a turn, a model call with a delta and a tool call, a tool
 /// that fails, and a cancelled second turn.
 fn full_run() -> Vec<Arc<Event>> {
     let (log, _) = log();
-    let op = OperationId::parse("op_1").unwrap();
-    let call = CallId::parse("c1").unwrap();
-    let tool = ToolName::parse("get_weather").unwrap();
+    let model = ModelAttempt::new(1, OperationId::parse("op_1").unwrap());
+    let tool = ToolUse::new(
+        1,
+        CallId::parse("c1").unwrap(),
+        ToolName::parse("get_weather").unwrap(),
+    );
     commit_all(
         &log,
         &[
-            Payload::RunStarted(RunStarted::default()),
-            Payload::TurnStarted(turn(1)),
-            Payload::ModelStarted(ModelStarted {
-                turn: 1,
-                operation_id: op.clone(),
-                model: keel_message::ModelName::parse("scripted-1").unwrap(),
-                attempt: 1,
-                extra: Extra::new(),
-            }),
-            Payload::TextDelta(TextDelta {
-                turn: 1,
-                operation_id: op.clone(),
-                text: "Checking.".into(),
-                extra: Extra::new(),
-            }),
-            Payload::ToolCall(ToolCall {
-                turn: 1,
-                operation_id: op.clone(),
-                call_id: call.clone(),
-                name: tool.clone(),
-                arguments: keel_message::CanonicalJson::parse("{}").unwrap(),
-                extra: Extra::new(),
-            }),
-            Payload::ModelCompleted(ModelCompleted {
-                turn: 1,
-                operation_id: op,
-                finish: keel_stream::FinishReason::ToolCalls,
-                usage: None,
-                metadata: None,
-                extra: Extra::new(),
-            }),
-            Payload::ToolStarted(ToolRef {
-                turn: 1,
-                call_id: call.clone(),
-                tool: tool.clone(),
-                extra: Extra::new(),
-            }),
-            Payload::ToolFailed(ToolFailed {
-                turn: 1,
-                call_id: call,
-                tool,
-                error: ErrorText::new("timed out"),
-                outcome: Some(ToolOutcome::Uncertain),
-                retry: None,
-                extra: Extra::new(),
-            }),
-            Payload::TurnCompleted(turn(1)),
-            Payload::TurnStarted(turn(2)),
-            Payload::TurnCancelled(turn(2)),
-            Payload::RunCancelled(RunCancelled::default()),
+            events::run_started(),
+            events::turn_started(1),
+            model.started(keel_message::ModelName::parse("scripted-1").unwrap()),
+            model.text("Checking."),
+            model.tool_call(&tool, keel_message::CanonicalJson::parse("{}").unwrap()),
+            model.completed(keel_stream::FinishReason::ToolCalls, None),
+            tool.started(),
+            tool.failed("timed out", Some(ToolOutcome::Uncertain), None),
+            events::turn_completed(1),
+            events::turn_started(2),
+            events::turn_cancelled(2),
+            events::run_cancelled(),
         ],
     )
 }

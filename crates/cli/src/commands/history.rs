@@ -2,10 +2,9 @@
 
 use crate::args::{DbArgs, EventsArgs, RunsArgs};
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
-use keel_eventlog::{Event, Terminal};
 use keel_observers::conversation;
-use keel_observers::{JournalReader, RunStatus, RunSummary, is_last_page};
-use keel_testkit::{LifecycleViolation, check_lifecycle_lines};
+use keel_observers::{JournalReader, RunStatus, RunSummary, StoredRun, is_last_page};
+use keel_testkit::{Verdict, verify_run};
 use std::io::{BufWriter, Write};
 use std::time::Duration;
 
@@ -171,131 +170,6 @@ fn chain(all: &[RunSummary], continues: &[Option<String>], id: &str) -> Vec<usiz
     back
 }
 
-/// What `verify` found wrong with one run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// The run.
-    pub run_id: String,
-    /// The sequence where it broke (0 when it is about the run as a whole).
-    pub seq: u64,
-    /// The rule's name.
-    pub rule: &'static str,
-    /// What is wrong.
-    pub detail: String,
-}
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "run {} seq {}: rule {}: {}",
-            self.run_id, self.seq, self.rule, self.detail
-        )
-    }
-}
-
-/// A run that passed `verify`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Closed: every scope ended, the status matches the run's terminal.
-    Ok,
-    /// Still `running` with open scopes (the writer died, or is still
-    /// writing): a valid prefix of a run.
-    Incomplete {
-        /// Scopes still open.
-        open: usize,
-    },
-}
-
-/// Checks one stored run: its lines are seqs 1..=last_seq, each decodes
-/// and re-encodes byte for byte, all of this run, timestamps never go
-/// back, the lifecycle holds (every terminal naming what its start named,
-/// a tool terminal its tool), and the status agrees with the terminal. A
-/// lifecycle violation names its rule (`lifecycle.same_identity`,
-/// `lifecycle.children_first`, …).
-pub fn verify_run(run: &RunSummary, lines: &[String]) -> Result<Verdict, Violation> {
-    let violation = |seq: u64, rule: &'static str, detail: String| Violation {
-        run_id: run.run_id.to_string(),
-        seq,
-        rule,
-        detail,
-    };
-    if let Some(first) = lines.first()
-        && let Ok(event) = Event::decode(first)
-        && event.run_id() != &run.run_id
-    {
-        return Err(violation(
-            event.seq(),
-            "event.run_id",
-            format!("the event belongs to run {}", event.run_id()),
-        ));
-    }
-    let verdict = match check_lifecycle_lines(lines) {
-        Ok(summary) => {
-            let status = RunStatus::from(summary.outcome());
-            if status != run.status {
-                return Err(violation(
-                    summary.events() as u64,
-                    "runs.status",
-                    format!(
-                        "the log ends with run.{}, the runs table says {}",
-                        outcome_name(summary.outcome()),
-                        run.status
-                    ),
-                ));
-            }
-            Verdict::Ok
-        }
-        Err(LifecycleViolation::Unclosed { last_seq, open }) => {
-            if run.status != RunStatus::Running {
-                return Err(violation(
-                    last_seq,
-                    "lifecycle.closed",
-                    format!(
-                        "status {} but {} scope(s) are still open",
-                        run.status,
-                        open.len()
-                    ),
-                ));
-            }
-            Verdict::Incomplete { open: open.len() }
-        }
-        Err(e) => {
-            let (seq, rule) = match &e {
-                LifecycleViolation::Empty => (1, "seq.contiguous"),
-                LifecycleViolation::Seq { expected, .. } => (*expected, "seq.contiguous"),
-                LifecycleViolation::RunId { seq, .. } => (*seq, "event.run_id"),
-                LifecycleViolation::TsBackwards { seq, .. } => (*seq, "event.ts_monotonic"),
-                LifecycleViolation::NotCanonical { seq, .. } => (*seq, "event.canonical"),
-                LifecycleViolation::Envelope { seq } => (*seq, "event.canonical"),
-                LifecycleViolation::Lifecycle { seq, error, .. } => (*seq, error.rule()),
-                _ => (0, "lifecycle"),
-            };
-            return Err(violation(seq, rule, e.to_string()));
-        }
-    };
-    if lines.len() as u64 != run.last_seq {
-        return Err(violation(
-            run.last_seq,
-            "runs.last_seq",
-            format!(
-                "the runs table says last_seq {}, the journal holds {} events",
-                run.last_seq,
-                lines.len()
-            ),
-        ));
-    }
-    Ok(verdict)
-}
-
-fn outcome_name(t: Terminal) -> &'static str {
-    match t {
-        Terminal::Completed => "completed",
-        Terminal::Failed => "failed",
-        Terminal::Cancelled => "cancelled",
-    }
-}
-
 /// `keel verify`.
 pub fn verify(args: DbArgs) -> Result<i32, CliError> {
     let reader = JournalReader::open(&args.db)?;
@@ -305,7 +179,8 @@ pub fn verify(args: DbArgs) -> Result<i32, CliError> {
     let (mut ok, mut incomplete) = (0usize, 0usize);
     for run in &runs {
         let lines = all_lines(&reader, run.run_id.as_str(), 0)?;
-        match verify_run(run, &lines) {
+        let stored = StoredRun::new(run.last_seq, run.status);
+        match verify_run(&run.run_id, stored, &lines) {
             Ok(Verdict::Ok) => {
                 ok += 1;
                 writeln!(

@@ -3,6 +3,7 @@
 
 use keel_eventlog::*;
 use keel_message::{CallId, CanonicalJson, InteractionId, ModelName, OperationId, RunId, ToolName};
+use keel_testkit::events::{ModelAttempt, ToolUse};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -48,131 +49,56 @@ pub fn iid(s: &str) -> InteractionId {
     InteractionId::parse(s).unwrap()
 }
 
-pub fn run_started() -> Payload {
-    Payload::RunStarted(RunStarted::default())
-}
-pub fn run_completed() -> Payload {
-    Payload::RunCompleted(RunCompleted::default())
-}
-pub fn run_cancelled() -> Payload {
-    Payload::RunCancelled(RunCancelled::default())
-}
-pub fn turn_started(turn: u64) -> Payload {
-    Payload::TurnStarted(TurnRef {
-        turn,
-        extra: Extra::new(),
-    })
-}
-pub fn turn_completed(turn: u64) -> Payload {
-    Payload::TurnCompleted(TurnRef {
-        turn,
-        extra: Extra::new(),
-    })
-}
-pub fn turn_cancelled(turn: u64) -> Payload {
-    Payload::TurnCancelled(TurnRef {
-        turn,
-        extra: Extra::new(),
-    })
+// Each test file uses some of them.
+#[allow(unused_imports)]
+pub use keel_testkit::events::{
+    run_cancelled, run_completed, run_started, turn_cancelled, turn_completed, turn_started,
+};
+
+/// Model call `o` of `turn`.
+fn model(turn: u64, o: &str) -> ModelAttempt {
+    ModelAttempt::new(turn, op(o))
 }
 pub fn model_started(turn: u64, o: &str) -> Payload {
-    Payload::ModelStarted(ModelStarted {
-        turn,
-        operation_id: op(o),
-        model: ModelName::parse("scripted-1").unwrap(),
-        attempt: 1,
-        extra: Extra::new(),
-    })
+    model(turn, o).started(ModelName::parse("scripted-1").unwrap())
 }
 pub fn model_completed(turn: u64, o: &str) -> Payload {
-    Payload::ModelCompleted(ModelCompleted {
-        turn,
-        operation_id: op(o),
-        finish: keel_stream::FinishReason::Stop,
-        usage: None,
-        metadata: None,
-        extra: Extra::new(),
-    })
+    model(turn, o).completed(keel_stream::FinishReason::Stop, None)
 }
 pub fn model_cancelled(turn: u64, o: &str) -> Payload {
-    Payload::ModelCancelled(ModelRef {
-        turn,
-        operation_id: op(o),
-        extra: Extra::new(),
-    })
+    model(turn, o).cancelled()
 }
 pub fn delta(turn: u64, o: &str, text: &str) -> Payload {
-    Payload::TextDelta(TextDelta {
-        turn,
-        operation_id: op(o),
-        text: text.into(),
-        extra: Extra::new(),
-    })
+    model(turn, o).text(text)
+}
+/// Call `c` of `tool` in `turn`.
+fn tool_use(turn: u64, c: &str, tool: &str) -> ToolUse {
+    ToolUse::new(turn, call(c), tool_name(tool))
 }
 pub fn tool_started(turn: u64, c: &str) -> Payload {
-    Payload::ToolStarted(ToolRef {
-        turn,
-        call_id: call(c),
-        tool: tool_name("get_weather"),
-        extra: Extra::new(),
-    })
+    tool_started_as(turn, c, "get_weather")
 }
 pub fn tool_cancelled(turn: u64, c: &str) -> Payload {
-    Payload::ToolCancelled(ToolRef {
-        turn,
-        call_id: call(c),
-        tool: tool_name("get_weather"),
-        extra: Extra::new(),
-    })
+    tool_cancelled_as(turn, c, "get_weather")
 }
 pub fn tool_completed(turn: u64, c: &str) -> Payload {
-    Payload::ToolCompleted(ToolCompleted {
-        turn,
-        call_id: call(c),
-        tool: tool_name("get_weather"),
-        output: "3 C".into(),
-        extra: Extra::new(),
-    })
+    tool_completed_as(turn, c, "get_weather")
 }
 /// `tool.started` of call `c` naming `tool`.
 pub fn tool_started_as(turn: u64, c: &str, tool: &str) -> Payload {
-    Payload::ToolStarted(ToolRef {
-        turn,
-        call_id: call(c),
-        tool: tool_name(tool),
-        extra: Extra::new(),
-    })
+    tool_use(turn, c, tool).started()
 }
 /// `tool.completed` of call `c` naming `tool`.
 pub fn tool_completed_as(turn: u64, c: &str, tool: &str) -> Payload {
-    Payload::ToolCompleted(ToolCompleted {
-        turn,
-        call_id: call(c),
-        tool: tool_name(tool),
-        output: "3 C".into(),
-        extra: Extra::new(),
-    })
+    tool_use(turn, c, tool).completed("3 C")
 }
 /// `tool.failed` of call `c` naming `tool`.
 pub fn tool_failed_as(turn: u64, c: &str, tool: &str) -> Payload {
-    Payload::ToolFailed(ToolFailed {
-        turn,
-        call_id: call(c),
-        tool: tool_name(tool),
-        error: ErrorText::new("timed out"),
-        outcome: Some(ToolOutcome::Uncertain),
-        retry: None,
-        extra: Extra::new(),
-    })
+    tool_use(turn, c, tool).failed("timed out", Some(ToolOutcome::Uncertain), None)
 }
 /// `tool.cancelled` of call `c` naming `tool`.
 pub fn tool_cancelled_as(turn: u64, c: &str, tool: &str) -> Payload {
-    Payload::ToolCancelled(ToolRef {
-        turn,
-        call_id: call(c),
-        tool: tool_name(tool),
-        extra: Extra::new(),
-    })
+    tool_use(turn, c, tool).cancelled()
 }
 pub fn interaction_started(turn: u64, i: &str) -> Payload {
     Payload::InteractionStarted(InteractionStarted {
