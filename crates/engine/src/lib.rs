@@ -86,9 +86,7 @@ pub use builder::EngineBuilder;
 pub use config::{EngineLimits, LimitError, MIN_CLOSING_DEADLINE, PartialRetry, RetryPolicy};
 pub use engine::{Engine, EngineShutdown, LiveRun};
 pub use error::{BuildError, FailureCause, StartError};
-pub use follow::{
-    FOLLOW_BOUNDS, FollowError, HISTORY_PAGE, IN_FLIGHT_POLL, IN_FLIGHT_WAIT, RunFollower,
-};
+pub use follow::{FOLLOW_BOUNDS, FollowError, HISTORY_PAGE, RunFollower};
 pub use interaction::{
     InteractionDecision, InteractionError, InteractionFuture, InteractionHandler, InteractionKind,
     InteractionRequest,
