@@ -169,7 +169,7 @@ impl RunFactory for HostFactory {
 }
 
 /// `{"message": "..."}` (a non-empty string, nothing else) as a plan; a
-/// bad body is a 400 naming the member at fault.
+/// bad body is a 400 naming the member at fault by its JSON path.
 fn parse_body(body: &str) -> Result<HostPlan, Problem> {
     let root = strict_json::parse(body)
         .map_err(|e| invalid(&strict_json::path(&e), strict_json::rule(&e)))?;
@@ -178,15 +178,15 @@ fn parse_body(body: &str) -> Result<HostPlan, Problem> {
     };
     if let Some(other) = root.keys().find(|k| *k != "message") {
         return Err(invalid(
-            other,
+            &format!("$.{other}"),
             "an unknown member (the body is {\"message\": \"...\"})",
         ));
     }
     let text = match root.get("message") {
         Some(Value::String(text)) if !text.trim().is_empty() => text,
-        _ => return Err(invalid("message", "a non-empty string")),
+        _ => return Err(invalid("$.message", "a non-empty string")),
     };
-    let message = user_message(text).map_err(|e| invalid("message", &e.to_string()))?;
+    let message = user_message(text).map_err(|e| invalid("$.message", &e.to_string()))?;
     Ok(HostPlan {
         messages: vec![message],
     })
