@@ -2,11 +2,16 @@
 //! sends) and `GET /v1/chat/{id}/stream` (`useChat({resume: true})`),
 //! answered with the UI message stream v1 ([`keel_views::ui_stream`]).
 //!
-//! The agent is the operator's: `keel serve --chat-scenario FILE` gives
-//! the model, provider, tools, limits and system messages; its provider
-//! must be scripted or allowed with `--allow-provider` (checked at
-//! startup). A body may name `model` and `provider` (a type name) only as
-//! the scenario does, else 403 `provider-not-allowed`.
+//! The agent is the run factory's ([`RunFactory::chat_agent`](crate::RunFactory::chat_agent)):
+//! `keel serve --chat-scenario FILE` (its provider scripted or allowed
+//! with `--allow-provider`, checked at startup), or a host's own plan. A
+//! body may name `model` and `provider` (a type name) only as the agent
+//! does, else 403 `provider-not-allowed`.
+//!
+//! Streams follow the run with the engine's [`RunFollower`] (the journal,
+//! then the live log, durable events only, no gap and no duplicate); a
+//! stream paused at an approval ends when nothing more is committed
+//! ([`RunFollower::more_committed`]).
 //!
 //! Conversations (#13, #32): the posted `id` names the conversation; its
 //! runs are `chat-{id}-{n}`, n = 1, 2, …, created only here and marked as
