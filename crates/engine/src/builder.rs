@@ -3,11 +3,14 @@
 //! (crate::RunRequest) may replace (providers, tools, limits, metadata
 //! allowlist, interaction handler).
 
+use crate::compose::RunDefaults;
 use crate::config::EngineLimits;
-use crate::engine::{Engine, EngineInner, ToolSet};
+use crate::engine::{Engine, EngineInner};
 use crate::error::BuildError;
 use crate::interaction::InteractionHandler;
+use crate::run::RunEnv;
 use crate::tool::Tool;
+use crate::tool_set::ToolSet;
 use keel_eventlog::{Clock, LogConfig, SystemClock};
 use keel_message::Limits;
 use keel_observers::{
@@ -68,6 +71,15 @@ impl Default for EngineBuilder {
             interactions: None,
             history: None,
         }
+    }
+}
+
+/// The builder is the way in, so it lives with the builder (the engine
+/// module does not depend on how it is composed).
+impl Engine {
+    /// A builder.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::new()
     }
 }
 
@@ -176,20 +188,22 @@ impl EngineBuilder {
         }
         self.limits.validate(&self.log_config)?;
         self.log_config.validate()?;
-        Ok(Engine::from_inner(EngineInner::new(
+        let definitions = tools.definitions();
+        let defaults = RunDefaults {
             providers,
-            Arc::new(tools),
-            self.pipeline.build(),
-            crate::engine::Shared {
-                allowlist: self.allowlist,
-                clock: self.clock,
-                limits: self.limits,
-                message_limits: self.message_limits,
-                log_config: self.log_config,
-                validator: self.validator,
-                interactions: self.interactions,
-                history: self.history,
-            },
+            tools: Arc::new(tools),
+            definitions,
+            limits: self.limits,
+            log_config: self.log_config,
+            allowlist: self.allowlist,
+            interactions: self.interactions,
+        };
+        let env = RunEnv::new(self.pipeline.build(), self.message_limits, self.validator);
+        Ok(Engine::from_inner(EngineInner::new(
+            defaults,
+            env,
+            self.clock,
+            self.history,
         )))
     }
 }

@@ -1,17 +1,32 @@
 //! Per-run composition: a [`RunRequest`]'s own provider, tools, limits,
-//! allowlist and handler over the builder's defaults, checked before
-//! anything is committed. Tool sources are kept as given: their tools are
+//! allowlist and handler over the builder's defaults ([`RunDefaults`]),
+//! checked before anything is committed. Tool sources are kept as given: their tools are
 //! read turn by turn (`run/sources.rs`).
 
 use crate::config::EngineLimits;
-use crate::engine::{EngineInner, ToolSet};
 use crate::error::StartError;
 use crate::interaction::InteractionHandler;
 use crate::request::{ProviderChoice, RunRequest};
 use crate::source::ToolSource;
+use crate::tool_set::ToolSet;
+use keel_eventlog::LogConfig;
 use keel_message::ToolDefinition;
 use keel_stream::{MetadataAllowlist, ModelProvider};
+use std::collections::HashMap;
 use std::sync::Arc;
+
+/// What the builder set for every run, and a [`RunRequest`] may replace.
+pub(crate) struct RunDefaults {
+    pub(crate) providers: HashMap<String, Arc<dyn ModelProvider>>,
+    pub(crate) tools: Arc<ToolSet>,
+    /// `tools`' definitions, computed once.
+    pub(crate) definitions: Arc<[ToolDefinition]>,
+    pub(crate) limits: EngineLimits,
+    /// The logs' retention, which the limits are checked against.
+    pub(crate) log_config: LogConfig,
+    pub(crate) allowlist: MetadataAllowlist,
+    pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
+}
 
 /// What one run calls and under which bounds.
 pub(crate) struct RunContext {
@@ -28,21 +43,21 @@ pub(crate) struct RunContext {
 
 /// Resolves `request` against the engine's defaults.
 pub(crate) fn compose(
-    engine: &EngineInner,
+    defaults: &RunDefaults,
     request: &RunRequest,
 ) -> Result<RunContext, StartError> {
     let provider = match &request.provider {
         ProviderChoice::Own(p) => Arc::clone(p),
-        ProviderChoice::Named(name) => engine
+        ProviderChoice::Named(name) => defaults
             .providers
             .get(name)
             .cloned()
             .ok_or_else(|| StartError::UnknownProvider { name: name.clone() })?,
-        ProviderChoice::Default => match engine.providers.values().next() {
-            Some(p) if engine.providers.len() == 1 => Arc::clone(p),
+        ProviderChoice::Default => match defaults.providers.values().next() {
+            Some(p) if defaults.providers.len() == 1 => Arc::clone(p),
             _ => {
                 return Err(StartError::NoProvider {
-                    registered: engine.providers.len(),
+                    registered: defaults.providers.len(),
                 });
             }
         },
@@ -50,16 +65,19 @@ pub(crate) fn compose(
     let limits = request
         .limits
         .clone()
-        .unwrap_or_else(|| engine.shared.limits.clone());
-    limits.validate(&engine.shared.log_config)?;
+        .unwrap_or_else(|| defaults.limits.clone());
+    limits.validate(&defaults.log_config)?;
     let interactions = request
         .interactions
         .clone()
-        .or_else(|| engine.shared.interactions.clone());
+        .or_else(|| defaults.interactions.clone());
     let (tools, definitions) = if request.tools.is_empty() {
-        (Arc::clone(&engine.tools), Arc::clone(&engine.definitions))
+        (
+            Arc::clone(&defaults.tools),
+            Arc::clone(&defaults.definitions),
+        )
     } else {
-        let mut tools = ToolSet::clone(&engine.tools);
+        let mut tools = ToolSet::clone(&defaults.tools);
         for tool in &request.tools {
             let name = tool.definition().name().clone();
             if !tools.insert(Arc::clone(tool)) {
@@ -85,7 +103,7 @@ pub(crate) fn compose(
         allowlist: request
             .allowlist
             .clone()
-            .unwrap_or_else(|| engine.shared.allowlist.clone()),
+            .unwrap_or_else(|| defaults.allowlist.clone()),
         interactions,
     })
 }

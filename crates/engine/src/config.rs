@@ -1,4 +1,7 @@
-//! Engine limits and the retry policy.
+//! Engine limits and the retry policy: `EngineLimits` (turns, parallel
+//! tools, timeouts, the closing deadline) with `validate` and its
+//! `LimitError`, `MIN_CLOSING_DEADLINE`, `RetryPolicy` (attempts and
+//! backoff, never past `max_backoff`) and `PartialRetry`.
 
 use std::time::Duration;
 
@@ -103,19 +106,76 @@ impl RetryPolicy {
 /// journal to take a run's closing terminals (a few fsyncs) under load.
 pub const MIN_CLOSING_DEADLINE: Duration = Duration::from_millis(500);
 
+/// Which limit a [`LimitError`] names. Exhaustive on purpose: a host that
+/// maps limits to its own configuration names (the scenario loader maps
+/// them to JSON paths) gets a compile error, not a silent default, when a
+/// limit is added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LimitField {
+    /// [`EngineLimits::max_turns`].
+    MaxTurns,
+    /// [`EngineLimits::max_tool_calls_per_turn`].
+    MaxToolCallsPerTurn,
+    /// [`EngineLimits::max_parallel_tools`].
+    MaxParallelTools,
+    /// [`EngineLimits::model_call_timeout`].
+    ModelCallTimeout,
+    /// [`EngineLimits::tool_call_timeout`].
+    ToolCallTimeout,
+    /// [`EngineLimits::closing_deadline`].
+    ClosingDeadline,
+    /// [`EngineLimits::approval_timeout`].
+    ApprovalTimeout,
+    /// [`RetryPolicy::max_attempts`].
+    RetryMaxAttempts,
+    /// [`RetryPolicy::initial_backoff`] (against `max_backoff`).
+    RetryInitialBackoff,
+    /// [`RetryPolicy::multiplier`].
+    RetryMultiplier,
+    /// [`RetryPolicy::jitter`].
+    RetryJitter,
+}
+
+impl LimitField {
+    /// The field's path in [`EngineLimits`], e.g. `max_turns` or
+    /// `retry.jitter`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LimitField::MaxTurns => "max_turns",
+            LimitField::MaxToolCallsPerTurn => "max_tool_calls_per_turn",
+            LimitField::MaxParallelTools => "max_parallel_tools",
+            LimitField::ModelCallTimeout => "model_call_timeout",
+            LimitField::ToolCallTimeout => "tool_call_timeout",
+            LimitField::ClosingDeadline => "closing_deadline",
+            LimitField::ApprovalTimeout => "approval_timeout",
+            LimitField::RetryMaxAttempts => "retry.max_attempts",
+            LimitField::RetryInitialBackoff => "retry.initial_backoff",
+            LimitField::RetryMultiplier => "retry.multiplier",
+            LimitField::RetryJitter => "retry.jitter",
+        }
+    }
+}
+
+impl std::fmt::Display for LimitField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A limit that makes no sense (zero turns, zero parallelism, a closing
-/// deadline under its floor, …): which field, its value, the rule.
+/// deadline under its floor, a shrinking backoff, …): which field, its
+/// value, the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("limits.{field} is {value} (rule engine.limits: {rule})")]
 pub struct LimitError {
-    field: &'static str,
+    field: LimitField,
     value: String,
     rule: &'static str,
 }
 
 impl LimitError {
-    /// The field, e.g. `max_turns`.
-    pub fn field(&self) -> &'static str {
+    /// The field.
+    pub fn field(&self) -> LimitField {
         self.field
     }
     /// The offending value, rendered.
@@ -170,52 +230,114 @@ impl Default for EngineLimits {
 impl EngineLimits {
     /// Checks every field against its rule and, where the log bounds it,
     /// against `log` (each running tool or approval is a scope beside the
-    /// run and the turn).
+    /// run and the turn): [`EngineLimits::check`], then the log's bound.
     ///
     /// ```
-    /// use keel_engine::EngineLimits;
+    /// use keel_engine::{EngineLimits, LimitField};
     /// use std::time::Duration;
     /// let log = keel_eventlog::LogConfig::default();
     /// assert!(EngineLimits::default().validate(&log).is_ok());
     /// let low = EngineLimits { closing_deadline: Duration::from_millis(1), ..EngineLimits::default() };
-    /// assert_eq!(low.validate(&log).unwrap_err().field(), "closing_deadline");
+    /// assert_eq!(low.validate(&log).unwrap_err().field(), LimitField::ClosingDeadline);
     /// ```
     pub fn validate(&self, log: &keel_eventlog::LogConfig) -> Result<(), LimitError> {
-        let invalid = |field, value: String, rule| Err(LimitError { field, value, rule });
-        let ms = |d: Duration| format!("{} ms", d.as_millis());
-        if self.max_turns == 0 {
-            return invalid("max_turns", "0".into(), "at least 1");
-        }
-        if self.max_parallel_tools == 0 {
-            return invalid("max_parallel_tools", "0".into(), "at least 1");
-        }
+        self.check()?;
         if self.max_parallel_tools.saturating_add(2) > log.max_open_scopes {
+            return Err(LimitError {
+                field: LimitField::MaxParallelTools,
+                value: self.max_parallel_tools.to_string(),
+                rule: "at most log.max_open_scopes - 2",
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks every field against its own rule, without a log to bound
+    /// them: counts and timeouts at least 1, the closing deadline at least
+    /// [`MIN_CLOSING_DEADLINE`], and a retry policy whose backoff grows
+    /// (multiplier ≥ 1), whose jitter is a fraction (0 to 1) and whose
+    /// first wait is at most its longest. The one rule set for engine
+    /// limits: a configuration loader calls it and maps [`LimitError::field`]
+    /// to its own names.
+    ///
+    /// ```
+    /// use keel_engine::{EngineLimits, LimitField, RetryPolicy};
+    /// let jumpy = EngineLimits {
+    ///     retry: RetryPolicy { jitter: 1.5, ..RetryPolicy::default() },
+    ///     ..EngineLimits::default()
+    /// };
+    /// assert_eq!(jumpy.check().unwrap_err().field(), LimitField::RetryJitter);
+    /// ```
+    pub fn check(&self) -> Result<(), LimitError> {
+        let invalid = |field, value: String, rule| Err(LimitError { field, value, rule });
+        let counts = [
+            (LimitField::MaxTurns, self.max_turns == 0),
+            (
+                LimitField::MaxToolCallsPerTurn,
+                self.max_tool_calls_per_turn == 0,
+            ),
+            (LimitField::MaxParallelTools, self.max_parallel_tools == 0),
+            (LimitField::RetryMaxAttempts, self.retry.max_attempts == 0),
+        ];
+        if let Some((field, _)) = counts.into_iter().find(|(_, zero)| *zero) {
+            return invalid(field, "0".into(), "at least 1");
+        }
+        let timeouts = [
+            (LimitField::ModelCallTimeout, self.model_call_timeout),
+            (LimitField::ToolCallTimeout, self.tool_call_timeout),
+            (LimitField::ApprovalTimeout, self.approval_timeout),
+        ];
+        if let Some((field, _)) = timeouts.into_iter().find(|(_, d)| d.is_zero()) {
+            return invalid(field, "0 ms".into(), "at least 1 ms");
+        }
+        check_closing_deadline(self.closing_deadline)?;
+        self.retry.check()
+    }
+}
+
+/// Checks a closing deadline (a run's, or the time a host gives its runs
+/// to end at shutdown) against [`MIN_CLOSING_DEADLINE`].
+///
+/// ```
+/// use keel_engine::check_closing_deadline;
+/// use std::time::Duration;
+/// assert!(check_closing_deadline(Duration::from_millis(500)).is_ok());
+/// assert!(check_closing_deadline(Duration::from_millis(499)).is_err());
+/// ```
+pub fn check_closing_deadline(deadline: Duration) -> Result<(), LimitError> {
+    if deadline < MIN_CLOSING_DEADLINE {
+        return Err(LimitError {
+            field: LimitField::ClosingDeadline,
+            value: format!("{} ms", deadline.as_millis()),
+            rule: "at least 500 ms (MIN_CLOSING_DEADLINE)",
+        });
+    }
+    Ok(())
+}
+
+impl RetryPolicy {
+    /// The retry rules [`EngineLimits::check`] applies.
+    fn check(&self) -> Result<(), LimitError> {
+        let invalid = |field, value: String, rule| Err(LimitError { field, value, rule });
+        if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
             return invalid(
-                "max_parallel_tools",
-                self.max_parallel_tools.to_string(),
-                "at most log.max_open_scopes - 2",
+                LimitField::RetryMultiplier,
+                self.multiplier.to_string(),
+                "a finite number >= 1",
             );
         }
-        if self.max_tool_calls_per_turn == 0 {
-            return invalid("max_tool_calls_per_turn", "0".into(), "at least 1");
-        }
-        if self.retry.max_attempts == 0 {
-            return invalid("retry.max_attempts", "0".into(), "at least 1");
-        }
-        if !(self.retry.multiplier.is_finite() && self.retry.jitter.is_finite()) {
-            return invalid("retry", "non-finite".into(), "finite multiplier and jitter");
-        }
-        if self.model_call_timeout.is_zero() || self.tool_call_timeout.is_zero() {
-            return invalid("timeouts", "0".into(), "non-zero");
-        }
-        if self.approval_timeout.is_zero() {
-            return invalid("approval_timeout", "0 ms".into(), "non-zero");
-        }
-        if self.closing_deadline < MIN_CLOSING_DEADLINE {
+        if !(self.jitter.is_finite() && (0.0..=1.0).contains(&self.jitter)) {
             return invalid(
-                "closing_deadline",
-                ms(self.closing_deadline),
-                "at least 500 ms (MIN_CLOSING_DEADLINE)",
+                LimitField::RetryJitter,
+                self.jitter.to_string(),
+                "a finite number in 0..=1",
+            );
+        }
+        if self.initial_backoff > self.max_backoff {
+            return invalid(
+                LimitField::RetryInitialBackoff,
+                format!("{} ms", self.initial_backoff.as_millis()),
+                "at most retry.max_backoff",
             );
         }
         Ok(())

@@ -2,76 +2,19 @@
 //! id, and shutdown.
 
 use crate::cancel::CancelToken;
-use crate::compose::compose;
-use crate::config::EngineLimits;
+use crate::compose::{RunDefaults, compose};
 use crate::error::StartError;
 use crate::follow::{FOLLOW_BOUNDS, FollowError, RunFollower};
-use crate::interaction::InteractionHandler;
 use crate::request::{RunCanceller, RunHandle, RunRequest};
-use crate::run::{Runner, commit_cancelled_terminals};
-use crate::tool::Tool;
-use keel_eventlog::SubscriptionBounds;
-use keel_eventlog::{Clock, LogConfig, RunLog};
-use keel_message::{Limits, Message, RunId, ToolDefinition, ToolName};
-use keel_observers::{Pipeline, RunHistory, ShutdownReport};
-use keel_stream::{MetadataAllowlist, ModelProvider, ValidatorConfig};
+use crate::run::{RunEnv, Runner, commit_cancelled_terminals};
+use keel_eventlog::{Clock, RunLog, SubscriptionBounds};
+use keel_message::{Limits, Message, RunId};
+use keel_observers::{RunHistory, ShutdownReport};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// Engine-wide settings, and the defaults a request may replace.
-pub(crate) struct Shared {
-    pub(crate) allowlist: MetadataAllowlist,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) limits: EngineLimits,
-    pub(crate) message_limits: Limits,
-    pub(crate) log_config: LogConfig,
-    pub(crate) validator: ValidatorConfig,
-    pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
-    /// Where followers read what a live log no longer retains, and runs
-    /// that are not live.
-    pub(crate) history: Option<Arc<dyn RunHistory>>,
-}
-
-/// Tools by name, and their definitions in registration order (the order
-/// the model is shown them).
-#[derive(Default, Clone)]
-pub(crate) struct ToolSet {
-    by_name: HashMap<ToolName, Arc<dyn Tool>>,
-    definitions: Vec<ToolDefinition>,
-}
-
-impl ToolSet {
-    /// Adds `tool`; false (and nothing added) when its name is taken.
-    pub(crate) fn insert(&mut self, tool: Arc<dyn Tool>) -> bool {
-        let definition = tool.definition().clone();
-        self.insert_as(tool, definition)
-    }
-    /// Adds `tool` under `definition` (what its `definition()` returned,
-    /// read once); false (and nothing added) when the name is taken.
-    pub(crate) fn insert_as(&mut self, tool: Arc<dyn Tool>, definition: ToolDefinition) -> bool {
-        if self.by_name.contains_key(definition.name()) {
-            return false;
-        }
-        self.by_name.insert(definition.name().clone(), tool);
-        self.definitions.push(definition);
-        true
-    }
-    pub(crate) fn get(&self, name: &ToolName) -> Option<&Arc<dyn Tool>> {
-        self.by_name.get(name)
-    }
-    pub(crate) fn tools(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
-        self.by_name.values()
-    }
-    pub(crate) fn definitions(&self) -> Arc<[ToolDefinition]> {
-        self.definitions.clone().into()
-    }
-    fn names(&self) -> Vec<&ToolName> {
-        self.definitions.iter().map(|d| d.name()).collect()
-    }
-}
 
 /// How a run task ended, as the registry learns it.
 #[derive(Debug, Clone, Copy)]
@@ -93,16 +36,16 @@ struct Registry {
     shutting_down: bool,
 }
 
+/// The engine's state: the defaults runs compose over, what run tasks
+/// share ([`RunEnv`]), and the registry of live runs.
 pub(crate) struct EngineInner {
-    pub(crate) providers: HashMap<String, Arc<dyn ModelProvider>>,
-    pub(crate) tools: Arc<ToolSet>,
-    pub(crate) definitions: Arc<[ToolDefinition]>,
-    pub(crate) pipeline: Arc<Pipeline>,
-    pub(crate) shared: Shared,
+    defaults: RunDefaults,
+    env: Arc<RunEnv>,
+    clock: Arc<dyn Clock>,
+    /// Where followers read what a live log no longer retains, and runs
+    /// that are not live.
+    history: Option<Arc<dyn RunHistory>>,
     registry: Mutex<Registry>,
-    /// Set by shutdown: closing runs may re-offer their terminals until
-    /// then, even past their own closing deadline.
-    shutdown_until: Mutex<Option<Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -111,28 +54,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl EngineInner {
     pub(crate) fn new(
-        providers: HashMap<String, Arc<dyn ModelProvider>>,
-        tools: Arc<ToolSet>,
-        pipeline: Pipeline,
-        shared: Shared,
+        defaults: RunDefaults,
+        env: RunEnv,
+        clock: Arc<dyn Clock>,
+        history: Option<Arc<dyn RunHistory>>,
     ) -> EngineInner {
         EngineInner {
-            providers,
-            definitions: tools.definitions(),
-            tools,
-            pipeline: Arc::new(pipeline),
-            shared,
+            defaults,
+            env: Arc::new(env),
+            clock,
+            history,
             registry: Mutex::new(Registry::default()),
-            shutdown_until: Mutex::new(None),
-        }
-    }
-
-    /// The latest instant a closing run may re-offer its terminals until.
-    pub(crate) fn closing_until(&self, closing_deadline: Duration) -> Instant {
-        let own = Instant::now() + closing_deadline;
-        match *lock(&self.shutdown_until) {
-            Some(shutdown) => own.max(shutdown),
-            None => own,
         }
     }
 
@@ -184,9 +116,9 @@ impl std::fmt::Debug for Engine {
         f.debug_struct("Engine")
             .field(
                 "providers",
-                &self.inner.providers.keys().collect::<Vec<_>>(),
+                &self.inner.defaults.providers.keys().collect::<Vec<_>>(),
             )
-            .field("tools", &self.inner.tools.names())
+            .field("tools", &self.inner.defaults.tools.names())
             .field("live_runs", &self.live_runs())
             .finish()
     }
@@ -215,22 +147,17 @@ impl Engine {
         }
     }
 
-    /// A builder.
-    pub fn builder() -> crate::EngineBuilder {
-        crate::EngineBuilder::new()
-    }
-
     /// Starts a run on the current Tokio runtime. Refused, with nothing
     /// committed, when the engine is shutting down, the id is live, or the
     /// request does not compose (see [`StartError`]).
     pub fn start(&self, request: RunRequest) -> Result<RunHandle, StartError> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| StartError::NoRuntime)?;
-        let context = compose(&self.inner, &request)?;
+        let context = compose(&self.inner.defaults, &request)?;
         self.check_history(&request.history)?;
         let log = RunLog::new(
             request.run_id.clone(),
-            self.inner.shared.log_config.clone(),
-            Arc::clone(&self.inner.shared.clock),
+            self.inner.defaults.log_config.clone(),
+            Arc::clone(&self.inner.clock),
         )
         .map_err(StartError::Log)?;
         let cancel = CancelToken::default();
@@ -257,7 +184,7 @@ impl Engine {
             );
         }
         let run_id = request.run_id.clone();
-        let runner = Runner::new(Arc::clone(&self.inner), context, log.clone(), request);
+        let runner = Runner::new(Arc::clone(&self.inner.env), context, log.clone(), request);
         let engine = Arc::clone(&self.inner);
         let run_cancel = cancel.clone();
         let task = handle.spawn(async move {
@@ -280,7 +207,7 @@ impl Engine {
         if history.is_empty() {
             return Err(StartError::EmptyHistory);
         }
-        let limits = &self.inner.shared.message_limits;
+        let limits = &self.inner.env.message_limits;
         for (i, m) in history.iter().enumerate() {
             Message::new_with(m.id().clone(), m.role(), m.parts().to_vec(), limits)
                 .map_err(|e| StartError::InvalidHistory(e.within(&format!("$.history[{i}]"))))?;
@@ -317,7 +244,7 @@ impl Engine {
     /// The history the engine's followers read (set with
     /// [`EngineBuilder::history`](crate::EngineBuilder::history)).
     pub fn history(&self) -> Option<&Arc<dyn RunHistory>> {
-        self.inner.shared.history.as_ref()
+        self.inner.history.as_ref()
     }
 
     /// Follows run `run_id` after `after` with [`FOLLOW_BOUNDS`] (durable
@@ -342,7 +269,7 @@ impl Engine {
         after: u64,
         bounds: SubscriptionBounds,
     ) -> Result<RunFollower, FollowError> {
-        let history = self.inner.shared.history.clone();
+        let history = self.inner.history.clone();
         RunFollower::open(run_id.clone(), after, bounds, self.log(run_id), history).await
     }
 
@@ -355,7 +282,7 @@ impl Engine {
     /// against ([`EngineBuilder::message_limits`](crate::EngineBuilder::message_limits)):
     /// what a host rebuilding a history (a view, a continuation) applies.
     pub fn message_limits(&self) -> &Limits {
-        &self.inner.shared.message_limits
+        &self.inner.env.message_limits
     }
 
     /// Whether [`shutdown`](Self::shutdown) has begun (new runs are refused).
@@ -365,7 +292,7 @@ impl Engine {
 
     /// Observer counters.
     pub fn observer_stats(&self) -> keel_observers::PipelineStats {
-        self.inner.pipeline.stats()
+        self.inner.env.pipeline.stats()
     }
 
     /// Stops taking runs, cancels every live run and waits (until
@@ -377,7 +304,7 @@ impl Engine {
     /// every run whose observers did not acknowledge its whole history.
     pub async fn shutdown(&self, deadline: Duration) -> EngineShutdown {
         let until = Instant::now() + deadline;
-        *lock(&self.inner.shutdown_until) = Some(until);
+        self.inner.env.shutdown_until(until);
         let live: Vec<(RunId, LiveEntry)> = {
             let mut registry = lock(&self.inner.registry);
             registry.shutting_down = true;
@@ -406,7 +333,7 @@ impl Engine {
             entry.log.shutdown();
         }
         let left = until.saturating_duration_since(Instant::now());
-        report.observers = self.inner.pipeline.shutdown(left);
+        report.observers = self.inner.env.pipeline.shutdown(left);
         report
     }
 }

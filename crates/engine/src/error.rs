@@ -163,7 +163,7 @@ mod tests {
         DispatchError {
             observer: "journal".into(),
             index: 0,
-            run_id: "run_1".into(),
+            run_id: keel_message::RunId::parse("run_1").unwrap(),
             seq: 3,
             source: ObserverError::Failed("disk full".into()),
         }

@@ -15,11 +15,10 @@
 //! from the history alone, and the follower ends at its end.
 
 use keel_eventlog::{
-    Durability, Event, Phase, RunLog, Scope, SubscribeError, Subscription, SubscriptionBounds,
-    SubscriptionError,
+    Durability, Event, RunLog, SubscribeError, Subscription, SubscriptionBounds, SubscriptionError,
 };
 use keel_message::RunId;
-use keel_observers::{HistoryError, RunHistory};
+use keel_observers::{RunHistory, RunHistoryError};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,7 +111,7 @@ pub enum FollowError {
     Log(SubscribeError),
     /// The history could not be read.
     #[error(transparent)]
-    History(#[from] HistoryError),
+    History(#[from] RunHistoryError),
 }
 
 /// One cursor over a run: every event after it exactly once, in order,
@@ -151,23 +150,16 @@ impl std::fmt::Debug for RunFollower {
     }
 }
 
-fn is_run_terminal(event: &Event) -> bool {
-    matches!(
-        event.kind().lifecycle_parts(),
-        Some((Scope::Run, Phase::Ended(_)))
-    )
-}
-
 /// One history call on Tokio's blocking pool (a store may do file I/O).
 async fn blocking<T: Send + 'static>(
     history: &Arc<dyn RunHistory>,
-    f: impl FnOnce(&dyn RunHistory) -> Result<T, HistoryError> + Send + 'static,
-) -> Result<T, HistoryError> {
+    f: impl FnOnce(&dyn RunHistory) -> Result<T, RunHistoryError> + Send + 'static,
+) -> Result<T, RunHistoryError> {
     let name = history.name().to_owned();
     let history = Arc::clone(history);
     match tokio::task::spawn_blocking(move || f(history.as_ref())).await {
         Ok(answer) => answer,
-        Err(e) => Err(HistoryError::read(
+        Err(e) => Err(RunHistoryError::read(
             name,
             format!("the read task ended abnormally: {e}"),
         )),
@@ -386,7 +378,7 @@ impl RunFollower {
 
     fn deliver(&mut self, event: Arc<Event>) -> Arc<Event> {
         self.last = event.seq();
-        if is_run_terminal(&event) {
+        if event.kind().is_run_terminal() {
             self.finish();
         }
         event
@@ -410,7 +402,10 @@ impl RunFollower {
     }
 
     /// The next page of the history after what is buffered.
-    async fn read(&self, history: &Arc<dyn RunHistory>) -> Result<Vec<Arc<Event>>, HistoryError> {
+    async fn read(
+        &self,
+        history: &Arc<dyn RunHistory>,
+    ) -> Result<Vec<Arc<Event>>, RunHistoryError> {
         let (run_id, after) = (self.run_id.clone(), self.end());
         blocking(history, move |h| h.read_after(&run_id, after, HISTORY_PAGE)).await
     }

@@ -81,9 +81,13 @@ mod request;
 mod run;
 mod source;
 mod tool;
+mod tool_set;
 
 pub use builder::EngineBuilder;
-pub use config::{EngineLimits, LimitError, MIN_CLOSING_DEADLINE, PartialRetry, RetryPolicy};
+pub use config::{
+    EngineLimits, LimitError, LimitField, MIN_CLOSING_DEADLINE, PartialRetry, RetryPolicy,
+    check_closing_deadline,
+};
 pub use engine::{Engine, EngineShutdown, LiveRun};
 pub use error::{BuildError, FailureCause, StartError};
 pub use follow::{FOLLOW_BOUNDS, FollowError, HISTORY_PAGE, RunFollower};
@@ -92,7 +96,7 @@ pub use interaction::{
     InteractionRequest,
 };
 pub use request::{
-    RunCanceller, RunCompleted, RunError, RunHandle, RunOutcome, RunReport, RunRequest,
+    CompletedRun, RunCanceller, RunError, RunHandle, RunOutcome, RunReport, RunRequest,
 };
 pub use source::{CloseFuture, ToolListFuture, ToolSource};
 pub use tool::{

@@ -278,13 +278,13 @@ impl RunOutcome {
     /// assert_eq!(failed.into_result().unwrap_err().to_string(), "run failed: internal: x");
     /// assert!(matches!(RunOutcome::Cancelled.into_result(), Err(RunError::Cancelled)));
     /// ```
-    pub fn into_result(self) -> Result<RunCompleted, RunError> {
+    pub fn into_result(self) -> Result<CompletedRun, RunError> {
         match self {
             RunOutcome::Completed {
                 final_message,
                 usage,
                 transcript,
-            } => Ok(RunCompleted {
+            } => Ok(CompletedRun {
                 final_message,
                 usage,
                 transcript,
@@ -297,13 +297,13 @@ impl RunOutcome {
 
 /// A run that completed: see [`RunOutcome::Completed`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunCompleted {
+pub struct CompletedRun {
     final_message: Message,
     usage: Usage,
     transcript: Vec<Message>,
 }
 
-impl RunCompleted {
+impl CompletedRun {
     /// The last assistant message.
     pub fn final_message(&self) -> &Message {
         &self.final_message

@@ -1,4 +1,8 @@
-//! Tools: what the engine runs when the model asks.
+//! Tools: what the engine runs when the model asks. The [`Tool`] trait
+//! returns a [`ToolOutput`] (its text and, when the tool cut it, an
+//! `OutputCut` the engine records as `output_cut`) or a [`ToolError`]
+//! with its outcome and retry; a [`ToolInvocation`] parses its arguments
+//! into the tool's own type without echoing input values.
 
 use keel_message::{CallId, CanonicalJson, RunId, ToolDefinition};
 use std::future::Future;
@@ -10,9 +14,9 @@ pub use keel_eventlog::{ToolOutcome, ToolRetry};
 /// The future a tool returns.
 pub type ToolFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send + 'static>>;
 
-/// The largest byte count an event can record exactly (2^53 − 1): a cut's
-/// counts are capped at it so they stay JSON-safe integers.
-const MAX_JSON_SAFE: u64 = (1 << 53) - 1;
+// The largest byte count an event can record exactly (2^53 − 1): a cut's
+// counts are capped at it so they stay JSON-safe integers.
+use keel_message::canonical::MAX_SAFE_INTEGER as MAX_JSON_SAFE;
 
 /// What a tool returns: the result content for the model, and whether the
 /// tool cut it (an MCP server's long answer, say).

@@ -246,7 +246,7 @@ async fn run_started_records_continues_and_the_chat_run() {
     };
     let plain = started(request("run_plain")).await;
     assert_eq!((plain.continues, plain.chat), (None, None));
-    let chat = keel_eventlog::ChatRun::new("conv-1", 2);
+    let chat = keel_eventlog::ChatRun::new(keel_eventlog::ChatId::parse("conv-1").unwrap(), 2);
     let marked = started(
         request("chat-conv-1-2")
             .continues(RunId::parse("chat-conv-1-1").unwrap())

@@ -420,7 +420,7 @@ async fn the_closing_deadline_has_a_floor() {
     let Err(BuildError::InvalidLimit(e)) = built else {
         panic!("built: {built:?}")
     };
-    assert_eq!((e.field(), e.value()), ("closing_deadline", "1 ms"));
+    assert_eq!((e.field().name(), e.value()), ("closing_deadline", "1 ms"));
     let engine = engine_with(ScriptedProvider::new(vec![done()]))
         .build()
         .unwrap();
@@ -430,6 +430,140 @@ async fn the_closing_deadline_has_a_floor() {
     };
     assert!(e.to_string().contains("at least 500 ms"), "{e}");
     assert_eq!(engine.live_runs(), 0);
+}
+
+/// The whole rule set of engine limits, each row breaking one rule: the
+/// error names the field, and a builder refuses the same limits.
+#[test]
+fn every_limit_rule_names_its_field() {
+    use keel_engine::{LimitField, RetryPolicy};
+    let retry = |r: RetryPolicy| EngineLimits {
+        retry: r,
+        ..EngineLimits::default()
+    };
+    let rows: Vec<(EngineLimits, LimitField)> = vec![
+        (
+            EngineLimits {
+                max_turns: 0,
+                ..EngineLimits::default()
+            },
+            LimitField::MaxTurns,
+        ),
+        (
+            EngineLimits {
+                max_tool_calls_per_turn: 0,
+                ..EngineLimits::default()
+            },
+            LimitField::MaxToolCallsPerTurn,
+        ),
+        (
+            EngineLimits {
+                max_parallel_tools: 0,
+                ..EngineLimits::default()
+            },
+            LimitField::MaxParallelTools,
+        ),
+        (
+            EngineLimits {
+                model_call_timeout: Duration::ZERO,
+                ..EngineLimits::default()
+            },
+            LimitField::ModelCallTimeout,
+        ),
+        (
+            EngineLimits {
+                tool_call_timeout: Duration::ZERO,
+                ..EngineLimits::default()
+            },
+            LimitField::ToolCallTimeout,
+        ),
+        (
+            EngineLimits {
+                approval_timeout: Duration::ZERO,
+                ..EngineLimits::default()
+            },
+            LimitField::ApprovalTimeout,
+        ),
+        (
+            EngineLimits {
+                closing_deadline: Duration::from_millis(499),
+                ..EngineLimits::default()
+            },
+            LimitField::ClosingDeadline,
+        ),
+        (
+            retry(RetryPolicy {
+                max_attempts: 0,
+                ..RetryPolicy::default()
+            }),
+            LimitField::RetryMaxAttempts,
+        ),
+        (
+            retry(RetryPolicy {
+                multiplier: 0.5,
+                ..RetryPolicy::default()
+            }),
+            LimitField::RetryMultiplier,
+        ),
+        (
+            retry(RetryPolicy {
+                multiplier: f64::NAN,
+                ..RetryPolicy::default()
+            }),
+            LimitField::RetryMultiplier,
+        ),
+        (
+            retry(RetryPolicy {
+                jitter: 1.01,
+                ..RetryPolicy::default()
+            }),
+            LimitField::RetryJitter,
+        ),
+        (
+            retry(RetryPolicy {
+                jitter: -0.1,
+                ..RetryPolicy::default()
+            }),
+            LimitField::RetryJitter,
+        ),
+        (
+            retry(RetryPolicy {
+                initial_backoff: Duration::from_secs(2),
+                max_backoff: Duration::from_secs(1),
+                ..RetryPolicy::default()
+            }),
+            LimitField::RetryInitialBackoff,
+        ),
+    ];
+    for (limits, field) in rows {
+        let err = limits.check().unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+        assert!(err.to_string().contains(field.name()), "{err}");
+        assert!(err.to_string().contains("rule engine.limits"), "{err}");
+        let built = Engine::builder().limits(limits).build();
+        assert!(matches!(built, Err(BuildError::InvalidLimit(_))), "{field}");
+    }
+    // The edges are allowed.
+    let edges = EngineLimits {
+        closing_deadline: MIN_CLOSING_DEADLINE,
+        retry: RetryPolicy {
+            multiplier: 1.0,
+            jitter: 1.0,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(1),
+            ..RetryPolicy::default()
+        },
+        ..EngineLimits::default()
+    };
+    assert_eq!(edges.check(), Ok(()));
+    assert_eq!(
+        retry(RetryPolicy {
+            jitter: 0.0,
+            ..RetryPolicy::default()
+        })
+        .check(),
+        Ok(())
+    );
 }
 
 /// Case 7: an empty completion is a failed attempt (`protocol`,

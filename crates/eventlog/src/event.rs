@@ -1,4 +1,8 @@
-//! The event envelope and its canonical line encoding.
+//! The event envelope and its canonical line encoding: an [`Event`] is
+//! its canonical line plus a small parsed header (kind, run, seq, ts), and
+//! [`Event::decode`] accepts a line only if re-encoding it gives the same
+//! bytes (unknown payload members included). `model.text_delta`, the bulk
+//! of a log, has a fast path of the same rules in `event/text_delta.rs`.
 
 use crate::decimal::{digits, push_u64};
 use crate::kind::{EventKind, KindError};
@@ -80,8 +84,8 @@ pub enum EventDecodeError {
     },
 }
 
-/// The largest `seq` and `ts`: 2^53 − 1, so lines stay I-JSON.
-pub(crate) const MAX_SAFE: u64 = (1 << 53) - 1;
+// The largest `seq` and `ts`: keel-message's 2^53 − 1, so lines stay I-JSON.
+pub(crate) use keel_message::canonical::MAX_SAFE_INTEGER as MAX_SAFE;
 
 /// `{"kind":"","payload":` without the kind name.
 const HEAD_FIXED_BYTES: usize = 21;

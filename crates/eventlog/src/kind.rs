@@ -1,4 +1,8 @@
-//! Stable event kind names.
+//! Stable event kind names: [`Scope`] (run, turn, model, tool,
+//! interaction), [`Terminal`], [`Phase`] and [`EventKind`]. A
+//! well-formed kind this version does not know is kept as an extension
+//! kind, unless its last segment is a lifecycle phase: that is refused,
+//! since its meaning for the lifecycle cannot be guessed.
 
 use std::fmt;
 use std::sync::Arc;
@@ -195,6 +199,34 @@ impl EventKind {
     /// Whether this is a terminal of some scope.
     pub fn is_terminal(&self) -> bool {
         matches!(self, EventKind::Lifecycle(_, Phase::Ended(_)))
+    }
+
+    /// Whether this is the run's terminal (`run.completed`, `run.failed`
+    /// or `run.cancelled`): the last event a run's log ever holds.
+    ///
+    /// ```
+    /// use keel_eventlog::EventKind;
+    /// assert!(EventKind::parse("run.cancelled")?.is_run_terminal());
+    /// assert!(!EventKind::parse("turn.completed")?.is_run_terminal());
+    /// # Ok::<(), keel_eventlog::KindError>(())
+    /// ```
+    pub fn is_run_terminal(&self) -> bool {
+        self.run_terminal().is_some()
+    }
+
+    /// How the run ended, when this is the run's terminal.
+    ///
+    /// ```
+    /// use keel_eventlog::{EventKind, Terminal};
+    /// assert_eq!(EventKind::parse("run.failed")?.run_terminal(), Some(Terminal::Failed));
+    /// assert_eq!(EventKind::parse("model.failed")?.run_terminal(), None);
+    /// # Ok::<(), keel_eventlog::KindError>(())
+    /// ```
+    pub fn run_terminal(&self) -> Option<Terminal> {
+        match self {
+            EventKind::Lifecycle(Scope::Run, Phase::Ended(terminal)) => Some(*terminal),
+            _ => None,
+        }
     }
 }
 

@@ -51,10 +51,12 @@
 //! ```
 #![deny(missing_docs)]
 
+mod chat_id;
 mod clock;
 mod config;
 mod decimal;
 mod event;
+mod foreign_run;
 mod hasher;
 pub mod history;
 mod kind;
@@ -69,6 +71,7 @@ mod snapshot;
 mod subscription;
 mod sync;
 
+pub use chat_id::{CHAT_ID_MAX_BYTES, ChatId, ChatIdError};
 pub use clock::{Clock, SystemClock};
 pub use config::{ConfigError, LogConfig, MIN_TERMINAL_BYTES};
 pub use event::{ENTRY_OVERHEAD_BYTES, Event, EventDecodeError, SCHEMA_VERSION};

@@ -6,9 +6,11 @@
 //! tool output on failure paths is an [`ErrorText`]: screened for secrets
 //! and bounded.
 
+use crate::chat_id::ChatId;
 use crate::kind::{EventKind, Phase, Scope, Terminal};
 pub use crate::reference::RunInputReference;
 use crate::scope::{ScopeKey, Transition};
+use keel_message::canonical::MAX_SAFE_INTEGER as MAX_SAFE;
 use keel_message::{
     CallId, CanonicalJson, InteractionId, Message, ModelName, OperationId, RunId, ToolName,
 };
@@ -111,7 +113,7 @@ pub struct RunStarted {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatRun {
     /// The conversation's id, as the chat client names it.
-    pub id: String,
+    pub id: ChatId,
     /// The run's number in the conversation, from 1.
     pub n: u64,
     /// Unknown members.
@@ -121,9 +123,9 @@ pub struct ChatRun {
 
 impl ChatRun {
     /// Run `n` of conversation `id`.
-    pub fn new(id: impl Into<String>, n: u64) -> ChatRun {
+    pub fn new(id: ChatId, n: u64) -> ChatRun {
         ChatRun {
-            id: id.into(),
+            id,
             n,
             extra: Extra::new(),
         }
@@ -299,8 +301,6 @@ impl From<&ProviderProblem> for ProblemRecord {
         }
     }
 }
-
-const MAX_SAFE: u64 = (1 << 53) - 1;
 
 /// `model.failed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

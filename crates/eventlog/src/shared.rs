@@ -5,7 +5,6 @@
 use crate::clock::Clock;
 use crate::config::LogConfig;
 use crate::event::{Event, RunTail};
-use crate::kind::{Phase, Scope};
 use crate::lifecycle::LifecycleTracker;
 use crate::sync::{AtomicBool, AtomicU64, Mutex};
 use keel_message::RunId;
@@ -132,12 +131,4 @@ impl Signal {
             self.settled.store(true, Ordering::Release);
         }
     }
-}
-
-/// Whether `event` is the run's terminal.
-pub(crate) fn is_run_terminal(event: &Event) -> bool {
-    matches!(
-        event.kind().lifecycle_parts(),
-        Some((Scope::Run, Phase::Ended(_)))
-    )
 }

@@ -257,6 +257,29 @@ pub enum ImportError {
     /// The target configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The header does not describe the events replayed from it
+    /// ([`Snapshot::import_run`]).
+    #[error(
+        "the header does not describe the file's events (rule snapshot.consistent): they give {replayed}"
+    )]
+    HeaderMismatch {
+        /// The header the events give.
+        replayed: String,
+    },
+    /// A `model.completed` carries metadata in a namespace the importing
+    /// side does not allow ([`Snapshot::import_run`]). Namespace names are
+    /// validated plain names, safe to show.
+    #[error(
+        "line {line}: seq {seq}: model.completed metadata namespace $.{namespace} is not allowed here (rule import.metadata_allowlist)"
+    )]
+    MetadataNotAllowed {
+        /// 1-based line number.
+        line: usize,
+        /// The event's sequence.
+        seq: u64,
+        /// The first namespace not allowed.
+        namespace: String,
+    },
 }
 
 impl Snapshot {
@@ -332,10 +355,7 @@ impl Snapshot {
     /// The JSON Lines form: header, then one line per event, each ending in
     /// `\n`.
     pub fn to_jsonl(&self) -> String {
-        let header = serde_json::to_value(&self.header)
-            .ok()
-            .and_then(|v| keel_message::canonical::to_canonical_string(&v).ok())
-            .unwrap_or_default();
+        let header = self.header_line();
         let mut out = String::with_capacity(
             header.len()
                 + 1
@@ -352,6 +372,14 @@ impl Snapshot {
             out.push('\n');
         }
         out
+    }
+
+    /// The header's canonical line (no trailing newline).
+    pub(crate) fn header_line(&self) -> String {
+        serde_json::to_value(&self.header)
+            .ok()
+            .and_then(|v| keel_message::canonical::to_canonical_string(&v).ok())
+            .unwrap_or_default()
     }
 
     /// Parses the JSON Lines form, checking every line and that the events
@@ -578,6 +606,10 @@ impl RunLog {
     /// them), checking everything a commit checks. Sequences must run
     /// 1, 2, 3, … with no gap, duplicate or reordering; nothing is
     /// renumbered.
+    ///
+    /// For events this host stored itself (a journal, a stream), whose
+    /// metadata already passed the allowlist of the run that wrote them.
+    /// A run from outside (a file) goes through [`Snapshot::import_run`].
     pub fn import<'a>(
         run_id: RunId,
         lines: impl IntoIterator<Item = &'a str>,

@@ -1,7 +1,13 @@
-//! Subscriptions: a cursor into one run's log, with its own bounds.
+//! Subscriptions: a cursor into one run's log, with its own bounds. A
+//! subscription replays what the log retains after its cursor, read in
+//! batches, then follows the live tail; it sees everything committed or
+//! only what is durable ([`Durability`]); it is a `Stream` and has
+//! `try_recv`. Falling behind its bounds or past the retained window ends
+//! it with a typed error carrying the cursor to resume from; a commit
+//! never waits for it.
 
 use crate::event::Event;
-use crate::shared::{EndReason, Shared, Signal, State, is_run_terminal};
+use crate::shared::{EndReason, Shared, Signal, State};
 use crate::sync::lock;
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -413,7 +419,7 @@ impl Cursor {
             && state
                 .entries
                 .back()
-                .is_some_and(|e| is_run_terminal(&e.event))
+                .is_some_and(|e| e.event.kind().is_run_terminal())
         {
             self.terminal = Some(self.taken);
         }

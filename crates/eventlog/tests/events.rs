@@ -50,6 +50,10 @@ fn decoding_rules() {
         ),
         ("chat run number not a number", line("run.started", r#"{"chat":{"id":"c","n":"SECRETVALUE"}}"#), Some("rule payload.schema")),
         ("chat without its id", line("run.started", r#"{"chat":{"n":1}}"#), Some("rule payload.schema")),
+        ("chat id with a slash", line("run.started", r#"{"chat":{"id":"a/b","n":1}}"#), Some("rule chat_id.charset")),
+        ("chat id empty", line("run.started", r#"{"chat":{"id":"","n":1}}"#), Some("rule chat_id.length")),
+        ("chat id of 65 bytes", line("run.started", &format!(r#"{{"chat":{{"id":"{}","n":1}}}}"#, "c".repeat(65))), Some("rule chat_id.length")),
+        ("chat id of 64 bytes", line("run.started", &format!(r#"{{"chat":{{"id":"{}","n":1}}}}"#, "c".repeat(64))), None),
         ("text delta", line("model.text_delta", r#"{"operation_id":"op_1","text":"Hi ✓","turn":1}"#), None),
         (
             "tool call",

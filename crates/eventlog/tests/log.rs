@@ -349,6 +349,34 @@ fn byte_bound_cuts_off_too() {
 }
 
 #[test]
+fn only_the_runs_three_terminals_are_run_terminals() {
+    let mut names: Vec<String> = [
+        "model.text_delta",
+        "model.tool_call",
+        "run.input",
+        "acme.run_completed",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    for scope in Scope::ALL {
+        names.push(format!("{}.started", scope.as_str()));
+        for terminal in Terminal::ALL {
+            names.push(format!("{}.{}", scope.as_str(), terminal.as_str()));
+        }
+    }
+    let terminals: Vec<&str> = names
+        .iter()
+        .filter(|n| EventKind::parse(n).unwrap().is_run_terminal())
+        .map(String::as_str)
+        .collect();
+    assert_eq!(terminals, ["run.completed", "run.failed", "run.cancelled"]);
+    for terminal in Terminal::ALL {
+        let kind = EventKind::parse(&format!("run.{}", terminal.as_str())).unwrap();
+        assert_eq!(kind.run_terminal(), Some(terminal));
+    }
+}
+
+#[test]
 fn stream_ends_after_the_run_terminal() {
     let log = log();
     let mut sub = log.subscribe(0, SubscriptionBounds::default()).unwrap();
@@ -484,6 +512,75 @@ fn snapshot_restore_is_byte_identical_and_continues_the_sequence() {
         "turn 1 is still open after restore"
     );
     commit_all(&restored, &[turn_completed(1), run_completed()]);
+}
+
+#[test]
+fn a_run_from_outside_keeps_to_the_importers_metadata_allowlist() {
+    let log = log();
+    let mut done = model_completed(1, "op_1");
+    if let Payload::ModelCompleted(p) = &mut done {
+        p.metadata = Some(
+            keel_stream::ProviderMetadata::from_value(&serde_json::json!({
+                "openai": {"id": "r1"}, "scripted": {"n": 1}
+            }))
+            .unwrap(),
+        );
+    }
+    started_model(&log);
+    commit_all(&log, &[done, turn_completed(1), run_completed()]);
+    let snapshot = log.snapshot();
+    let import = |names: &[&str]| {
+        snapshot.import_run(
+            LogConfig::default(),
+            Arc::new(SystemClock),
+            &keel_stream::MetadataAllowlist::new(names.iter().copied()).unwrap(),
+        )
+    };
+    let err = import(&["scripted"]).unwrap_err();
+    assert!(
+        matches!(&err, ImportError::MetadataNotAllowed { line: 4, seq: 4, namespace } if namespace == "openai"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("$.openai is not allowed here (rule import.metadata_allowlist)"),
+        "{err}"
+    );
+    let whole = import(&["openai", "scripted"]).unwrap();
+    assert_eq!(whole.retained_after(0), log.retained_after(0));
+    // Events this host stored itself are trusted as they are.
+    let lines: Vec<&str> = snapshot.events().iter().map(|e| e.line()).collect();
+    assert!(RunLog::import(run_id(), lines, LogConfig::default(), Arc::new(SystemClock)).is_ok());
+}
+
+#[test]
+fn a_run_from_outside_must_have_the_header_its_events_give() {
+    let log = log();
+    commit_all(&log, &[run_started(), turn_started(1)]);
+    let open = log.snapshot().to_jsonl();
+    commit_all(&log, &[turn_completed(1), run_completed()]);
+    let ended = log.snapshot().to_jsonl();
+    // The finished run's events under the header of the run still open.
+    let (open_header, _) = open.split_once('\n').unwrap();
+    let (_, ended_events) = ended.split_once('\n').unwrap();
+    let forged =
+        format!("{open_header}\n{ended_events}").replace(r#""last_seq":2"#, r#""last_seq":4"#);
+    let snapshot = Snapshot::from_jsonl(&forged).unwrap();
+    let err = snapshot
+        .import_run(
+            LogConfig::default(),
+            Arc::new(SystemClock),
+            &keel_stream::MetadataAllowlist::empty(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, ImportError::HeaderMismatch { replayed } if replayed.contains(r#""run_ended":true"#)),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("(rule snapshot.consistent)"),
+        "{err}"
+    );
 }
 
 #[test]

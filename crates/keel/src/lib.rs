@@ -21,7 +21,7 @@
 //! | `sqlite` | on | `observers::SqliteJournal` (bundled SQLite) |
 //! | `tracing` | off | `observers::TracingObserver` |
 //! | `nats` | off | JetStream observer, remote subscription and recovery |
-//! | `providers` | off | `keel::providers` over plain HTTP (reqwest, no TLS crate); an `https://` base URL is refused at construction (`ConfigError::TlsDisabled`, rule `config.tls`) |
+//! | `providers` | off | `keel::providers` over plain HTTP (reqwest, no TLS crate); an `https://` base URL is refused at construction (`ProviderConfigError::TlsDisabled`, rule `config.tls`) |
 //! | `tls` | off | HTTPS for `keel::providers` (enables `providers` and `keel-providers/rustls`: rustls with aws-lc-rs, never OpenSSL) |
 //! | `mcp` | off | `keel::mcp` (rmcp) |
 //!
@@ -79,7 +79,7 @@ pub use keel_mcp as mcp;
 /// What a first host uses: `use keel::prelude::*;`.
 pub mod prelude {
     pub use keel_engine::{
-        Engine, EngineBuilder, FailureCause, FollowError, RunCompleted, RunError, RunFollower,
+        CompletedRun, Engine, EngineBuilder, FailureCause, FollowError, RunError, RunFollower,
         RunHandle, RunOutcome, RunRequest, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutput,
         ToolPolicy,
     };

@@ -3,6 +3,7 @@
 
 use crate::config_error::McpConfigError;
 use keel_engine::{OnToolFailure, ToolPolicy};
+use keel_message::EnvVarName;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,8 +20,9 @@ pub const COMMAND_ITEM_MAX_BYTES: usize = 4096;
 pub const URL_MAX_BYTES: usize = 2048;
 /// The most variables an entry's `env` names.
 pub const ENV_MAX_NAMES: usize = 32;
-/// The longest variable name, in bytes.
-pub const ENV_NAME_MAX_BYTES: usize = 128;
+/// The longest variable name, in bytes: keel-message's
+/// [`ENV_VAR_NAME_MAX_BYTES`](keel_message::ENV_VAR_NAME_MAX_BYTES).
+pub use keel_message::ENV_VAR_NAME_MAX_BYTES as ENV_NAME_MAX_BYTES;
 /// The longest per-call or startup timeout: one hour.
 pub const TIMEOUT_MAX_MS: u64 = 3_600_000;
 /// The startup timeout when an entry sets none.
@@ -161,7 +163,7 @@ pub enum Transport {
 pub struct ServerConfig {
     name: ServerName,
     transport: Transport,
-    env: Vec<String>,
+    env: Vec<EnvVarName>,
     call_timeout: Option<Duration>,
     startup_timeout: Duration,
     max_output_bytes: usize,
@@ -231,7 +233,7 @@ impl ServerConfig {
     }
 
     /// The host variables its entry names (beyond [`DEFAULT_ENV`]).
-    pub fn env(&self) -> &[String] {
+    pub fn env(&self) -> &[EnvVarName] {
         &self.env
     }
 
@@ -328,7 +330,7 @@ fn http(url: &str) -> Result<Transport, McpConfigError> {
     })
 }
 
-fn env_names(names: &[String], withheld: &[&str]) -> Result<Vec<String>, McpConfigError> {
+fn env_names(names: &[String], withheld: &[&str]) -> Result<Vec<EnvVarName>, McpConfigError> {
     if names.len() > ENV_MAX_NAMES {
         return Err(McpConfigError::new(
             "env",
@@ -339,22 +341,11 @@ fn env_names(names: &[String], withheld: &[&str]) -> Result<Vec<String>, McpConf
             ),
         ));
     }
+    let mut checked = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
         let path = format!("env[{i}]");
-        let well_formed = !name.is_empty()
-            && name.len() <= ENV_NAME_MAX_BYTES
-            && !name.as_bytes()[0].is_ascii_digit()
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !well_formed {
-            return Err(McpConfigError::new(
-                path,
-                "mcp.env_name",
-                format!(
-                    "a variable name is 1 to {ENV_NAME_MAX_BYTES} bytes of letters, digits and `_`, not starting with a digit; {} bytes given",
-                    name.len()
-                ),
-            ));
-        }
+        let name = EnvVarName::parse(name)
+            .map_err(|e| McpConfigError::new(path.as_str(), "mcp.env_name", e.to_string()))?;
         if WITHHELD_ENV.contains(&name.as_str()) || withheld.contains(&name.as_str()) {
             return Err(McpConfigError::new(
                 path,
@@ -362,8 +353,9 @@ fn env_names(names: &[String], withheld: &[&str]) -> Result<Vec<String>, McpConf
                 format!("{name} holds one of Keel's own secrets and never reaches an MCP server"),
             ));
         }
+        checked.push(name);
     }
-    Ok(names.to_vec())
+    Ok(checked)
 }
 
 fn timeout(path: &str, rule: &'static str, ms: u64) -> Result<Duration, McpConfigError> {

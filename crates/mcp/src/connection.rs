@@ -9,6 +9,7 @@
 use crate::config::{DEFAULT_ENV, ServerConfig, Transport};
 use crate::error::McpStartError;
 use keel_eventlog::ErrorText;
+use keel_message::EnvVarName;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -163,7 +164,7 @@ async fn open_stdio(
     for name in DEFAULT_ENV
         .iter()
         .copied()
-        .chain(config.env().iter().map(String::as_str))
+        .chain(config.env().iter().map(EnvVarName::as_str))
     {
         if let Some(value) = std::env::var_os(name) {
             command.env(name, value);

@@ -3,6 +3,7 @@
 use crate::canonical::JsonError;
 use crate::ids::IdError;
 use crate::limits::LimitExceeded;
+use crate::names::NameProblem;
 use std::fmt;
 
 /// Why a message, part, tool definition or model request was rejected.
@@ -59,7 +60,7 @@ pub enum MessageErrorKind {
     #[error("a {part} part is not allowed in a {role} message (rule message.role_parts)")]
     PartNotAllowed {
         /// The message role.
-        role: crate::Role,
+        role: crate::role::Role,
         /// The part kind: `text`, `tool_call` or `tool_result`.
         part: &'static str,
     },
@@ -94,37 +95,6 @@ pub enum MessageErrorKind {
     /// A request with no messages.
     #[error("history is empty (rule request.history_nonempty)")]
     EmptyHistory,
-}
-
-/// What is wrong with a name, without repeating it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameProblem {
-    /// The name was empty.
-    Empty,
-    /// The name was this many bytes, over its maximum.
-    TooLong {
-        /// The actual length in bytes.
-        len: usize,
-        /// The maximum.
-        max: usize,
-    },
-    /// A disallowed character at this byte offset.
-    Character {
-        /// Byte offset of the first disallowed character.
-        offset: usize,
-    },
-}
-
-impl fmt::Display for NameProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NameProblem::Empty => f.write_str("is empty"),
-            NameProblem::TooLong { len, max } => write!(f, "is {len} bytes, over {max}"),
-            NameProblem::Character { offset } => {
-                write!(f, "has a disallowed character at byte {offset}")
-            }
-        }
-    }
 }
 
 impl MessageErrorKind {

@@ -12,6 +12,7 @@
 //! - [`ToolSpec`], a tool definition written as a `const` item and checked
 //!   at compile time (name, description bound, object schema), whose
 //!   [`definition`](ToolSpec::definition) cannot fail;
+//! - [`EnvVarName`], the one rule for an environment variable's name;
 //! - [`Limits`], the one place every bound lives, with documented defaults;
 //! - [`CanonicalJson`], validated bounded RFC 8785 canonical JSON.
 //!
@@ -63,28 +64,37 @@
 
 pub mod canonical;
 pub mod decode;
+mod env_var;
 mod error;
 pub mod ids;
 mod limits;
 mod message;
+mod name_rules;
 mod names;
 mod request;
+mod role;
 mod schema_check;
 pub mod strict_json;
+mod string_newtype;
 mod tool;
 mod tool_spec;
 mod tool_spec_error;
 
 pub use canonical::{CanonicalJson, JsonError};
 pub use decode::DecodeError;
-pub use error::{MessageError, MessageErrorKind, NameProblem};
+pub use env_var::{ENV_VAR_NAME_MAX_BYTES, EnvVarName, EnvVarNameError};
+pub use error::{MessageError, MessageErrorKind};
 pub use ids::{
     CallId, ID_MAX_BYTES, IdError, InteractionId, MessageId, OperationId, OperationIdIssuer, RunId,
 };
 pub use limits::{Bound, LimitExceeded, Limits};
-pub use message::{Message, Part, Role, TextPart, ToolCallPart, ToolResultPart};
-pub use names::{ModelName, TOOL_NAME_MAX_BYTES, ToolName};
+pub use message::{Message, Part, TextPart, ToolCallPart, ToolResultPart};
+pub use names::{ModelName, NameProblem, TOOL_NAME_MAX_BYTES, ToolName};
 pub use request::ModelRequest;
+pub use role::Role;
 pub use tool::ToolDefinition;
 pub use tool_spec::ToolSpec;
 pub use tool_spec_error::{SchemaProblem, ToolSpecError};
+
+#[doc(hidden)]
+pub use serde as __serde;

@@ -1,43 +1,21 @@
-//! Roles, content parts and messages.
+//! Content parts and messages.
 
 use crate::canonical::CanonicalJson;
 use crate::error::{MessageError, MessageErrorKind};
 use crate::ids::{CallId, MessageId};
 use crate::limits::{Bound, Limits};
 use crate::names::ToolName;
+use crate::role::Role;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
 
-/// Who a message is from.
-///
-/// Each role admits certain parts (rule `message.role_parts`): `system` and
-/// `user` hold text; `assistant` holds text and tool calls; `tool` holds
-/// tool results.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Instructions from the host.
-    System,
-    /// The person (or program) the agent works for.
-    User,
-    /// The model.
-    Assistant,
-    /// Results of tool calls, fed back to the model.
-    Tool,
+/// The parts each role admits (rule `message.role_parts`).
+trait RoleParts {
+    fn allows(self, part: &Part) -> bool;
 }
 
-impl Role {
-    /// The wire name: `system`, `user`, `assistant` or `tool`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-            Role::Tool => "tool",
-        }
-    }
-
+impl RoleParts for Role {
     fn allows(self, part: &Part) -> bool {
         matches!(
             (self, part),
@@ -45,12 +23,6 @@ impl Role {
                 | (Role::Assistant, Part::ToolCall(_))
                 | (Role::Tool, Part::ToolResult(_))
         )
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -1,9 +1,39 @@
-//! Validated names: tool names and model names.
+//! Validated names: tool names (`^[A-Za-z0-9_-]{1,64}$`, the rule
+//! `ToolSpec::new` shares) and model names.
 
-use crate::error::{MessageError, MessageErrorKind, NameProblem};
-use crate::limits::Limits;
 use std::fmt;
 use std::sync::Arc;
+
+/// What is wrong with a name, without repeating it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameProblem {
+    /// The name was empty.
+    Empty,
+    /// The name was this many bytes, over its maximum.
+    TooLong {
+        /// The actual length in bytes.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// A disallowed character at this byte offset.
+    Character {
+        /// Byte offset of the first disallowed character.
+        offset: usize,
+    },
+}
+
+impl fmt::Display for NameProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NameProblem::Empty => f.write_str("is empty"),
+            NameProblem::TooLong { len, max } => write!(f, "is {len} bytes, over {max}"),
+            NameProblem::Character { offset } => {
+                write!(f, "has a disallowed character at byte {offset}")
+            }
+        }
+    }
+}
 
 /// The longest tool name, in bytes (the bound every major provider shares).
 pub const TOOL_NAME_MAX_BYTES: usize = 64;
@@ -17,15 +47,9 @@ pub const TOOL_NAME_MAX_BYTES: usize = 64;
 pub struct ToolName(Arc<str>);
 
 impl ToolName {
-    /// Validates and copies `text`.
-    pub fn parse(text: &str) -> Result<Self, MessageError> {
-        match tool_name_problem(text) {
-            Some(problem) => Err(MessageError::new(
-                "$",
-                MessageErrorKind::ToolName { problem },
-            )),
-            None => Ok(ToolName(Arc::from(text))),
-        }
+    /// A name that passed the tool-name rule (`name_rules`).
+    pub(crate) fn from_checked_text(text: Arc<str>) -> ToolName {
+        ToolName(text)
     }
 
     /// The name.
@@ -36,7 +60,7 @@ impl ToolName {
 
 /// The tool-name rule, as a `const fn` so that `ToolSpec::new` applies the
 /// same rule at compile time.
-const fn tool_name_problem(text: &str) -> Option<NameProblem> {
+pub(crate) const fn tool_name_problem(text: &str) -> Option<NameProblem> {
     let bytes = text.as_bytes();
     if bytes.is_empty() {
         return Some(NameProblem::Empty);
@@ -91,33 +115,9 @@ impl From<CheckedToolName> for ToolName {
 pub struct ModelName(Arc<str>);
 
 impl ModelName {
-    /// Validates and copies `text` under the default limits.
-    pub fn parse(text: &str) -> Result<Self, MessageError> {
-        Self::parse_with(text, Limits::default_ref())
-    }
-
-    /// Validates and copies `text` under `limits`.
-    pub fn parse_with(text: &str, limits: &Limits) -> Result<Self, MessageError> {
-        let max = limits.model_name_bytes;
-        let problem = if text.is_empty() {
-            Some(NameProblem::Empty)
-        } else if text.len() > max {
-            Some(NameProblem::TooLong {
-                len: text.len(),
-                max,
-            })
-        } else {
-            text.char_indices()
-                .find(|(_, c)| c.is_whitespace() || c.is_control())
-                .map(|(offset, _)| NameProblem::Character { offset })
-        };
-        match problem {
-            Some(problem) => Err(MessageError::new(
-                "$",
-                MessageErrorKind::ModelName { problem },
-            )),
-            None => Ok(ModelName(Arc::from(text))),
-        }
+    /// A name that passed the model-name rule (`name_rules`).
+    pub(crate) fn from_checked_text(text: Arc<str>) -> ModelName {
+        ModelName(text)
     }
 
     /// The name.

@@ -2,8 +2,8 @@
 //! its parameters. Apart from `tool_spec.rs` so that the schema scanner
 //! (`schema_check.rs`) and the spec both name them without a module cycle.
 
-use crate::error::NameProblem;
 use crate::limits::LimitExceeded;
+use crate::names::NameProblem;
 use std::fmt;
 
 /// Why [`ToolSpec::try_new`](crate::ToolSpec::try_new) refused a spec. Nothing from the spec is

@@ -619,3 +619,52 @@ fn operation_ids_are_issued_fresh() {
     assert_ne!(a, b);
     assert_eq!(ops.issued(), 2);
 }
+
+#[test]
+fn env_var_names_follow_the_posix_shell_rule() {
+    let long = "A".repeat(ENV_VAR_NAME_MAX_BYTES);
+    for ok in [
+        "A",
+        "_",
+        "_1",
+        "OPENAI_API_KEY",
+        "lower_case9",
+        long.as_str(),
+    ] {
+        assert_eq!(EnvVarName::parse(ok).unwrap().as_str(), ok);
+    }
+    let too_long = "A".repeat(ENV_VAR_NAME_MAX_BYTES + 1);
+    let rows: [(&str, &str); 7] = [
+        ("", "env_var_name.length"),
+        (&too_long, "env_var_name.length"),
+        ("1KEY", "env_var_name.leading_digit"),
+        ("9", "env_var_name.leading_digit"),
+        ("sk-secret", "env_var_name.charset"),
+        ("A=B", "env_var_name.charset"),
+        ("KEY\0", "env_var_name.charset"),
+    ];
+    for (text, rule) in rows {
+        let err = EnvVarName::parse(text).unwrap_err();
+        assert_eq!(err.rule(), rule, "{text:?}");
+        let shown = err.to_string();
+        assert!(shown.contains(rule), "{shown}");
+        // The text may be the secret itself: never echoed.
+        assert!(text.is_empty() || !shown.contains(text), "{shown}");
+    }
+    let err = serde_json::from_str::<EnvVarName>(r#""sk-secret""#).unwrap_err();
+    assert!(!err.to_string().contains("sk-secret"), "{err}");
+    assert_eq!(
+        serde_json::from_str::<EnvVarName>(r#""HOME""#)
+            .unwrap()
+            .as_str(),
+        "HOME"
+    );
+}
+
+#[test]
+fn the_json_safe_integer_bound_is_two_to_the_53_minus_one() {
+    use keel_message::canonical::MAX_SAFE_INTEGER;
+    assert_eq!(MAX_SAFE_INTEGER, 9_007_199_254_740_991);
+    assert!(CanonicalJson::parse("9007199254740991").is_ok());
+    assert!(CanonicalJson::parse("9007199254740992").is_err());
+}

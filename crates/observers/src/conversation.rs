@@ -240,7 +240,7 @@ fn continuable(summary: &RunSummary) -> Result<(), ContinueError> {
     match summary.status {
         RunStatus::Completed => Ok(()),
         status => Err(ContinueError::NotContinuable {
-            run_id: summary.run_id.clone(),
+            run_id: summary.run_id.to_string(),
             status,
         }),
     }

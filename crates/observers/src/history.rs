@@ -102,7 +102,7 @@ impl StoredRun {
 /// Why a [`RunHistory`] could not answer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum HistoryError {
+pub enum RunHistoryError {
     /// The store could not be read (I/O, a locked or damaged database).
     #[error("history {store}: {source}")]
     Read {
@@ -128,13 +128,13 @@ pub enum HistoryError {
     },
 }
 
-impl HistoryError {
+impl RunHistoryError {
     /// A read failure of store `store`.
     pub fn read(
         store: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> HistoryError {
-        HistoryError::Read {
+    ) -> RunHistoryError {
+        RunHistoryError::Read {
             store: store.into(),
             source: source.into(),
         }
@@ -155,7 +155,7 @@ pub trait RunHistory: Send + Sync + 'static {
 
     /// Where run `run_id` is in the store, or `None` when nothing of it is
     /// stored.
-    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, HistoryError>;
+    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, RunHistoryError>;
 
     /// Up to `limit` events of run `run_id` with `seq > after`, in
     /// sequence order; empty when there are none (or no such run). A
@@ -169,20 +169,20 @@ pub trait RunHistory: Send + Sync + 'static {
         run_id: &RunId,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<Arc<Event>>, HistoryError>;
+    ) -> Result<Vec<Arc<Event>>, RunHistoryError>;
 }
 
 /// Any store is a history store for
 /// [`keel_eventlog::history::rebuild_chain`], so a continued run's history
 /// rebuilds from it, its references followed a page at a time.
 impl keel_eventlog::history::HistoryStore for dyn RunHistory {
-    type Error = HistoryError;
+    type Error = RunHistoryError;
     fn events_after(
         &self,
         run_id: &RunId,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<Event>, HistoryError> {
+    ) -> Result<Vec<Event>, RunHistoryError> {
         Ok(self
             .read_after(run_id, after, limit)?
             .iter()
@@ -217,7 +217,7 @@ mod tests {
             fn name(&self) -> &str {
                 "empty"
             }
-            fn stored(&self, _: &RunId) -> Result<Option<StoredRun>, HistoryError> {
+            fn stored(&self, _: &RunId) -> Result<Option<StoredRun>, RunHistoryError> {
                 Ok(None)
             }
             fn read_after(
@@ -225,8 +225,8 @@ mod tests {
                 _: &RunId,
                 _: u64,
                 _: usize,
-            ) -> Result<Vec<Arc<Event>>, HistoryError> {
-                Err(HistoryError::read("empty", "offline"))
+            ) -> Result<Vec<Arc<Event>>, RunHistoryError> {
+                Err(RunHistoryError::read("empty", "offline"))
             }
         }
         let history: Arc<dyn RunHistory> = Arc::new(Empty);

@@ -27,7 +27,7 @@
 //! | --- | --- | --- | --- |
 //! | `sqlite` | on | `journal`: [`SqliteJournal`], `JournalReader`, recovery | bundled SQLite (rusqlite) |
 //! | `tracing` | on | `TracingObserver`: lifecycle events as `tracing` spans with OpenTelemetry GenAI attribute names | `tracing` |
-//! | `nats` | off | `nats`, `nats_recovery`: the JetStream required observer, remote subscription, multi-host recovery | `async-nats` |
+//! | `nats` | off | `nats`: the JetStream required observer, remote subscription, multi-host recovery | `async-nats` |
 //!
 //! **Observer authors** depend on this crate with `default-features =
 //! false`: the traits and the pipeline then compile with no SQLite, no
@@ -79,7 +79,9 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod dispatch;
 mod history;
+mod host_id;
 mod observer;
 mod pipeline;
 mod queue;
@@ -88,20 +90,21 @@ mod run_window;
 mod tracing_bridge;
 mod window;
 
-pub use history::{HistoryError, RunHistory, RunStatus, StoredRun};
+pub use dispatch::{BatchOutcome, DispatchError};
+pub use history::{RunHistory, RunHistoryError, RunStatus, StoredRun};
+pub use host_id::{MAX_HOST_ID_BYTES, valid_host_id};
 pub use observer::{
     BatchError, BestEffortObserver, ObserveBatchFuture, ObserveFuture, ObserverError,
     RequiredObserver,
 };
 pub use pipeline::{
-    BatchOutcome, BestEffortStats, DispatchError, Pipeline, PipelineBuilder, PipelineConfig,
-    PipelineStats, ShutdownReport,
+    BestEffortStats, Pipeline, PipelineBuilder, PipelineConfig, PipelineStats, ShutdownReport,
 };
 pub use run_window::RunWindow;
 #[cfg(feature = "tracing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tracing")))]
 pub use tracing_bridge::TracingObserver;
-pub use window::{Admission, Take, WindowCore, WindowError};
+pub use window::{Admission, Settled, Take, WindowCore, WindowError};
 
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
@@ -123,15 +126,8 @@ pub mod nats;
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub use nats::{
-    JetStreamConfig, JetStreamError, JetStreamHandle, JetStreamObserver, RemoteSubscribeError,
-    RemoteSubscription, RemoteSubscriptionError,
-};
-#[cfg(feature = "nats")]
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
-pub mod nats_recovery;
-#[cfg(feature = "nats")]
-#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
-pub use nats_recovery::{
-    HostHeartbeat, JetStreamRecovery, JetStreamRecoveryError, LocalSync, Ownership,
-    RecoveredInStream, StreamRecovery, StreamStanding,
+    HostHeartbeat, JetStreamConfig, JetStreamError, JetStreamHandle, JetStreamObserver,
+    JetStreamRecovery, JetStreamRecoveryError, LocalSync, Ownership, RecoveredInStream,
+    RemoteSubscribeError, RemoteSubscription, RemoteSubscriptionError, StreamRecovery,
+    StreamStanding,
 };

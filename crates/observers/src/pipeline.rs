@@ -1,9 +1,14 @@
 //! The dispatch pipeline: required observers in order, then best-effort
-//! observers through bounded queues.
+//! observers through bounded queues. `PipelineBuilder`/`PipelineConfig`
+//! set the per-call deadline, the best-effort capacity and the window's
+//! bounds; each required call is guarded against panics
+//! (`acknowledge_batch`, `dispatch_skipping`); `offer_best_effort` and
+//! `shutdown(deadline)` share one lock, so an offer is delivered or
+//! counted as dropped; `Pipeline::window(log)` gives a run its window.
 
+use crate::dispatch::{BatchOutcome, DispatchError};
 use crate::observer::{BatchError, BestEffortObserver, ObserverError, RequiredObserver};
 use crate::queue::{Receiver, Sender, TrySendError, bounded};
-use crate::run_window::RunWindow;
 use crate::window::{WindowBounds, WindowCore};
 use futures_util::FutureExt;
 use keel_eventlog::{Event, RunLog};
@@ -32,7 +37,7 @@ pub struct PipelineConfig {
     /// Queue capacity of each best-effort observer. Default 1,024.
     pub best_effort_capacity: usize,
     /// Most committed events one run may have in flight to the required
-    /// observers before its next commit waits (see [`RunWindow`]).
+    /// observers before its next commit waits (see [`RunWindow`](crate::RunWindow)).
     /// Default 256; 0 is taken as 1, which acknowledges one event at a
     /// time. Keep it below the run log's `max_events`: the closing
     /// re-offer reads unacknowledged events from the log.
@@ -52,45 +57,6 @@ impl Default for PipelineConfig {
             window_bytes: 1 << 20,
         }
     }
-}
-
-/// What one batch achieved across every required observer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchOutcome {
-    /// How many leading events of the batch every required observer
-    /// acknowledged.
-    pub acknowledged: usize,
-    /// The first refusal, when not all of them were.
-    pub error: Option<DispatchError>,
-}
-
-impl BatchOutcome {
-    /// Every one of `len` events acknowledged.
-    pub fn all(len: usize) -> BatchOutcome {
-        BatchOutcome {
-            acknowledged: len,
-            error: None,
-        }
-    }
-}
-
-/// A required observer refused an event. The event stays committed in the
-/// log under its sequence; later required observers and every best-effort
-/// observer did **not** see it (they only see acknowledged events).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("required observer {observer} refused run {run_id} seq {seq}: {source}")]
-pub struct DispatchError {
-    /// The observer's name.
-    pub observer: String,
-    /// Its position in construction order.
-    pub index: usize,
-    /// The run.
-    pub run_id: String,
-    /// The committed sequence it refused.
-    pub seq: u64,
-    /// Why.
-    #[source]
-    pub source: ObserverError,
 }
 
 /// Counters of one best-effort observer.
@@ -388,7 +354,7 @@ impl Pipeline {
                 return Err(DispatchError {
                     observer: observer.name().to_owned(),
                     index,
-                    run_id: event.run_id().to_string(),
+                    run_id: event.run_id().clone(),
                     seq: event.seq(),
                     source,
                 });
@@ -401,29 +367,20 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Opens the window through which one run's events reach the
-    /// observers: group commit within the run, bounded by
-    /// [`PipelineConfig::window_events`] and
-    /// [`window_bytes`](PipelineConfig::window_bytes). `log` is the run's
-    /// log, marked durable as acknowledgements come back.
-    pub fn window(self: &Arc<Self>, log: RunLog) -> RunWindow {
-        let run_id = log.run_id().to_string();
-        RunWindow::new(self.new_core(run_id, Some(log)))
-    }
-
     /// The window's state machine alone, without the flusher task or a
     /// log to mark durable: what [`window`](Self::window) wraps, for
     /// driving it by hand (the loom model does).
-    pub fn window_core(self: &Arc<Self>, run_id: String) -> WindowCore {
+    pub fn window_core(&self, run_id: String) -> WindowCore {
         self.new_core(run_id, None)
     }
 
-    fn new_core(self: &Arc<Self>, run_id: String, log: Option<RunLog>) -> WindowCore {
+    /// A window core for run `run_id`, within the configured bounds.
+    pub(crate) fn new_core(&self, run_id: String, log: Option<RunLog>) -> WindowCore {
         let bounds = WindowBounds {
             events: self.config.window_events.max(1),
             bytes: self.config.window_bytes.max(1),
         };
-        WindowCore::new(Arc::clone(self), run_id, log, bounds)
+        WindowCore::new(run_id, log, bounds)
     }
 
     /// How many required observers the pipeline has.
@@ -463,7 +420,7 @@ impl Pipeline {
             error = Some(DispatchError {
                 observer: observer.name().to_owned(),
                 index,
-                run_id: batch[limit].run_id().to_string(),
+                run_id: batch[limit].run_id().clone(),
                 seq: batch[limit].seq(),
                 source: refusal.source,
             });
@@ -478,8 +435,11 @@ impl Pipeline {
         }
     }
 
-    /// Puts `event` on every best-effort queue without waiting.
-    pub(crate) fn offer_best_effort(&self, event: &Arc<Event>) {
+    /// Puts `event` on every best-effort queue without waiting: what the
+    /// window does with each event it settled
+    /// ([`Settled::to_offer`](crate::Settled::to_offer)), once the
+    /// watermark covers it.
+    pub fn offer_best_effort(&self, event: &Arc<Event>) {
         for slot in &self.best_effort {
             let guard = lock(&slot.sender);
             let counter = match guard.as_ref() {

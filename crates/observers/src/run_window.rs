@@ -2,14 +2,19 @@
 //! waiting at a barrier, and the flusher task that hands each batch to
 //! the required observers and marks the run log durable.
 
+use crate::dispatch::DispatchError;
+use crate::pipeline::Pipeline;
 use crate::window::{Admission, Take, WindowCore, WindowError};
-use keel_eventlog::Event;
+use keel_eventlog::{Event, RunLog};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Notify;
 
 struct Shared {
     core: WindowCore,
+    /// Acknowledges the batches and gets the settled events' best-effort
+    /// offers.
+    pipeline: Arc<Pipeline>,
     /// Wakes the flusher: an admission into an empty queue, or the close.
     work: Notify,
     /// Wakes submitters waiting for room and barriers waiting for the
@@ -49,11 +54,26 @@ impl std::fmt::Debug for RunWindow {
     }
 }
 
+/// Opening a run's window lives with the window (the pipeline module does
+/// not depend on its async side).
+impl Pipeline {
+    /// Opens the window through which one run's events reach the
+    /// observers: group commit within the run, bounded by
+    /// [`PipelineConfig::window_events`](crate::PipelineConfig::window_events) and
+    /// [`window_bytes`](crate::PipelineConfig::window_bytes). `log` is the
+    /// run's log, marked durable as acknowledgements come back.
+    pub fn window(self: &Arc<Self>, log: RunLog) -> RunWindow {
+        let run_id = log.run_id().to_string();
+        RunWindow::new(Arc::clone(self), self.new_core(run_id, Some(log)))
+    }
+}
+
 impl RunWindow {
-    pub(crate) fn new(core: WindowCore) -> RunWindow {
+    fn new(pipeline: Arc<Pipeline>, core: WindowCore) -> RunWindow {
         RunWindow {
             shared: Arc::new(Shared {
                 core,
+                pipeline,
                 work: Notify::new(),
                 changed: Notify::new(),
                 flusher_started: AtomicBool::new(false),
@@ -66,8 +86,10 @@ impl RunWindow {
     /// earlier (or this) event was refused, or the window is closed.
     pub async fn submit(&self, event: &Arc<Event>) -> Result<(), WindowError> {
         let shared = &self.shared;
-        if shared.core.pipeline().required_count() == 0 {
-            return shared.core.acknowledge_now(event);
+        if shared.pipeline.required_count() == 0 {
+            shared.core.acknowledge_now(event)?;
+            shared.pipeline.offer_best_effort(event);
+            return Ok(());
         }
         loop {
             let changed = shared.changed.notified();
@@ -126,7 +148,7 @@ impl RunWindow {
     }
 
     /// The refusal that stopped the window, if any.
-    pub fn failure(&self) -> Option<crate::DispatchError> {
+    pub fn failure(&self) -> Option<DispatchError> {
         self.shared.core.failure()
     }
 
@@ -156,8 +178,11 @@ async fn flush(shared: Arc<Shared>) {
     loop {
         match shared.core.take() {
             Take::Batch(batch) => {
-                let outcome = shared.core.pipeline().acknowledge_batch(&batch).await;
-                shared.core.settle(&batch, outcome);
+                let outcome = shared.pipeline.acknowledge_batch(&batch).await;
+                let settled = shared.core.settle(&batch, outcome);
+                for event in settled.to_offer() {
+                    shared.pipeline.offer_best_effort(event);
+                }
                 shared.changed.notify_waiters();
             }
             // `notify_one` stores a permit, so an admission between `take`

@@ -4,10 +4,12 @@
 //! and the best-effort feed that follows that watermark.
 //!
 //! The state machine ([`WindowCore`]) is synchronous and lock-based, so a
-//! loom model drives it directly; [`RunWindow`] puts the async waits and
-//! the flusher task around it.
+//! loom model drives it directly; [`RunWindow`](crate::RunWindow) puts the
+//! async waits and the flusher task around it. The core holds no pipeline:
+//! settling returns what to offer the best-effort observers ([`Settled`]),
+//! and the caller offers it.
 
-use crate::pipeline::{BatchOutcome, DispatchError, Pipeline};
+use crate::dispatch::{BatchOutcome, DispatchError};
 use keel_eventlog::{Event, RunLog};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -66,6 +68,31 @@ pub enum Take {
     Done,
 }
 
+/// What [`WindowCore::settle`] did with a batch: the new watermark, and
+/// the acknowledged prefix, for the caller to offer to the best-effort
+/// observers in order
+/// ([`Pipeline::offer_best_effort`](crate::Pipeline::offer_best_effort)).
+/// The run log is already marked durable over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "the settled events are to be offered to the best-effort observers"]
+pub struct Settled<'a> {
+    raised: Option<u64>,
+    to_offer: &'a [Arc<Event>],
+}
+
+impl<'a> Settled<'a> {
+    /// The new watermark, when it rose.
+    pub fn raised(&self) -> Option<u64> {
+        self.raised
+    }
+
+    /// The events every required observer acknowledged, in order: what
+    /// the best-effort observers are offered next.
+    pub fn to_offer(&self) -> &'a [Arc<Event>] {
+        self.to_offer
+    }
+}
+
 /// How many unacknowledged events one run may have in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WindowBounds {
@@ -90,14 +117,14 @@ struct State {
 /// The synchronous state machine of one run's window.
 ///
 /// Invariant: the watermark only rises, only to the last seq of a settled
-/// prefix, and best-effort observers are offered exactly the settled
-/// prefixes, in order, after the watermark covers them.
+/// prefix, and the events it hands out to offer to best-effort observers
+/// ([`Settled::to_offer`], and each event acknowledged at once) are
+/// exactly the settled prefixes, in order, once the watermark covers them.
 pub struct WindowCore {
     run_id: String,
     /// Marked durable as the watermark rises, before best-effort offers.
     log: Option<RunLog>,
     bounds: WindowBounds,
-    pipeline: Arc<Pipeline>,
     state: Mutex<State>,
 }
 
@@ -111,17 +138,11 @@ impl std::fmt::Debug for WindowCore {
 }
 
 impl WindowCore {
-    pub(crate) fn new(
-        pipeline: Arc<Pipeline>,
-        run_id: String,
-        log: Option<RunLog>,
-        bounds: WindowBounds,
-    ) -> Self {
+    pub(crate) fn new(run_id: String, log: Option<RunLog>, bounds: WindowBounds) -> Self {
         WindowCore {
             run_id,
             log,
             bounds,
-            pipeline,
             state: Mutex::new(State {
                 pending: VecDeque::new(),
                 unacked_events: 0,
@@ -181,9 +202,10 @@ impl WindowCore {
 
     /// Settles a batch [`take`](Self::take) returned: raises the watermark
     /// over its acknowledged prefix, records a refusal, marks the run log
-    /// durable up to the watermark, then offers the prefix to the
-    /// best-effort observers. Returns the new watermark when it rose.
-    pub fn settle(&self, batch: &[Arc<Event>], outcome: BatchOutcome) -> Option<u64> {
+    /// durable up to the watermark, and returns the new watermark (when it
+    /// rose) with the acknowledged prefix, for the caller to offer to the
+    /// best-effort observers.
+    pub fn settle<'a>(&self, batch: &'a [Arc<Event>], outcome: BatchOutcome) -> Settled<'a> {
         let acknowledged = outcome.acknowledged.min(batch.len());
         let raised = {
             let mut state = self.lock();
@@ -210,10 +232,10 @@ impl WindowCore {
         if let (Some(seq), Some(log)) = (raised, &self.log) {
             log.mark_durable(seq);
         }
-        for event in &batch[..acknowledged] {
-            self.pipeline.offer_best_effort(event);
+        Settled {
+            raised,
+            to_offer: &batch[..acknowledged],
         }
-        raised
     }
 
     /// Whether `seq` is durable: `Some(Ok)` once the watermark covers it,
@@ -255,7 +277,8 @@ impl WindowCore {
     }
 
     /// Acknowledges `event` at once: for a pipeline without required
-    /// observers, where committed is durable.
+    /// observers, where committed is durable. On `Ok` the caller offers
+    /// `event` to the best-effort observers.
     pub(crate) fn acknowledge_now(&self, event: &Arc<Event>) -> Result<(), WindowError> {
         {
             let mut state = self.lock();
@@ -270,12 +293,7 @@ impl WindowCore {
         if let Some(log) = &self.log {
             log.mark_durable(event.seq());
         }
-        self.pipeline.offer_best_effort(event);
         Ok(())
-    }
-
-    pub(crate) fn pipeline(&self) -> &Pipeline {
-        &self.pipeline
     }
 
     fn closed_error(&self, watermark: u64) -> WindowError {

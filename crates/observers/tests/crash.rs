@@ -400,10 +400,12 @@ fn verify(db: &Path, seed: u64, killed: &Killed) -> (usize, u64) {
     let mut stored_events = 0u64;
     let mut scripts = HashMap::new();
     for summary in &runs {
-        let (s, task, k) = parse_run_name(&summary.run_id);
+        let (s, task, k) = parse_run_name(summary.run_id.as_str());
         assert_eq!(s, seed, "{ctx}: foreign run {}", summary.run_id);
         let expected = script(seed, task, k);
-        let lines = reader.events_after(&summary.run_id, 0, usize::MAX).unwrap();
+        let lines = reader
+            .events_after(summary.run_id.as_str(), 0, usize::MAX)
+            .unwrap();
         // A contiguous prefix from seq 1 of what the child wrote, byte for
         // byte, each line canonical (decode re-encodes and compares).
         assert_eq!(
@@ -427,7 +429,7 @@ fn verify(db: &Path, seed: u64, killed: &Killed) -> (usize, u64) {
                 "{ctx}: {} not contiguous",
                 summary.run_id
             );
-            assert_eq!(event.run_id().as_str(), summary.run_id);
+            assert_eq!(event.run_id(), &summary.run_id);
             assert_eq!(
                 line,
                 expected[i].line(),
@@ -454,7 +456,7 @@ fn verify(db: &Path, seed: u64, killed: &Killed) -> (usize, u64) {
         assert_eq!(summary.started_ts, expected[0].ts());
         assert_eq!(summary.updated_ts, expected[lines.len() - 1].ts());
         stored_events += summary.last_seq;
-        last.insert(summary.run_id.clone(), summary.last_seq);
+        last.insert(summary.run_id.to_string(), summary.last_seq);
         scripts.insert(summary.run_id.clone(), expected);
     }
     // No row outside what `runs` accounts for, and the copied columns agree
@@ -500,7 +502,7 @@ fn verify(db: &Path, seed: u64, killed: &Killed) -> (usize, u64) {
         .build()
         .unwrap();
     for (run, expected) in &scripts {
-        let stored = last[run] as usize;
+        let stored = last[run.as_str()] as usize;
         if stored < expected.len() {
             rt.block_on(journal.observe(&expected[stored]))
                 .unwrap_or_else(|e| panic!("{ctx}: {run} continue at {}: {e}", stored + 1));
@@ -515,8 +517,11 @@ fn verify(db: &Path, seed: u64, killed: &Killed) -> (usize, u64) {
     journal.close().unwrap();
     let reader = JournalReader::open(db).unwrap();
     for (run, expected) in &scripts {
-        let want = (last[run] as usize + 1).min(expected.len()) as u64;
-        assert_eq!(reader.run_status(run).unwrap().unwrap().last_seq, want);
+        let want = (last[run.as_str()] as usize + 1).min(expected.len()) as u64;
+        assert_eq!(
+            reader.run_status(run.as_str()).unwrap().unwrap().last_seq,
+            want
+        );
     }
     (runs.len(), stored_events)
 }

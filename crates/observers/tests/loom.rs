@@ -138,8 +138,10 @@ fn window_model(window_events: usize) -> WindowModel {
 }
 
 /// The flusher: takes batches until done, acknowledging each one in full
-/// or, from `fail_from` on, refusing at that seq.
-fn flusher(core: Arc<WindowCore>, fail_from: Option<u64>) {
+/// or, from `fail_from` on, refusing at that seq, and offers what each
+/// settle hands back to the best-effort observers, as the window's flusher
+/// task does.
+fn flusher(core: Arc<WindowCore>, pipeline: Arc<Pipeline>, fail_from: Option<u64>) {
     loop {
         match core.take() {
             Take::Batch(batch) => {
@@ -151,18 +153,23 @@ fn flusher(core: Arc<WindowCore>, fail_from: Option<u64>) {
                         error: Some(DispatchError {
                             observer: "journal".into(),
                             index: 0,
-                            run_id: "run_1".into(),
+                            run_id: keel_message::RunId::parse("run_1").unwrap(),
                             seq: batch[at].seq(),
                             source: ObserverError::Failed("disk full".into()),
                         }),
                     },
                 };
                 let before = core.watermark();
-                let raised = core.settle(&batch, outcome);
+                let settled = core.settle(&batch, outcome);
                 // The watermark only rises, to a settled seq.
                 assert!(core.watermark() >= before);
-                if let Some(w) = raised {
+                if let Some(w) = settled.raised() {
                     assert!(batch.iter().any(|e| e.seq() == w));
+                }
+                // Only what the watermark covers is offered.
+                for event in settled.to_offer() {
+                    assert!(event.seq() <= core.watermark());
+                    pipeline.offer_best_effort(event);
                 }
             }
             Take::Idle => loom::thread::yield_now(),
@@ -204,8 +211,8 @@ fn window_commit_ack_close() {
             loom::thread::spawn(move || admit_all(&core, &events))
         };
         let flush = {
-            let core = core.clone();
-            loom::thread::spawn(move || flusher(core, None))
+            let (core, pipeline) = (core.clone(), model.pipeline.clone());
+            loom::thread::spawn(move || flusher(core, pipeline, None))
         };
         core.close();
         let admitted = match committer.join().unwrap() {
@@ -243,8 +250,8 @@ fn window_refusal_stops_at_the_refused_seq() {
             })
         };
         let flush = {
-            let core = core.clone();
-            loom::thread::spawn(move || flusher(core, Some(2)))
+            let (core, pipeline) = (core.clone(), model.pipeline.clone());
+            loom::thread::spawn(move || flusher(core, pipeline, Some(2)))
         };
         committer.join().unwrap();
         core.close();

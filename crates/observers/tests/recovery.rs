@@ -642,7 +642,7 @@ fn racing_recoverers_close_each_run_exactly_once() {
         let mut closed: BTreeMap<String, (String, usize)> = BTreeMap::new();
         for run in &mine.recovered {
             closed.insert(
-                run.run_id.clone(),
+                run.run_id.to_string(),
                 ("local".to_owned(), run.terminals.len()),
             );
         }
@@ -810,7 +810,7 @@ fn a_v1_store_is_migrated_in_place_and_its_running_runs_recovered() {
     // A run stored before ownership existed has no owner: abandoned.
     let report = journal.recover_abandoned().unwrap();
     assert_eq!(report.recovered.len(), 1, "{report:?}");
-    assert_eq!(report.recovered[0].run_id, "run_old");
+    assert_eq!(report.recovered[0].run_id.as_str(), "run_old");
     assert_eq!(report.recovered[0].previous_owner, None);
     let stored = assert_closed(&db, "run_old");
     let old: Vec<&str> = running.iter().map(|e| e.line()).collect();

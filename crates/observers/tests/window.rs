@@ -594,8 +594,44 @@ fn settle_reports_the_watermark_only_when_it_rose() {
         let Take::Batch(batch) = core.take() else {
             panic!("nothing to take")
         };
-        settled.push(core.settle(&batch, BatchOutcome::all(batch.len())));
+        settled.push(core.settle(&batch, BatchOutcome::all(batch.len())).raised());
     }
     assert_eq!(settled, [Some(1), None]);
     assert_eq!(core.watermark(), 1);
+}
+
+/// The core holds no pipeline: `settle` hands back exactly the prefix
+/// every required observer acknowledged, in order, for the caller to offer
+/// to the best-effort observers, and a refused batch's tail is not in it.
+#[test]
+fn settle_hands_back_only_the_acknowledged_prefix_to_offer() {
+    let f = fixture("run_1", window_config(64, 1 << 20), vec![]);
+    let core = f.pipeline.window_core("run_1".into());
+    for i in 0..3 {
+        assert!(matches!(
+            core.admit(&commit(&f.log, i == 0)),
+            Admission::Queued { .. }
+        ));
+    }
+    let Take::Batch(batch) = core.take() else {
+        panic!("nothing to take")
+    };
+    let refusal = DispatchError {
+        observer: "journal".into(),
+        index: 0,
+        run_id: RunId::parse("run_1").unwrap(),
+        seq: 3,
+        source: ObserverError::Failed("disk full".into()),
+    };
+    let outcome = BatchOutcome {
+        acknowledged: 2,
+        error: Some(refusal),
+    };
+    let settled = core.settle(&batch, outcome);
+    let offered: Vec<u64> = settled.to_offer().iter().map(|e| e.seq()).collect();
+    assert_eq!(offered, [1, 2]);
+    assert_eq!(settled.raised(), Some(2));
+    assert_eq!(core.watermark(), 2);
+    // Nothing was offered behind the caller's back.
+    assert!(f.best_effort.lock().unwrap().is_empty());
 }

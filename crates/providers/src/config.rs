@@ -2,7 +2,7 @@
 //! over the wire format's own options, its defaults, its `Debug`
 //! redaction and its bounds.
 
-use crate::error::ConfigError;
+use crate::error::ProviderConfigError;
 use crate::http::endpoint;
 use crate::key::ApiKey;
 use keel_message::Limits;
@@ -74,7 +74,7 @@ impl<W> ProviderConfig<W> {
     }
 
     /// Refuses a zero timeout or bound (rule `config.positive`).
-    pub(crate) fn check_bounds(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check_bounds(&self) -> Result<(), ProviderConfigError> {
         for (field, zero) in [
             ("connect_timeout", self.connect_timeout.is_zero()),
             ("idle_timeout", self.idle_timeout.is_zero()),
@@ -82,7 +82,7 @@ impl<W> ProviderConfig<W> {
             ("max_error_body_bytes", self.max_error_body_bytes == 0),
         ] {
             if zero {
-                return Err(ConfigError::Zero { field });
+                return Err(ProviderConfigError::Zero { field });
             }
         }
         Ok(())
@@ -152,7 +152,7 @@ mod tests {
         config.max_error_body_bytes = 0;
         assert_eq!(
             config.check_bounds(),
-            Err(ConfigError::Zero {
+            Err(ProviderConfigError::Zero {
                 field: "max_error_body_bytes"
             })
         );
@@ -160,7 +160,7 @@ mod tests {
         config.connect_timeout = Duration::ZERO;
         assert_eq!(
             config.check_bounds(),
-            Err(ConfigError::Zero {
+            Err(ProviderConfigError::Zero {
                 field: "connect_timeout"
             })
         );

@@ -5,7 +5,7 @@
 /// the base URL (it could carry a credential) or the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum ProviderConfigError {
     /// The base URL is not an absolute `http` or `https` URL without
     /// credentials, query or fragment.
     #[error("base_url {problem} (rule config.base_url)")]

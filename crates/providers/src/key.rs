@@ -1,5 +1,6 @@
 //! API keys: read from the environment, sent in one header, never shown.
 
+use keel_message::EnvVarName;
 use keel_stream::RawProblem;
 use std::borrow::Cow;
 use std::fmt;
@@ -35,9 +36,6 @@ pub struct ApiKey(Arc<str>);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApiKeyError {
-    /// The variable name is empty or contains `=` or NUL.
-    #[error("invalid environment variable name (rule api_key.var_name)")]
-    InvalidVarName,
     /// The environment variable is not set.
     #[error("environment variable {var} is not set")]
     NotSet {
@@ -90,22 +88,24 @@ impl ApiKey {
         Self::checked(key.into(), None)
     }
 
-    /// The key held by the environment variable `var`.
+    /// The key held by the environment variable `var` (a checked name:
+    /// see [`EnvVarName`]).
     ///
     /// ```
+    /// use keel_message::EnvVarName;
     /// use keel_providers::{ApiKey, ApiKeyError};
-    /// let err = ApiKey::from_env("KEEL_DOC_SURELY_UNSET_VARIABLE").unwrap_err();
+    /// let var = EnvVarName::parse("KEEL_DOC_SURELY_UNSET_VARIABLE")?;
+    /// let err = ApiKey::from_env(&var).unwrap_err();
     /// assert_eq!(err, ApiKeyError::NotSet { var: "KEEL_DOC_SURELY_UNSET_VARIABLE".into() });
+    /// # Ok::<(), keel_message::EnvVarNameError>(())
     /// ```
-    pub fn from_env(var: &str) -> Result<ApiKey, ApiKeyError> {
-        if var.is_empty() || var.contains(['=', '\0']) {
-            return Err(ApiKeyError::InvalidVarName);
-        }
-        match std::env::var(var) {
-            Ok(key) => Self::checked(key, Some(var)),
-            Err(std::env::VarError::NotPresent) => Err(ApiKeyError::NotSet { var: var.into() }),
+    pub fn from_env(var: &EnvVarName) -> Result<ApiKey, ApiKeyError> {
+        let name = var.as_str();
+        match std::env::var(name) {
+            Ok(key) => Self::checked(key, Some(name)),
+            Err(std::env::VarError::NotPresent) => Err(ApiKeyError::NotSet { var: name.into() }),
             Err(std::env::VarError::NotUnicode(_)) => {
-                Err(ApiKeyError::NotUnicode { var: var.into() })
+                Err(ApiKeyError::NotUnicode { var: name.into() })
             }
         }
     }
@@ -194,13 +194,14 @@ mod tests {
             ApiKey::new("x".repeat(API_KEY_MAX_BYTES + 1)),
             Err(ApiKeyError::TooLong { .. })
         ));
+        // A name that is not one (`A=B`, empty) cannot reach `from_env`:
+        // `EnvVarName` refuses it.
+        let unset = EnvVarName::parse("KEEL_TEST_SURELY_UNSET_KEY").unwrap();
         assert_eq!(
-            ApiKey::from_env("A=B").unwrap_err(),
-            ApiKeyError::InvalidVarName
-        );
-        assert_eq!(
-            ApiKey::from_env("").unwrap_err(),
-            ApiKeyError::InvalidVarName
+            ApiKey::from_env(&unset).unwrap_err(),
+            ApiKeyError::NotSet {
+                var: "KEEL_TEST_SURELY_UNSET_KEY".into()
+            }
         );
         let err = ApiKey::new("bad key").unwrap_err().to_string();
         assert!(!err.contains("bad"), "{err}");

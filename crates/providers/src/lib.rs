@@ -52,7 +52,7 @@
 //! | `rustls` | on | `https://` base URLs (the public APIs' defaults) | reqwest's rustls backend: rustls, aws-lc-rs, the platform verifier |
 //!
 //! Without `rustls`, a provider whose base URL is `https://` is refused
-//! when it is built ([`ConfigError::TlsDisabled`], rule `config.tls`,
+//! when it is built ([`ProviderConfigError::TlsDisabled`], rule `config.tls`,
 //! naming the feature), never at the first request; `http://` (a local
 //! Ollama, vLLM or llama.cpp) works the same, and `cargo tree -p
 //! keel-providers --no-default-features` holds no TLS crate. The `keel`
@@ -96,7 +96,8 @@
 //! # });
 //!
 //! // `base_url` is a local server here; with Ollama it would be
-//! // "http://127.0.0.1:11434/v1", and the key `ApiKey::from_env("OPENAI_API_KEY")?`.
+//! // "http://127.0.0.1:11434/v1", and the key
+//! // `ApiKey::from_env(&EnvVarName::parse("OPENAI_API_KEY")?)?`.
 //! let provider = OpenAiCompatible::new(OpenAiConfig {
 //!     base_url,
 //!     api_key: Some(ApiKey::new("sk-local-example")?),
@@ -136,6 +137,7 @@ mod error;
 pub mod fuzzing;
 mod http;
 mod key;
+mod kind;
 mod openai;
 mod problem;
 mod pump;
@@ -151,8 +153,9 @@ pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CHUNK_BYTES,
     DEFAULT_MAX_ERROR_BODY_BYTES, ProviderConfig,
 };
-pub use error::ConfigError;
+pub use error::ProviderConfigError;
 pub use key::{API_KEY_MAX_BYTES, ApiKey, ApiKeyError};
+pub use kind::{ProviderKind, UnknownProviderKind};
 pub use openai::{
     OPENAI_BASE_URL, OPENAI_NAMESPACE, OpenAiCompatible, OpenAiConfig, OpenAiOptions,
 };

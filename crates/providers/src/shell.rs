@@ -5,7 +5,7 @@
 //! to raw stream, and prints itself with the key redacted.
 
 use crate::config::ProviderConfig;
-use crate::error::ConfigError;
+use crate::error::ProviderConfigError;
 use crate::http::client::{Client, ClientSettings};
 use crate::http::headers::header;
 use crate::http::request::fixed_headers;
@@ -33,7 +33,7 @@ pub(crate) trait Wire: fmt::Debug + Send + Sync + 'static {
     const REQUEST_ID_HEADER: &'static str;
 
     /// Refuses the wire's own bad options.
-    fn check(&self) -> Result<(), ConfigError>;
+    fn check(&self) -> Result<(), ProviderConfigError>;
     /// The authentication header for `key` (the shell marks it
     /// sensitive). The one place a wire format reads the key's bytes.
     fn auth(key: &ApiKey) -> Option<(HeaderName, HeaderValue)>;
@@ -77,7 +77,7 @@ impl<W> Clone for Shell<W> {
 impl<W: Wire> Shell<W> {
     /// A provider for `config`: the wire's options, the bounds, the base
     /// URL and TLS rules, then the client.
-    pub(crate) fn new(config: ProviderConfig<W>) -> Result<Shell<W>, ConfigError> {
+    pub(crate) fn new(config: ProviderConfig<W>) -> Result<Shell<W>, ProviderConfigError> {
         config.wire.check()?;
         config.check_bounds()?;
         let auth = config.api_key.as_ref().and_then(W::auth);

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use keel_providers::{
-    ANTHROPIC_VERSION, Anthropic, AnthropicConfig, AnthropicOptions, ApiKey, ConfigError,
+    ANTHROPIC_VERSION, Anthropic, AnthropicConfig, AnthropicOptions, ApiKey, ProviderConfigError,
 };
 use keel_stream::{FinishReason, MetadataAllowlist, ProblemKind, RetryPosition};
 use keel_testkit::conformance::*;
@@ -479,7 +479,7 @@ fn bad_configurations_are_refused() {
     .unwrap_err();
     assert_eq!(
         err,
-        ConfigError::Zero {
+        ProviderConfigError::Zero {
             field: "max_tokens"
         }
     );
@@ -503,6 +503,6 @@ fn the_default_https_endpoint_is_accepted_with_tls() {
 #[test]
 fn https_is_refused_at_construction_without_tls() {
     let err = Anthropic::new(AnthropicConfig::default()).unwrap_err();
-    assert_eq!(err, ConfigError::TlsDisabled);
+    assert_eq!(err, ProviderConfigError::TlsDisabled);
     assert!(err.to_string().contains("rule config.tls"), "{err}");
 }

@@ -710,7 +710,7 @@ fn the_default_https_endpoint_is_accepted_with_tls() {
 #[test]
 fn https_is_refused_at_construction_without_tls() {
     let err = OpenAiCompatible::new(OpenAiConfig::default()).unwrap_err();
-    assert_eq!(err, keel_providers::ConfigError::TlsDisabled);
+    assert_eq!(err, keel_providers::ProviderConfigError::TlsDisabled);
     let text = err.to_string();
     assert!(text.contains("rule config.tls"), "{text}");
     assert!(text.contains("`rustls` feature"), "{text}");

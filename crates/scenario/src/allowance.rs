@@ -10,22 +10,38 @@
 //! providers need nothing. See `docs/rfc/implemented/2026-11-30-serve-provider-allowlist.md`.
 
 use crate::file::ProviderSpec;
+use keel_message::{EnvVarName, EnvVarNameError};
+use keel_providers::{ProviderKind, UnknownProviderKind};
 
 /// One `--allow-provider TYPE,KEY_ENV[,BASE_URL]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderAllowance {
-    kind: &'static str,
-    api_key_env: String,
+    kind: ProviderKind,
+    api_key_env: EnvVarName,
     /// `None`: the adapter's own default endpoint.
     base_url: Option<String>,
 }
 
-/// Why an `--allow-provider` value was refused.
+/// Why an `--allow-provider` value was refused: which field, and the rule
+/// it broke. Never echoes the value (KEY_ENV may be a pasted key).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "--allow-provider: {0} (expected TYPE,KEY_ENV[,BASE_URL] with TYPE openai-compatible or anthropic)"
-)]
-pub struct AllowanceError(&'static str);
+#[non_exhaustive]
+pub enum AllowanceError {
+    /// TYPE is not a provider kind.
+    #[error("--allow-provider: TYPE: {0} (expected TYPE,KEY_ENV[,BASE_URL])")]
+    Type(#[from] UnknownProviderKind),
+    /// KEY_ENV is missing.
+    #[error("--allow-provider: KEY_ENV is missing (expected TYPE,KEY_ENV[,BASE_URL])")]
+    MissingKeyEnv,
+    /// KEY_ENV is not an environment variable name.
+    #[error("--allow-provider: KEY_ENV: {0} (expected TYPE,KEY_ENV[,BASE_URL])")]
+    KeyEnv(#[from] EnvVarNameError),
+    /// BASE_URL is not an http or https URL.
+    #[error(
+        "--allow-provider: BASE_URL must be an http or https URL (expected TYPE,KEY_ENV[,BASE_URL])"
+    )]
+    BaseUrl,
+}
 
 /// Base URLs compare without trailing slashes.
 fn normalized(url: &str) -> &str {
@@ -36,26 +52,14 @@ impl ProviderAllowance {
     /// Parses `TYPE,KEY_ENV[,BASE_URL]`.
     pub fn parse(text: &str) -> Result<ProviderAllowance, AllowanceError> {
         let mut fields = text.splitn(3, ',');
-        let kind = match fields.next() {
-            Some("openai-compatible") => "openai-compatible",
-            Some("anthropic") => "anthropic",
-            _ => return Err(AllowanceError("unknown provider type")),
-        };
-        let api_key_env = match fields.next() {
-            Some(env)
-                if !env.is_empty()
-                    && env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
-            {
-                env.to_owned()
-            }
-            _ => return Err(AllowanceError("KEY_ENV must be a variable name")),
-        };
+        let kind = ProviderKind::parse(fields.next().unwrap_or_default())?;
+        let api_key_env = EnvVarName::parse(fields.next().ok_or(AllowanceError::MissingKeyEnv)?)?;
         let base_url = match fields.next() {
             None => None,
             Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
                 Some(normalized(url).to_owned())
             }
-            Some(_) => return Err(AllowanceError("BASE_URL must be an http or https URL")),
+            Some(_) => return Err(AllowanceError::BaseUrl),
         };
         Ok(ProviderAllowance {
             kind,
@@ -64,9 +68,9 @@ impl ProviderAllowance {
         })
     }
 
-    fn allows(&self, kind: &str, api_key_env: &str, base_url: Option<&str>) -> bool {
+    fn allows(&self, kind: ProviderKind, api_key_env: &EnvVarName, base_url: Option<&str>) -> bool {
         self.kind == kind
-            && self.api_key_env == api_key_env
+            && self.api_key_env == *api_key_env
             && self.base_url.as_deref() == base_url.map(normalized)
     }
 }
@@ -83,7 +87,7 @@ pub fn permitted(spec: &ProviderSpec, allowed: &[ProviderAllowance]) -> bool {
             api_key_env,
         } => allowed
             .iter()
-            .any(|a| a.allows(kind, api_key_env, base_url.as_deref())),
+            .any(|a| a.allows(*kind, api_key_env, base_url.as_deref())),
     }
 }
 
@@ -94,9 +98,9 @@ mod tests {
 
     fn network(kind: &'static str, env: &str, url: Option<&str>) -> ProviderSpec {
         ProviderSpec::Network {
-            kind,
+            kind: ProviderKind::parse(kind).unwrap(),
             base_url: url.map(str::to_owned),
-            api_key_env: env.to_owned(),
+            api_key_env: EnvVarName::parse(env).unwrap(),
         }
     }
 
@@ -157,9 +161,19 @@ mod tests {
             "anthropic",
             "anthropic,",
             "anthropic,A-B",
+            "anthropic,1KEY",
             "anthropic,K,ftp://x",
         ] {
             assert!(ProviderAllowance::parse(bad).is_err(), "{bad}");
         }
+        // Each refusal names the field and the rule, never the value.
+        let err = ProviderAllowance::parse("anthropic,sk-live-secret").unwrap_err();
+        assert!(
+            matches!(err, AllowanceError::KeyEnv(ref e) if e.rule() == "env_var_name.charset"),
+            "{err:?}"
+        );
+        assert!(!err.to_string().contains("sk-live-secret"), "{err}");
+        let err = ProviderAllowance::parse("openai,KEY").unwrap_err();
+        assert!(err.to_string().contains("rule provider.type"), "{err}");
     }
 }

@@ -246,7 +246,7 @@ pub struct CalcError {
 /// zero and non-finite results are errors.
 ///
 /// ```
-/// use keel_cli::builtins::evaluate;
+/// use keel_scenario::builtins::evaluate;
 /// assert_eq!(evaluate("2 * (3 + 4.5)"), Ok(15.0));
 /// assert_eq!(evaluate("-2 - -3"), Ok(1.0));
 /// assert!(evaluate("1 / 0").is_err());

@@ -18,8 +18,11 @@
 //! that does not exist): those reach the engine exactly as a misbehaving
 //! provider's output would, and end up in the log as typed failures.
 
-use keel_engine::{EngineLimits, OnToolFailure, PartialRetry, RetryPolicy, ToolPolicy};
-use keel_message::{CanonicalJson, Message, MessageId, ModelName, RunId, ToolDefinition, ToolName};
+use keel_engine::{EngineLimits, LimitField, OnToolFailure, PartialRetry, RetryPolicy, ToolPolicy};
+use keel_message::{
+    CanonicalJson, EnvVarName, Message, MessageId, ModelName, RunId, ToolDefinition, ToolName,
+};
+use keel_providers::ProviderKind;
 use keel_stream::MetadataAllowlist;
 use keel_testkit::{ScriptItem, ToolStep};
 use serde::Deserialize;
@@ -153,12 +156,12 @@ pub enum ProviderSpec {
     /// read from the named environment variable when the run starts, and
     /// never printed.
     Network {
-        /// The `type` as written.
-        kind: &'static str,
+        /// The `type`.
+        kind: ProviderKind,
         /// `base_url`, if given.
         base_url: Option<String>,
         /// The *name* of the environment variable holding the key.
-        api_key_env: String,
+        api_key_env: EnvVarName,
     },
 }
 
@@ -167,7 +170,7 @@ impl ProviderSpec {
     pub fn type_name(&self) -> &'static str {
         match self {
             ProviderSpec::Scripted { .. } => "scripted",
-            ProviderSpec::Network { kind, .. } => kind,
+            ProviderSpec::Network { kind, .. } => kind.type_name(),
         }
     }
 }
@@ -481,87 +484,71 @@ fn rule(path: &str, message: impl Into<String>) -> RuleError {
     (path.to_owned(), message.into())
 }
 
-fn nonzero<T: PartialEq + Default + Copy>(
-    value: Option<T>,
-    path: &str,
-) -> Result<Option<T>, RuleError> {
-    match value {
-        Some(v) if v == T::default() => Err(rule(path, "must be at least 1")),
-        other => Ok(other),
+/// The scenario member an engine limit comes from.
+pub fn limit_path(field: LimitField) -> &'static str {
+    match field {
+        LimitField::MaxTurns => "limits.max_turns",
+        LimitField::MaxToolCallsPerTurn => "limits.max_tool_calls_per_turn",
+        LimitField::MaxParallelTools => "limits.max_parallel_tools",
+        LimitField::ModelCallTimeout => "limits.model_timeout_ms",
+        LimitField::ToolCallTimeout => "limits.tool_timeout_ms",
+        LimitField::ClosingDeadline => "limits.closing_deadline_ms",
+        LimitField::ApprovalTimeout => "limits.approval_timeout_ms",
+        LimitField::RetryMaxAttempts => "limits.retry.max_attempts",
+        LimitField::RetryInitialBackoff => "limits.retry.initial_backoff_ms",
+        LimitField::RetryMultiplier => "limits.retry.multiplier",
+        LimitField::RetryJitter => "limits.retry.jitter",
     }
 }
 
+/// The scenario's limits over the engine's defaults, checked by the
+/// engine's own rule set ([`EngineLimits::check`]); a refusal names the
+/// member it came from.
 fn check_limits(w: &LimitsWire) -> Result<EngineLimits, RuleError> {
-    let mut limits = EngineLimits::default();
-    if let Some(v) = nonzero(w.max_turns, "limits.max_turns")? {
-        limits.max_turns = v;
-    }
-    if let Some(v) = nonzero(w.max_tool_calls_per_turn, "limits.max_tool_calls_per_turn")? {
-        limits.max_tool_calls_per_turn = v;
-    }
-    if let Some(v) = nonzero(w.max_parallel_tools, "limits.max_parallel_tools")? {
-        limits.max_parallel_tools = v;
-    }
-    if let Some(v) = nonzero(w.model_timeout_ms, "limits.model_timeout_ms")? {
-        limits.model_call_timeout = Duration::from_millis(v);
-    }
-    if let Some(v) = nonzero(w.tool_timeout_ms, "limits.tool_timeout_ms")? {
-        limits.tool_call_timeout = Duration::from_millis(v);
-    }
-    if let Some(v) = w.closing_deadline_ms {
-        let floor = keel_engine::MIN_CLOSING_DEADLINE;
-        if u128::from(v) < floor.as_millis() {
-            return Err(rule(
-                "limits.closing_deadline_ms",
-                format!(
-                    "is {v}, must be at least {} (MIN_CLOSING_DEADLINE, rule engine.limits)",
-                    floor.as_millis()
-                ),
-            ));
-        }
-        limits.closing_deadline = Duration::from_millis(v);
-    }
-    if let Some(v) = nonzero(w.approval_timeout_ms, "limits.approval_timeout_ms")? {
-        limits.approval_timeout = Duration::from_millis(v);
-    }
-    if let Some(r) = &w.retry {
-        let mut retry = RetryPolicy::default();
-        if let Some(v) = nonzero(r.max_attempts, "limits.retry.max_attempts")? {
-            retry.max_attempts = v;
-        }
-        if let Some(v) = r.initial_backoff_ms {
-            retry.initial_backoff = Duration::from_millis(v);
-        }
-        if let Some(v) = r.max_backoff_ms {
-            retry.max_backoff = Duration::from_millis(v);
-        }
-        if let Some(v) = r.multiplier {
-            if !(v.is_finite() && v >= 1.0) {
-                return Err(rule("limits.retry.multiplier", "must be a number >= 1"));
-            }
-            retry.multiplier = v;
-        }
-        if let Some(v) = r.jitter {
-            if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
-                return Err(rule("limits.retry.jitter", "must be a number in 0..=1"));
-            }
-            retry.jitter = v;
-        }
-        if let Some(p) = r.partial {
-            retry.partial = match p {
-                PartialWire::Never => PartialRetry::Never,
-                PartialWire::Restart => PartialRetry::Restart,
-            };
-        }
-        if retry.initial_backoff > retry.max_backoff {
-            return Err(rule(
-                "limits.retry.initial_backoff_ms",
-                "must not exceed limits.retry.max_backoff_ms",
-            ));
-        }
-        limits.retry = retry;
-    }
+    let limits = engine_limits(w);
+    limits.check().map_err(|e| {
+        rule(
+            limit_path(e.field()),
+            format!("is {} (rule engine.limits: {})", e.value(), e.rule()),
+        )
+    })?;
     Ok(limits)
+}
+
+/// The members `w` sets, over [`EngineLimits::default`], unchecked.
+fn engine_limits(w: &LimitsWire) -> EngineLimits {
+    let d = EngineLimits::default();
+    let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+    EngineLimits {
+        max_turns: w.max_turns.unwrap_or(d.max_turns),
+        max_tool_calls_per_turn: w
+            .max_tool_calls_per_turn
+            .unwrap_or(d.max_tool_calls_per_turn),
+        max_parallel_tools: w.max_parallel_tools.unwrap_or(d.max_parallel_tools),
+        model_call_timeout: ms(w.model_timeout_ms, d.model_call_timeout),
+        tool_call_timeout: ms(w.tool_timeout_ms, d.tool_call_timeout),
+        closing_deadline: ms(w.closing_deadline_ms, d.closing_deadline),
+        approval_timeout: ms(w.approval_timeout_ms, d.approval_timeout),
+        retry: w.retry.as_ref().map_or(d.retry, retry_policy),
+    }
+}
+
+/// The members `r` sets, over [`RetryPolicy::default`], unchecked.
+fn retry_policy(r: &RetryWire) -> RetryPolicy {
+    let d = RetryPolicy::default();
+    let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+    RetryPolicy {
+        max_attempts: r.max_attempts.unwrap_or(d.max_attempts),
+        initial_backoff: ms(r.initial_backoff_ms, d.initial_backoff),
+        max_backoff: ms(r.max_backoff_ms, d.max_backoff),
+        multiplier: r.multiplier.unwrap_or(d.multiplier),
+        jitter: r.jitter.unwrap_or(d.jitter),
+        partial: match r.partial {
+            None => d.partial,
+            Some(PartialWire::Never) => PartialRetry::Never,
+            Some(PartialWire::Restart) => PartialRetry::Restart,
+        },
+    }
 }
 
 fn check_tool(i: usize, t: ToolWire) -> Result<ToolEntry, RuleError> {
@@ -645,45 +632,22 @@ fn check_tool(i: usize, t: ToolWire) -> Result<ToolEntry, RuleError> {
 }
 
 fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
-    let kind: &'static str = match p.kind.as_str() {
-        "scripted" => "scripted",
-        "openai-compatible" => "openai-compatible",
-        "anthropic" => "anthropic",
-        _ => {
-            return Err(rule(
-                "provider.type",
-                "unknown provider type (expected scripted, openai-compatible or anthropic)"
-                    .to_owned(),
-            ));
-        }
-    };
-    if kind == "scripted" {
-        for (member, present) in [
-            ("base_url", p.base_url.is_some()),
-            ("api_key_env", p.api_key_env.is_some()),
-        ] {
-            if present {
-                return Err(rule(
-                    &format!("provider.{member}"),
-                    format!("the scripted provider takes no `{member}`"),
-                ));
-            }
-        }
-        let Some(calls) = p.calls else {
-            return Err(rule(
-                "provider",
-                "the scripted provider needs `calls` (one list of stream items per model call)",
-            ));
-        };
-        return Ok(ProviderSpec::Scripted { calls });
+    if p.kind == "scripted" {
+        return check_scripted(p);
     }
+    let kind = ProviderKind::parse(&p.kind).map_err(|_| {
+        rule(
+            "provider.type",
+            "unknown provider type (expected scripted, openai-compatible or anthropic)",
+        )
+    })?;
     if p.calls.is_some() {
         return Err(rule(
             "provider.calls",
             format!("`calls` is for the scripted provider, not {kind}"),
         ));
     }
-    if kind == "openai-compatible" && p.base_url.is_none() {
+    if kind == ProviderKind::OpenAiCompatible && p.base_url.is_none() {
         return Err(rule(
             "provider",
             "an openai-compatible provider needs `base_url`",
@@ -697,24 +661,41 @@ fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
             ),
         ));
     };
-    let is_name = !api_key_env.is_empty()
-        && api_key_env.len() <= 128
-        && api_key_env
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && !api_key_env.as_bytes()[0].is_ascii_digit();
-    if !is_name {
-        // Never echo it: it may be the key itself.
-        return Err(rule(
+    // The error never echoes the text: it may be the key itself.
+    let api_key_env = EnvVarName::parse(&api_key_env).map_err(|e| {
+        rule(
             "provider.api_key_env",
-            "must be the NAME of an environment variable (letters, digits, '_'); the key itself never appears in a scenario",
-        ));
-    }
+            format!(
+                "must be the NAME of an environment variable, not the key ({e}); the key itself never appears in a scenario"
+            ),
+        )
+    })?;
     Ok(ProviderSpec::Network {
         kind,
         base_url: p.base_url,
         api_key_env,
     })
+}
+
+fn check_scripted(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
+    for (member, present) in [
+        ("base_url", p.base_url.is_some()),
+        ("api_key_env", p.api_key_env.is_some()),
+    ] {
+        if present {
+            return Err(rule(
+                &format!("provider.{member}"),
+                format!("the scripted provider takes no `{member}`"),
+            ));
+        }
+    }
+    let Some(calls) = p.calls else {
+        return Err(rule(
+            "provider",
+            "the scripted provider needs `calls` (one list of stream items per model call)",
+        ));
+    };
+    Ok(ProviderSpec::Scripted { calls })
 }
 
 #[cfg(test)]
@@ -909,6 +890,108 @@ mod tests {
                 .to_string()
                 .contains("limits.max_turns")
         );
+    }
+
+    /// Every engine limit rule a file can break is refused at the member
+    /// it came from: the loader maps the engine's error, it does not
+    /// restate the rules.
+    #[test]
+    fn each_broken_limit_rule_names_its_member() {
+        let rows = [
+            (r#"{"max_turns":0}"#, "limits.max_turns"),
+            (
+                r#"{"max_tool_calls_per_turn":0}"#,
+                "limits.max_tool_calls_per_turn",
+            ),
+            (r#"{"max_parallel_tools":0}"#, "limits.max_parallel_tools"),
+            (r#"{"model_timeout_ms":0}"#, "limits.model_timeout_ms"),
+            (r#"{"tool_timeout_ms":0}"#, "limits.tool_timeout_ms"),
+            (
+                r#"{"closing_deadline_ms":499}"#,
+                "limits.closing_deadline_ms",
+            ),
+            (r#"{"approval_timeout_ms":0}"#, "limits.approval_timeout_ms"),
+            (
+                r#"{"retry":{"max_attempts":0}}"#,
+                "limits.retry.max_attempts",
+            ),
+            (r#"{"retry":{"multiplier":0.5}}"#, "limits.retry.multiplier"),
+            (r#"{"retry":{"jitter":1.5}}"#, "limits.retry.jitter"),
+            (
+                r#"{"retry":{"initial_backoff_ms":20,"max_backoff_ms":10}}"#,
+                "limits.retry.initial_backoff_ms",
+            ),
+        ];
+        for (limits, member) in rows {
+            let text = MINIMAL.replacen(
+                "\"provider\"",
+                &format!(r#""limits":{limits},"provider""#),
+                1,
+            );
+            match load_str(&text) {
+                Err(ScenarioError::Invalid { path, message, .. }) => {
+                    assert_eq!(path, member, "{limits}: {message}");
+                    assert!(message.contains("rule engine.limits"), "{message}");
+                }
+                other => panic!("{limits}: {other:?}"),
+            }
+        }
+        let edges = r#"{"closing_deadline_ms":500,"retry":{"multiplier":1,"jitter":1,"initial_backoff_ms":10,"max_backoff_ms":10}}"#;
+        let text = MINIMAL.replacen(
+            "\"provider\"",
+            &format!(r#""limits":{edges},"provider""#),
+            1,
+        );
+        assert!(load_str(&text).is_ok());
+    }
+
+    /// A provider's type is a `ProviderKind` and its key variable an
+    /// `EnvVarName`: a file naming anything else is refused at the member,
+    /// never echoing the value.
+    #[test]
+    fn provider_type_and_key_variable_are_checked_by_their_types() {
+        let provider = |p: &str| {
+            MINIMAL.replacen(
+                r#""provider":{"type":"scripted","calls":[[{"text":"a"},{"complete":{"finish":"stop"}}]]}"#,
+                &format!(r#""provider":{p}"#),
+                1,
+            )
+        };
+        let s = load_str(&provider(
+            r#"{"type":"anthropic","api_key_env":"_TEAM_KEY2"}"#,
+        ))
+        .unwrap();
+        assert!(matches!(
+            s.provider,
+            ProviderSpec::Network { kind: ProviderKind::Anthropic, ref api_key_env, .. }
+                if api_key_env.as_str() == "_TEAM_KEY2"
+        ));
+        for (p, member, rule) in [
+            (
+                r#"{"type":"openai","api_key_env":"K"}"#,
+                "provider.type",
+                "unknown provider type",
+            ),
+            (
+                r#"{"type":"anthropic","api_key_env":"2KEY"}"#,
+                "provider.api_key_env",
+                "env_var_name.leading_digit",
+            ),
+            (
+                r#"{"type":"anthropic","api_key_env":"sk-live-secret"}"#,
+                "provider.api_key_env",
+                "env_var_name.charset",
+            ),
+        ] {
+            match load_str(&provider(p)) {
+                Err(ScenarioError::Invalid { path, message, .. }) => {
+                    assert_eq!(path, member, "{p}: {message}");
+                    assert!(message.contains(rule), "{message}");
+                    assert!(!message.contains("sk-live-secret"), "{message}");
+                }
+                other => panic!("{p}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -8,9 +8,7 @@ use crate::file::{ProviderSpec, Scenario, ToolEntry};
 use keel_engine::{InteractionHandler, RunRequest, Tool};
 use keel_message::RunId;
 use keel_observers::conversation::Continuation;
-use keel_providers::{
-    ANTHROPIC_BASE_URL, Anthropic, AnthropicConfig, ApiKey, OpenAiCompatible, OpenAiConfig,
-};
+use keel_providers::ApiKey;
 use keel_stream::ModelProvider;
 use keel_testkit::{ScriptedProvider, ScriptedTool};
 use std::path::Path;
@@ -120,37 +118,18 @@ pub fn request_from(
 /// The scenario's provider: scripted, or a network adapter whose key is
 /// read from the named environment variable (never printed).
 pub fn build_provider(spec: &ProviderSpec) -> Result<Arc<dyn ModelProvider>, LaunchError> {
-    let (kind, base_url, api_key_env) = match spec {
-        ProviderSpec::Scripted { calls } => {
-            return Ok(Arc::new(ScriptedProvider::new(calls.clone())));
-        }
+    match spec {
+        ProviderSpec::Scripted { calls } => Ok(Arc::new(ScriptedProvider::new(calls.clone()))),
         ProviderSpec::Network {
             kind,
             base_url,
             api_key_env,
-        } => (*kind, base_url, api_key_env),
-    };
-    let bad = |e: &dyn std::fmt::Display| LaunchError::Provider(e.to_string());
-    let key = ApiKey::from_env(api_key_env).map_err(|e| bad(&e))?;
-    let provider: Arc<dyn ModelProvider> = match kind {
-        "anthropic" => Arc::new(
-            Anthropic::new(AnthropicConfig::new(
-                base_url
-                    .clone()
-                    .unwrap_or_else(|| ANTHROPIC_BASE_URL.to_owned()),
-                Some(key),
-            ))
-            .map_err(|e| bad(&e))?,
-        ),
-        _ => Arc::new(
-            OpenAiCompatible::new(OpenAiConfig::new(
-                base_url.clone().unwrap_or_default(),
-                Some(key),
-            ))
-            .map_err(|e| bad(&e))?,
-        ),
-    };
-    Ok(provider)
+        } => {
+            let bad = |e: &dyn std::fmt::Display| LaunchError::Provider(e.to_string());
+            let key = ApiKey::from_env(api_key_env).map_err(|e| bad(&e))?;
+            kind.connect(base_url.as_deref(), key).map_err(|e| bad(&e))
+        }
+    }
 }
 
 /// The scenario's tools (scripted, and built-ins with `read_file` confined
@@ -202,18 +181,19 @@ pub enum McpLaunchError {
 
 /// Starts the scenario's MCP servers for `request`'s run and adds them as
 /// its tool sources. Every server is resolved against `host` (under
-/// `trust`) before the first one starts.
+/// `trust`) before the first one starts; results are bounded by the
+/// engine's `limits.part_bytes`.
 #[cfg(feature = "mcp")]
 pub async fn with_mcp(
     request: RunRequest,
     scenario: &Scenario,
     host: &[keel_mcp::ServerConfig],
     trust: crate::mcp::Trust,
+    limits: &keel_message::Limits,
 ) -> Result<RunRequest, McpLaunchError> {
     let configs = crate::mcp::resolve(&scenario.mcp_servers, host, trust)?;
     if configs.is_empty() {
         return Ok(request);
     }
-    let part_bytes = keel_message::Limits::default().part_bytes;
-    Ok(crate::mcp::start(request, &configs, part_bytes).await?)
+    Ok(crate::mcp::start(request, &configs, limits.part_bytes).await?)
 }

@@ -5,14 +5,15 @@
 //! files"): the model, the provider (scripted, or a network adapter with
 //! its key in a named environment variable), the tools (scripted,
 //! built-ins, MCP servers), the limits and the messages. This crate loads
-//! one strictly ([`file`]: every refusal names the JSON path and the rule)
+//! one strictly ([`file`](mod@file): every refusal names the JSON path and the rule)
 //! and turns it into a [`keel_engine::RunRequest`] ([`launch`]).
 //!
 //! What it is not: it owns no run semantics (the engine does), no HTTP
 //! (`keel-serve`, whose `ScenarioFactory` uses this crate) and no command
 //! line (`keel-cli`). Rules it checks are called, not restated: names and
 //! messages are `keel-message`'s constructors, limits are
-//! `EngineLimits::validate`, metadata namespaces are `keel-stream`'s.
+//! `EngineLimits::check`, key variables are `EnvVarName`s, provider types
+//! are `ProviderKind`s, metadata namespaces are `keel-stream`'s.
 //!
 //! Neighbours: it composes `keel-testkit` (the scripted provider and tools
 //! a scenario describes: a recorded decision,
@@ -24,7 +25,7 @@
 //! use std::path::Path;
 //! let text = r#"{
 //!   "model": "scripted-1",
-//!   "provider": {"type": "scripted", "calls": [[{"text": "hi"}, {"complete": {"finish_reason": "stop"}}]]},
+//!   "provider": {"type": "scripted", "calls": [[{"text": "hi"}, {"complete": {"finish": "stop"}}]]},
 //!   "messages": [{"role": "user", "text": "hello"}]
 //! }"#;
 //! let scenario = keel_scenario::file::parse(Path::new("inline.json"), text).unwrap();

@@ -31,7 +31,7 @@
 //! is open; at the cap the POST is refused before a run starts.
 //!
 //! Bounds: the body at most [`super::MAX_BODY_BYTES`], an `id` of at most
-//! [`MAX_CHAT_ID_BYTES`] bytes of `[A-Za-z0-9_-]`, at most
+//! [`MAX_CHAT_ID_BYTES`] bytes of `[A-Za-z0-9_-]` (a [`ChatId`]), at most
 //! [`MAX_MESSAGES`] messages of at most [`MAX_PARTS`] parts each, and at
 //! most [`MAX_CONVERSATION_RUNS`] runs per conversation.
 
@@ -47,7 +47,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use keel_engine::{FollowError, InteractionDecision, RunFollower};
-use keel_eventlog::{ChatRun, Event, Payload, SubscriptionError};
+use keel_eventlog::{ChatId, ChatRun, Event, Payload, SubscriptionError};
 use keel_message::{Message, Part, Role, RunId};
 use keel_observers::RunStatus;
 use keel_observers::conversation;
@@ -57,8 +57,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Longest conversation id, in bytes.
-pub const MAX_CHAT_ID_BYTES: usize = 64;
+/// Longest conversation id, in bytes: the eventlog's [`ChatId`] rule.
+pub use keel_eventlog::CHAT_ID_MAX_BYTES as MAX_CHAT_ID_BYTES;
 /// Most messages in a body.
 pub const MAX_MESSAGES: usize = 1000;
 /// Most parts in one message.
@@ -79,7 +79,7 @@ pub enum Ask {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatBody {
     /// The conversation.
-    pub id: String,
+    pub id: ChatId,
     /// `model`, if named.
     pub model: Option<String>,
     /// `provider` (a type name), if named.
@@ -135,15 +135,8 @@ pub fn parse_body(text: &str) -> Result<ChatBody, BodyError> {
         return refuse("$", "the body must be a JSON object");
     };
     let id = match root.get("id") {
-        Some(Value::String(s))
-            if !s.is_empty()
-                && s.len() <= MAX_CHAT_ID_BYTES
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
-        {
-            s.clone()
-        }
-        _ => return refuse("id", "a string of 1 to 64 bytes of [A-Za-z0-9_-]"),
+        Some(Value::String(s)) => chat_id(s)?,
+        _ => return refuse("id", CHAT_ID_RULE),
     };
     match root.get("trigger") {
         None | Some(Value::Null) => {}
@@ -289,14 +282,22 @@ fn problem(status: StatusCode, kind: &'static str, title: &'static str, detail: 
     Problem::new(status, kind, title, detail.to_owned())
 }
 
-fn unknown_conversation(id: &str) -> Problem {
+/// What `id` must be, as a body error says it.
+const CHAT_ID_RULE: &str = "a string of 1 to 64 bytes of [A-Za-z0-9_-] (rule chat_id)";
+
+/// `id` as a conversation id, or the body error naming its rule.
+fn chat_id(id: &str) -> Result<ChatId, BodyError> {
+    ChatId::parse(id).or_else(|_| refuse("id", CHAT_ID_RULE))
+}
+
+fn unknown_conversation(id: &ChatId) -> Problem {
     problem(
         StatusCode::NOT_FOUND,
         "conversation-not-found",
         "Unknown conversation",
         "no run of this conversation is live or stored",
     )
-    .with("id", id)
+    .with("id", id.as_str())
 }
 
 /// `POST /v1/chat`: the response stream holds a stream slot of the
@@ -307,7 +308,7 @@ pub async fn post_chat(
     body: Body,
 ) -> Result<Response, Problem> {
     if daemon.shutting_down() {
-        return Err(runs::shutting_down());
+        return Err(super::reservation::shutting_down());
     }
     let Some(template) = daemon.factory.chat_agent() else {
         return Err(problem(
@@ -327,7 +328,7 @@ pub async fn post_chat(
     if !model_ok || !provider_ok {
         return Err(runs::provider_not_allowed());
     }
-    let slot = match daemon.streams.acquire(&body.id) {
+    let slot = match daemon.streams.acquire(body.id.as_str()) {
         Ok(slot) => slot,
         Err(refused) => return Ok(stream_caps::refusal(refused)),
     };
@@ -377,7 +378,7 @@ async fn converse(
 async fn start(
     daemon: &Arc<Daemon>,
     template: &dyn RunPlan,
-    id: &str,
+    id: &ChatId,
     n: u64,
     previous: Option<u64>,
     texts: &[String],
@@ -422,7 +423,7 @@ async fn start(
             runs::follow_up(template, run_id, &host, continuation)?
         }
     };
-    let request = request.chat_run(ChatRun::new(id, n));
+    let request = request.chat_run(ChatRun::new(id.clone(), n));
     runs::admit_run(daemon, template, request).await?;
     Ok(ui_response(ui_stream(Arc::clone(daemon), name, 0)))
 }
@@ -488,17 +489,7 @@ pub async fn resume_stream(
     State(daemon): State<Arc<Daemon>>,
     UrlPath(id): UrlPath<String>,
 ) -> Result<Response, Problem> {
-    let valid = !id.is_empty()
-        && id.len() <= MAX_CHAT_ID_BYTES
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if !valid {
-        return Err(body_problem(&BodyError {
-            path: "id".to_owned(),
-            rule: "a string of 1 to 64 bytes of [A-Za-z0-9_-]",
-        }));
-    }
+    let id = chat_id(&id).map_err(|e| body_problem(&e))?;
     match chat_runs::last_run(&daemon, &id).await? {
         None => Err(unknown_conversation(&id)),
         Some(LastRun { n, live: true, .. }) => Ok(ui_response(ui_stream(

@@ -16,7 +16,7 @@
 use super::Daemon;
 use super::problem::Problem;
 use axum::http::StatusCode;
-use keel_eventlog::{Event, Payload};
+use keel_eventlog::{ChatId, Event, Payload};
 use keel_message::RunId;
 use keel_observers::{RunStatus, RunSummary};
 
@@ -27,12 +27,12 @@ pub const RUN_PREFIX: &str = "chat-";
 pub const MAX_CONVERSATION_RUNS: u64 = 10_000;
 
 /// The run id of a conversation's `n`th run.
-pub fn run_name(id: &str, n: u64) -> String {
+pub fn run_name(id: &ChatId, n: u64) -> String {
     format!("{RUN_PREFIX}{id}-{n}")
 }
 
 /// The prefix of conversation `id`'s run ids.
-fn conversation_prefix(id: &str) -> String {
+fn conversation_prefix(id: &ChatId) -> String {
     format!("{RUN_PREFIX}{id}-")
 }
 
@@ -76,7 +76,7 @@ impl LastRun {
 /// The conversation's last run: the greatest number among this daemon's
 /// live runs and the journal's runs (one indexed range query,
 /// `JournalReader::last_numbered_run`).
-pub async fn last_run(daemon: &Daemon, id: &str) -> Result<Option<LastRun>, Problem> {
+pub async fn last_run(daemon: &Daemon, id: &ChatId) -> Result<Option<LastRun>, Problem> {
     let prefix = conversation_prefix(id);
     let live = daemon
         .engine
@@ -88,7 +88,7 @@ pub async fn last_run(daemon: &Daemon, id: &str) -> Result<Option<LastRun>, Prob
     let stored = daemon
         .read(move |r| r.last_numbered_run(&lookup, None))
         .await?
-        .and_then(|s| number_of(&s.run_id, &prefix).map(|n| (n, s)));
+        .and_then(|s| number_of(s.run_id.as_str(), &prefix).map(|n| (n, s)));
     Ok(Some(match (live, stored) {
         (Some(n), stored) if stored.as_ref().is_none_or(|(m, _)| n >= *m) => LastRun {
             n,
@@ -105,17 +105,17 @@ pub async fn last_run(daemon: &Daemon, id: &str) -> Result<Option<LastRun>, Prob
 }
 
 /// The number of the conversation's last completed run, if any.
-pub async fn last_completed(daemon: &Daemon, id: &str) -> Result<Option<u64>, Problem> {
+pub async fn last_completed(daemon: &Daemon, id: &ChatId) -> Result<Option<u64>, Problem> {
     let prefix = conversation_prefix(id);
     let lookup = prefix.clone();
     let found = daemon
         .read(move |r| r.last_numbered_run(&lookup, Some(RunStatus::Completed)))
         .await?;
-    Ok(found.and_then(|s| number_of(&s.run_id, &prefix)))
+    Ok(found.and_then(|s| number_of(s.run_id.as_str(), &prefix)))
 }
 
 /// 409 for a conversation at its bound: run `n` is its last possible run.
-pub fn conversation_full(id: &str, last: u64) -> Problem {
+pub fn conversation_full(id: &ChatId, last: u64) -> Problem {
     Problem::new(
         StatusCode::CONFLICT,
         "conversation-full",
@@ -155,7 +155,7 @@ pub fn refuse_reserved(run_id: &RunId) -> Result<(), Problem> {
 /// Checks that the stored run `n` of conversation `id` is the chat's own:
 /// its `run.started` records `chat: {id, n}`. Else 409
 /// `conversation-foreign`, rule `chat.owned_runs`.
-pub async fn check_owned(daemon: &Daemon, id: &str, n: u64) -> Result<(), Problem> {
+pub async fn check_owned(daemon: &Daemon, id: &ChatId, n: u64) -> Result<(), Problem> {
     let run = run_name(id, n);
     let lookup = run.clone();
     let first = daemon.read(move |r| r.events_after(&lookup, 0, 1)).await?;
@@ -165,7 +165,7 @@ pub async fn check_owned(daemon: &Daemon, id: &str, n: u64) -> Result<(), Proble
         .is_some_and(|event| match event.payload() {
             Ok(Payload::RunStarted(started)) => started
                 .chat
-                .is_some_and(|chat| chat.id == id && chat.n == n),
+                .is_some_and(|chat| chat.id == *id && chat.n == n),
             _ => false,
         });
     if owned {

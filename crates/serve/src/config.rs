@@ -3,15 +3,12 @@
 //! daemon fills it in code). [`ServeConfig::validate`] checks it whole
 //! before anything opens; [`BearerToken`] holds a checked token.
 
-use crate::limits::{ConnectionLimits, LimitsError, StreamLimits};
-use keel_engine::MIN_CLOSING_DEADLINE;
+use crate::limits::{ConnectionConfig, ConnectionLimits, LimitsError, StreamConfig, StreamLimits};
+use keel_engine::{LimitError, check_closing_deadline};
 use keel_eventlog::LogConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// The default of [`ServeConfig::max_connections`].
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// A bearer token every API request must show: non-empty printable ASCII
 /// without spaces (what an `Authorization: Bearer` header can carry).
@@ -68,26 +65,13 @@ pub struct ServeConfig {
     pub max_live_runs: usize,
     /// `--approval-timeout-ms`: for runs whose factory sets none.
     pub approval_timeout: Duration,
-    /// `--shutdown-timeout-ms`: at least [`MIN_CLOSING_DEADLINE`].
+    /// `--shutdown-timeout-ms`: at least
+    /// [`MIN_CLOSING_DEADLINE`](keel_engine::MIN_CLOSING_DEADLINE).
     pub shutdown_timeout: Duration,
-    /// `--max-connections`.
-    pub max_connections: usize,
-    /// `--max-connections-per-peer`.
-    pub max_connections_per_peer: usize,
-    /// `--header-timeout-ms`.
-    pub header_timeout_ms: u64,
-    /// `--body-timeout-ms`.
-    pub body_timeout_ms: u64,
-    /// `--idle-timeout-ms`.
-    pub idle_timeout_ms: u64,
-    /// `--write-timeout-ms`.
-    pub write_timeout_ms: u64,
-    /// `--send-buffer-bytes` (0: the kernel's).
-    pub send_buffer_bytes: usize,
-    /// `--max-streams`.
-    pub max_streams: usize,
-    /// `--max-streams-per-run`.
-    pub max_streams_per_run: usize,
+    /// The connection caps and timeouts (`--max-connections`, …).
+    pub connections: ConnectionConfig,
+    /// The event stream caps (`--max-streams`, `--max-streams-per-run`).
+    pub streams: StreamConfig,
 }
 
 impl Default for ServeConfig {
@@ -103,15 +87,8 @@ impl Default for ServeConfig {
             max_live_runs: 1024,
             approval_timeout: Duration::from_millis(300_000),
             shutdown_timeout: Duration::from_millis(30_000),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            max_connections_per_peer: 256,
-            header_timeout_ms: 10_000,
-            body_timeout_ms: 30_000,
-            idle_timeout_ms: 60_000,
-            write_timeout_ms: 10_000,
-            send_buffer_bytes: 65_536,
-            max_streams: 512,
-            max_streams_per_run: 256,
+            connections: ConnectionConfig::default(),
+            streams: StreamConfig::default(),
         }
     }
 }
@@ -131,12 +108,10 @@ pub enum ServeConfigError {
     /// A count or duration that must be at least 1.
     #[error("{0}: must be at least 1")]
     Zero(&'static str),
-    /// The shutdown timeout under the engine's closing floor.
-    #[error("--shutdown-timeout-ms: must be at least {floor_ms} (MIN_CLOSING_DEADLINE)")]
-    ShutdownTooShort {
-        /// [`MIN_CLOSING_DEADLINE`] in ms.
-        floor_ms: u128,
-    },
+    /// The shutdown timeout under the engine's closing floor
+    /// ([`check_closing_deadline`]).
+    #[error("--shutdown-timeout-ms: {0}")]
+    ShutdownTooShort(#[source] LimitError),
     /// A connection or stream bound.
     #[error(transparent)]
     Limits(#[from] LimitsError),
@@ -186,18 +161,15 @@ impl ServeConfig {
         if self.approval_timeout.is_zero() {
             return Err(ServeConfigError::Zero("--approval-timeout-ms"));
         }
-        if self.shutdown_timeout < MIN_CLOSING_DEADLINE {
-            return Err(ServeConfigError::ShutdownTooShort {
-                floor_ms: MIN_CLOSING_DEADLINE.as_millis(),
-            });
-        }
+        check_closing_deadline(self.shutdown_timeout)
+            .map_err(ServeConfigError::ShutdownTooShort)?;
         Ok(Settings {
             max_live_runs: self.max_live_runs,
             default_approval_timeout: self.approval_timeout,
             shutdown_timeout: self.shutdown_timeout,
             log_config,
-            connections: ConnectionLimits::from_config(self)?,
-            streams: StreamLimits::from_config(self)?,
+            connections: ConnectionLimits::from_config(&self.connections)?,
+            streams: StreamLimits::from_config(&self.streams)?,
         })
     }
 }

@@ -28,9 +28,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt, TryStreamExt};
 use keel_engine::{FollowError, RunFollower};
-use keel_eventlog::{
-    Durability, Event, Phase, Scope, SubscribeError, SubscriptionBounds, SubscriptionError,
-};
+use keel_eventlog::{Durability, Event, SubscribeError, SubscriptionBounds, SubscriptionError};
 use keel_message::RunId;
 use keel_observers::{
     JetStreamHandle, PAGE_BYTES, RemoteSubscribeError, RemoteSubscription, RemoteSubscriptionError,
@@ -671,9 +669,5 @@ async fn ended_at(handle: &JetStreamHandle, id: &str, cursor: u64) -> Result<boo
     else {
         return Ok(false);
     };
-    Ok(event.seq() == cursor
-        && matches!(
-            event.kind().lifecycle_parts(),
-            Some((Scope::Run, Phase::Ended(_)))
-        ))
+    Ok(event.seq() == cursor && event.kind().is_run_terminal())
 }

@@ -75,6 +75,7 @@ pub mod chat_runs;
 pub mod config;
 mod conn;
 pub mod cross_site;
+pub mod error;
 pub mod events;
 pub mod factory;
 pub mod limits;
@@ -92,11 +93,12 @@ pub mod timed_io;
 pub mod viewer;
 
 pub use config::{BearerToken, ServeConfig, ServeConfigError, TokenError};
+pub use error::ServeError;
 pub use factory::{HostParts, RunFactory, RunPlan};
 pub use problem::{Problem, StatusCode};
 #[cfg(feature = "scenario")]
 pub use scenario_factory::ScenarioFactory;
-pub use server::{ServeError, Server};
+pub use server::Server;
 
 use approvals::Approvals;
 use axum::Router;

@@ -31,11 +31,11 @@
 //!    publishes to JetStream before it journals, so its store is always a
 //!    prefix of the stream; a store written journal first, as `keel run
 //!    --nats` does, may hold one event the stream lacks, which only its
-//!    own host can forward: see [`keel_observers::nats_recovery`].)
+//!    own host can forward: see [`keel_observers::nats`].)
 //!
 //! One stderr line per recovered run.
 
-use crate::server::ServeError;
+use crate::error::ServeError;
 use keel_observers::{
     JetStreamHandle, JetStreamRecovery, LocalSync, RecoveryReport, RequiredObserver, RunStatus,
     SqliteJournal, StreamRecovery, StreamStanding,
@@ -138,8 +138,8 @@ async fn stored_running(
         let mut runs = Vec::new();
         for run in reader.runs()? {
             if run.status == RunStatus::Running {
-                let lines = reader.all_lines_after(&run.run_id, 0)?;
-                runs.push((run.run_id, lines));
+                let lines = reader.all_lines_after(run.run_id.as_str(), 0)?;
+                runs.push((run.run_id.to_string(), lines));
             }
         }
         Ok::<_, ServeError>(runs)

@@ -6,7 +6,7 @@
 use super::chat_runs;
 use super::factory::{HostParts, RunPlan};
 use super::problem::Problem;
-use super::reservation::Reservation;
+use super::reservation::{Reservation, run_exists, shutting_down};
 use super::{Daemon, json_response, read_body};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Query, State};
@@ -269,42 +269,6 @@ fn internal(detail: impl Into<String>) -> Problem {
     )
 }
 
-/// 503 for a run posted while the daemon shuts down.
-pub fn shutting_down() -> Problem {
-    Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "shutting-down",
-        "The daemon is shutting down",
-        "no new runs are taken (rule engine.open)",
-    )
-    .with("rule", "engine.open")
-}
-
-pub(super) fn too_many_live_runs(max: usize, live: usize) -> Problem {
-    Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "too-many-live-runs",
-        "Too many live runs",
-        format!(
-            "this daemon runs at most {max} runs at once (--max-live-runs); post again when one has ended"
-        ),
-    )
-    .with("bound", "max_live_runs")
-    .with("max_live_runs", max)
-    .with("live_runs", live)
-}
-
-pub(super) fn run_exists(id: &str) -> Problem {
-    Problem::new(
-        StatusCode::CONFLICT,
-        "run-exists",
-        "Run id already used",
-        "a live or stored run has this id; give the scenario another run_id, or leave it out (rule run.unique_id)",
-    )
-    .with("run_id", id)
-    .with("rule", "run.unique_id")
-}
-
 /// 403 for a provider the daemon does not run for this client.
 pub(crate) fn provider_not_allowed() -> Problem {
     Problem::new(
@@ -314,16 +278,6 @@ pub(crate) fn provider_not_allowed() -> Problem {
         "this daemon runs network providers only as listed with --allow-provider TYPE,KEY_ENV[,BASE_URL]",
     )
     .with("path", "provider")
-}
-
-/// The scenario member an engine limit comes from.
-fn limit_path(field: &str) -> String {
-    match field {
-        "closing_deadline" => "limits.closing_deadline_ms".to_owned(),
-        "approval_timeout" => "limits.approval_timeout_ms".to_owned(),
-        "timeouts" => "limits".to_owned(),
-        other => format!("limits.{other}"),
-    }
 }
 
 /// `$.history[i]…` (the engine's path) as the scenario's `messages[i]…`.
@@ -343,7 +297,10 @@ fn start_problem(e: &StartError) -> Problem {
         StartError::ShuttingDown => shutting_down(),
         StartError::DuplicateRun { run_id } => run_exists(run_id.as_str()),
         StartError::InvalidLimit(l) => rule(
-            invalid(e.to_string(), &limit_path(l.field())),
+            // The engine's own field name: what a host's run factory built
+            // from (a scenario's loader refuses its own limits first, by the
+            // same rules, naming the scenario member).
+            invalid(e.to_string(), &format!("limits.{}", l.field())),
             "engine.limits",
         ),
         StartError::DuplicateTool { .. } => {
@@ -434,7 +391,7 @@ impl Cursor {
     fn of(s: &RunSummary) -> Cursor {
         Cursor {
             started_ts: s.started_ts,
-            run_id: s.run_id.clone(),
+            run_id: s.run_id.to_string(),
         }
     }
 
@@ -542,13 +499,13 @@ pub async fn list_runs(
         // A live run may end (and be journaled) between the two looks.
         let run = live
             .contains(s.run_id.as_str())
-            .then(|| daemon.engine.live_run(&s.run_id))
+            .then(|| daemon.engine.live_run(s.run_id.as_str()))
             .flatten();
         let entry = match run {
             Some(run) => live_json(&run, Some(s)),
             None => summary_json(s, false),
         };
-        runs.push(with_totals(entry, totals.get(&s.run_id)));
+        runs.push(with_totals(entry, totals.get(s.run_id.as_str())));
     }
     if next.is_none() {
         let listed: HashSet<&str> = stored.iter().map(|s| s.run_id.as_str()).collect();

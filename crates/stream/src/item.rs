@@ -9,18 +9,20 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
 
-/// Non-empty visible text, at most `limits.delta_bytes`.
+/// The text of a validated [`StreamItem::TextDelta`]: non-empty visible
+/// text, at most `limits.delta_bytes`. (The event it becomes is
+/// `keel_eventlog::TextDelta`.)
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TextDelta(Arc<str>);
+pub struct DeltaText(Arc<str>);
 
-impl TextDelta {
+impl DeltaText {
     /// A delta under the default limits.
-    pub fn new(text: &str) -> Result<TextDelta, StreamViolation> {
+    pub fn new(text: &str) -> Result<DeltaText, StreamViolation> {
         Self::new_with(text, Limits::default_ref())
     }
 
     /// A delta: non-empty (rule `EmptyDelta`), at most `limits.delta_bytes`.
-    pub fn new_with<T>(text: T, limits: &Limits) -> Result<TextDelta, StreamViolation>
+    pub fn new_with<T>(text: T, limits: &Limits) -> Result<DeltaText, StreamViolation>
     where
         T: AsRef<str> + Into<Arc<str>>,
     {
@@ -29,7 +31,7 @@ impl TextDelta {
             return Err(StreamViolation::EmptyDelta);
         }
         Bound::DeltaBytes.check(limits, len)?;
-        Ok(TextDelta(text.into()))
+        Ok(DeltaText(text.into()))
     }
 
     /// The text.
@@ -43,22 +45,22 @@ impl TextDelta {
     }
 }
 
-impl fmt::Display for TextDelta {
+impl fmt::Display for DeltaText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl Serialize for TextDelta {
+impl Serialize for DeltaText {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.0)
     }
 }
 
-impl<'de> Deserialize<'de> for TextDelta {
+impl<'de> Deserialize<'de> for DeltaText {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        TextDelta::new_with(text, Limits::default_ref()).map_err(serde::de::Error::custom)
+        DeltaText::new_with(text, Limits::default_ref()).map_err(serde::de::Error::custom)
     }
 }
 
@@ -172,7 +174,7 @@ impl<'de> Deserialize<'de> for Completion {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum StreamItem {
     /// Visible text.
-    TextDelta(TextDelta),
+    TextDelta(DeltaText),
     /// A finalized tool call.
     ToolCall(ToolCallPart),
     /// The normal end.
@@ -202,7 +204,7 @@ impl StreamItem {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ItemOut<'a> {
     TextDelta {
-        text: &'a TextDelta,
+        text: &'a DeltaText,
     },
     ToolCall {
         call_id: &'a CallId,
@@ -217,7 +219,7 @@ enum ItemOut<'a> {
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 enum ItemWire {
     TextDelta {
-        text: TextDelta,
+        text: DeltaText,
     },
     ToolCall {
         call_id: CallId,

@@ -3,7 +3,7 @@
 //! This crate defines what a model call produces and checks that a
 //! provider produced exactly that. It owns:
 //!
-//! - [`StreamItem`], a strict tagged union: a [`TextDelta`], a finalized
+//! - [`StreamItem`], a strict tagged union: a [`DeltaText`], a finalized
 //!   tool call ([`keel_message::ToolCallPart`]), a [`Completion`] (finish
 //!   reason, [`Usage`], [`ProviderMetadata`]) or a [`ModelFailure`] (a typed
 //!   [`ProviderProblem`] and its [`RetryPosition`]);
@@ -115,7 +115,7 @@ mod violation;
 pub mod wire_value;
 
 pub use failure::{ModelFailure, RetryPosition};
-pub use item::{Completion, FinishReason, StreamItem, TextDelta};
+pub use item::{Completion, DeltaText, FinishReason, StreamItem};
 pub use metadata::{
     MetadataAllowlist, MetadataError, MetadataErrorKind, NAMESPACE_MAX_BYTES, ProviderMetadata,
 };

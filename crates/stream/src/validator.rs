@@ -1,7 +1,12 @@
-//! The host-side stream validator.
+//! The host-side stream validator: [`StreamValidator`] (configured by
+//! [`ValidatorConfig`]) turns raw items into validated ones, counts what
+//! it accepted (the retry position is computed here and nowhere else),
+//! screens completion metadata, and ends a stream with exactly one
+//! terminal. `ProviderProblem::from_raw` lives here beside the other
+//! raw-to-validated steps.
 
 use crate::failure::{ModelFailure, RetryPosition};
-use crate::item::{Completion, FinishReason, StreamItem, TextDelta};
+use crate::item::{Completion, DeltaText, FinishReason, StreamItem};
 use crate::metadata::{MetadataAllowlist, ProviderMetadata};
 use crate::problem::ProviderProblem;
 use crate::raw::{RawCompletion, RawItem, RawProblem, RawToolCall};
@@ -155,7 +160,7 @@ impl StreamValidator {
 
     fn check(&mut self, raw: RawItem) -> Result<StreamItem, StreamViolation> {
         match raw {
-            RawItem::TextDelta(text) => Ok(StreamItem::TextDelta(TextDelta::new_with(
+            RawItem::TextDelta(text) => Ok(StreamItem::TextDelta(DeltaText::new_with(
                 text,
                 &self.limits,
             )?)),

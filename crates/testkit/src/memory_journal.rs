@@ -2,11 +2,11 @@
 //! observer and the run history followers read.
 
 use crate::sync::lock;
-use keel_eventlog::{Event, Phase, Scope};
+use keel_eventlog::Event;
 use keel_message::RunId;
 use keel_observers::{
-    BatchError, HistoryError, ObserveBatchFuture, ObserveFuture, ObserverError, RequiredObserver,
-    RunHistory, RunStatus, StoredRun,
+    BatchError, ObserveBatchFuture, ObserveFuture, ObserverError, RequiredObserver, RunHistory,
+    RunHistoryError, RunStatus, StoredRun,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -54,7 +54,7 @@ impl StoredEvents {
         let last = self.events.len() as u64;
         let seq = event.seq();
         if seq == last + 1 {
-            if let Some((Scope::Run, Phase::Ended(terminal))) = event.kind().lifecycle_parts() {
+            if let Some(terminal) = event.kind().run_terminal() {
                 self.status = RunStatus::from(terminal);
             }
             self.events.push(Arc::clone(event));
@@ -141,7 +141,7 @@ impl RunHistory for MemoryJournal {
         "memory"
     }
 
-    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, HistoryError> {
+    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, RunHistoryError> {
         let runs = lock(&self.runs);
         Ok(runs
             .get(run_id)
@@ -154,7 +154,7 @@ impl RunHistory for MemoryJournal {
         run_id: &RunId,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<Arc<Event>>, HistoryError> {
+    ) -> Result<Vec<Arc<Event>>, RunHistoryError> {
         let runs = lock(&self.runs);
         let Some(run) = runs.get(run_id) else {
             return Ok(Vec::new());

@@ -93,7 +93,7 @@ pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
     let all = reader.runs()?;
     let mut continues: Vec<Option<String>> = Vec::with_capacity(all.len());
     for run in &all {
-        let previous = conversation::continued_run(&reader, &run.run_id)
+        let previous = conversation::continued_run(&reader, run.run_id.as_str())
             .map_err(|e| CliError::failure(e.to_string()))?;
         continues.push(previous.map(|p| p.as_str().to_owned()));
     }
@@ -106,14 +106,14 @@ pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
     };
     let width = shown
         .iter()
-        .map(|&i| all[i].run_id.len())
+        .map(|&i| all[i].run_id.as_str().len())
         .max()
         .unwrap_or(0);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for i in shown {
         let run = &all[i];
-        let lines = all_lines(&reader, &run.run_id, 0)?;
+        let lines = all_lines(&reader, run.run_id.as_str(), 0)?;
         let duration = Duration::from_micros(run.updated_ts.saturating_sub(run.started_ts));
         let turns = turns(&lines);
         let follows = continues[i]
@@ -145,7 +145,7 @@ pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
 /// runs it continues, then forward through the runs continuing it (the
 /// first follow-up, when a run was continued more than once).
 fn chain(all: &[RunSummary], continues: &[Option<String>], id: &str) -> Vec<usize> {
-    let index = |id: &str| all.iter().position(|r| r.run_id == id);
+    let index = |id: &str| all.iter().position(|r| r.run_id.as_str() == id);
     let mut back = Vec::new();
     let mut at = index(id);
     while let Some(i) = at {
@@ -158,7 +158,8 @@ fn chain(all: &[RunSummary], continues: &[Option<String>], id: &str) -> Vec<usiz
     back.reverse();
     let mut last = back.last().copied();
     while let Some(l) = last {
-        let next = (0..all.len()).find(|&j| continues[j].as_deref() == Some(&all[l].run_id));
+        let next =
+            (0..all.len()).find(|&j| continues[j].as_deref() == Some(all[l].run_id.as_str()));
         match next {
             Some(j) if !back.contains(&j) => {
                 back.push(j);
@@ -214,14 +215,14 @@ pub enum Verdict {
 /// `lifecycle.children_first`, …).
 pub fn verify_run(run: &RunSummary, lines: &[String]) -> Result<Verdict, Violation> {
     let violation = |seq: u64, rule: &'static str, detail: String| Violation {
-        run_id: run.run_id.clone(),
+        run_id: run.run_id.to_string(),
         seq,
         rule,
         detail,
     };
     if let Some(first) = lines.first()
         && let Ok(event) = Event::decode(first)
-        && event.run_id().as_str() != run.run_id
+        && event.run_id() != &run.run_id
     {
         return Err(violation(
             event.seq(),
@@ -303,7 +304,7 @@ pub fn verify(args: DbArgs) -> Result<i32, CliError> {
     let mut out = BufWriter::new(stdout.lock());
     let (mut ok, mut incomplete) = (0usize, 0usize);
     for run in &runs {
-        let lines = all_lines(&reader, &run.run_id, 0)?;
+        let lines = all_lines(&reader, run.run_id.as_str(), 0)?;
         match verify_run(run, &lines) {
             Ok(Verdict::Ok) => {
                 ok += 1;

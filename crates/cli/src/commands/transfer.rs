@@ -64,7 +64,7 @@ pub fn export(args: ExportArgs) -> Result<i32, CliError> {
             run.run_id
         ))
     };
-    let run_id = RunId::parse(&run.run_id).map_err(|e| broken(format!("run id: {e}")))?;
+    let run_id = run.run_id.clone();
     // A continued run inherits its history by reference: the file carries
     // the runs it references first, so it is self-contained.
     let runs = history::chain_runs(&JournalStore(&reader), &run_id)
@@ -149,14 +149,7 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     let text = read_bounded(&args.file, &file, args.max_bytes)?;
     let mut logs = Vec::new();
     for section in sections(&text) {
-        let log = replay(&file, section)?;
-        check_metadata_allowed(
-            &file,
-            section.first_line,
-            &log.retained_after(0),
-            &allowlist,
-        )?;
-        logs.push(log);
+        logs.push(replay(&file, section, &allowlist)?);
     }
     let db = args.db.db.display().to_string();
     if args.db.db.exists() {
@@ -355,37 +348,14 @@ fn check_no_conflict(db: &str, logs: &[RunLog], reader: &JournalReader) -> Resul
     Ok(())
 }
 
-/// Refuses a file whose completions carry metadata in a namespace the
-/// importing side does not allow: the live path would have dropped it, and
-/// an import keeps every event's bytes, so it cannot drop it either.
-/// Namespace names are validated plain names, safe to show.
-fn check_metadata_allowed(
+/// Parses and checks an export (see the module docs), under the
+/// importing side's metadata `allowlist`; the log it gives holds every
+/// event of the file (nothing evicted).
+fn replay(
     file: &str,
-    first_line: usize,
-    events: &[Arc<Event>],
+    section: Section<'_>,
     allowlist: &MetadataAllowlist,
-) -> Result<(), CliError> {
-    for event in events {
-        let Ok(Payload::ModelCompleted(done)) = event.payload() else {
-            continue;
-        };
-        let namespaces = done.metadata.iter().flat_map(|m| m.namespaces());
-        if let Some((name, _)) = namespaces.into_iter().find(|(n, _)| !allowlist.contains(n)) {
-            // The run's header is `first_line`, and the section is the whole run.
-            return Err(CliError::bad_input(format!(
-                "{file}:{line}: seq {seq}: model.completed metadata namespace $.{name} is not \
-                 allowed here (rule import.metadata_allowlist; allow it with --allow-metadata {name})",
-                line = event.seq() as usize + first_line,
-                seq = event.seq(),
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Parses and checks an export (see the module docs); the log it gives
-/// holds every event of the file (nothing evicted).
-fn replay(file: &str, section: Section<'_>) -> Result<RunLog, CliError> {
+) -> Result<RunLog, CliError> {
     let (text, shift) = (section.text, section.first_line - 1);
     let bad = |line: usize, message: String| {
         CliError::bad_input(format!("{file}:{}: {message}", line + shift))
@@ -426,32 +396,10 @@ fn replay(file: &str, section: Section<'_>) -> Result<RunLog, CliError> {
             .saturating_add(events.len().saturating_mul(ENTRY_OVERHEAD_BYTES)),
         ..defaults
     };
-    // `RunLog::import` numbers the events from 1; the header is line 1.
-    let log = RunLog::import(
-        snapshot.run_id().clone(),
-        events.iter().map(|e| e.line()),
-        config,
-        Arc::new(SystemClock),
-    )
-    .map_err(|e| import_error(file, e, shift + 1, section.first_line))?;
-    let replayed = log.snapshot();
-    if replayed != snapshot {
-        let header = |s: &Snapshot| {
-            s.to_jsonl()
-                .lines()
-                .next()
-                .map(str::to_owned)
-                .unwrap_or_default()
-        };
-        return Err(bad(
-            1,
-            format!(
-                "the header does not describe the file's events (rule snapshot.consistent): they give {}",
-                header(&replayed)
-            ),
-        ));
-    }
-    Ok(log)
+    // `import_run` numbers the events from 1; the header is line 1.
+    snapshot
+        .import_run(config, Arc::new(SystemClock), allowlist)
+        .map_err(|e| import_error(file, e, shift + 1, section.first_line))
 }
 
 /// Whether `line` is the three-member header `keel export` wrote before it
@@ -480,16 +428,22 @@ fn import_error(file: &str, e: ImportError, offset: usize, header: usize) -> Cli
         | ImportError::OutOfOrder { line, .. }
         | ImportError::TimeWentBack { line, .. }
         | ImportError::Lifecycle { line, .. }
-        | ImportError::Commit { line, .. } => Some(line + offset),
-        ImportError::Header { .. } | ImportError::Inconsistent { .. } => Some(header),
+        | ImportError::Commit { line, .. }
+        | ImportError::MetadataNotAllowed { line, .. } => Some(line + offset),
+        ImportError::Header { .. }
+        | ImportError::Inconsistent { .. }
+        | ImportError::HeaderMismatch { .. } => Some(header),
         _ => None,
     };
     let message = e.to_string();
     // The error text numbers lines its own way; drop its prefix.
-    let message = match message.split_once(": ") {
+    let mut message = match message.split_once(": ") {
         Some((prefix, rest)) if prefix.starts_with("line ") => rest.to_owned(),
         _ => message,
     };
+    if let ImportError::MetadataNotAllowed { namespace, .. } = &e {
+        message.push_str(&format!("; allow it with --allow-metadata {namespace}"));
+    }
     match line {
         Some(line) => CliError::bad_input(format!("{file}:{line}: {message}")),
         None => CliError::bad_input(format!("{file}: {message}")),

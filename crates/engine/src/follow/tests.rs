@@ -35,11 +35,11 @@ impl RunHistory for Store {
     fn name(&self) -> &str {
         "test"
     }
-    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, HistoryError> {
+    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, RunHistoryError> {
         let events = self.events.lock().unwrap();
         let mine: Vec<_> = events.iter().filter(|e| e.run_id() == run_id).collect();
         Ok(mine.last().map(|e| {
-            let status = if is_run_terminal(e) {
+            let status = if e.kind().is_run_terminal() {
                 keel_observers::RunStatus::Completed
             } else {
                 keel_observers::RunStatus::Running
@@ -52,7 +52,7 @@ impl RunHistory for Store {
         run_id: &RunId,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<Arc<Event>>, HistoryError> {
+    ) -> Result<Vec<Arc<Event>>, RunHistoryError> {
         *self.reads.lock().unwrap() += 1;
         let events = self.events.lock().unwrap();
         Ok(events
@@ -360,7 +360,7 @@ async fn a_store_that_skips_or_mixes_runs_is_caught() {
         fn name(&self) -> &str {
             "mixed"
         }
-        fn stored(&self, _: &RunId) -> Result<Option<StoredRun>, HistoryError> {
+        fn stored(&self, _: &RunId) -> Result<Option<StoredRun>, RunHistoryError> {
             Ok(Some(StoredRun::new(6, keel_observers::RunStatus::Running)))
         }
         fn read_after(
@@ -368,7 +368,7 @@ async fn a_store_that_skips_or_mixes_runs_is_caught() {
             _: &RunId,
             after: u64,
             limit: usize,
-        ) -> Result<Vec<Arc<Event>>, HistoryError> {
+        ) -> Result<Vec<Arc<Event>>, RunHistoryError> {
             self.0.read_after(&self.1, after, limit)
         }
     }

@@ -5,17 +5,18 @@
 //! module holds the run's state and the top of the task: cancellation,
 //! the panic guard, and settling how the run ended.
 
+mod env;
 mod model;
 mod record;
 mod sources;
 mod tools;
 mod turn;
 
+pub(crate) use env::RunEnv;
 pub(crate) use record::commit_cancelled_terminals;
 
 use crate::cancel::CancelToken;
 use crate::compose::RunContext;
-use crate::engine::EngineInner;
 use crate::error::FailureCause;
 use crate::request::{RunOutcome, RunReport, RunRequest};
 use futures_util::FutureExt;
@@ -111,7 +112,7 @@ impl RunEnd {
 }
 
 pub(crate) struct Runner {
-    pub(crate) engine: Arc<EngineInner>,
+    pub(crate) env: Arc<RunEnv>,
     pub(crate) ctx: RunContext,
     pub(crate) rec: Recorder,
     pub(crate) run_id: RunId,
@@ -124,15 +125,15 @@ pub(crate) struct Runner {
 
 impl Runner {
     pub(crate) fn new(
-        engine: Arc<EngineInner>,
+        env: Arc<RunEnv>,
         ctx: RunContext,
         log: RunLog,
         request: RunRequest,
     ) -> Runner {
-        let rec = Recorder::new(Arc::clone(&engine), log, ctx.limits.closing_deadline);
+        let rec = Recorder::new(Arc::clone(&env), log, ctx.limits.closing_deadline);
         let sources_seen = vec![sources::SourceSeen::default(); ctx.sources.len()];
         Runner {
-            engine,
+            env,
             rec,
             ctx,
             run_id: request.run_id,

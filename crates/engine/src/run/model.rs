@@ -16,7 +16,8 @@ use keel_eventlog::{
 };
 use keel_message::{ModelRequest, OperationId, ToolCallPart};
 use keel_stream::{
-    Completion, ProblemKind, ProviderProblem, RawStream, RetryPosition, StreamItem, StreamValidator,
+    Completion, ModelFailure, ProblemKind, ProviderProblem, RawStream, RetryPosition, StreamItem,
+    StreamValidator,
 };
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -67,7 +68,7 @@ impl Runner {
                 self.model.clone(),
                 history.into(),
                 Arc::clone(&tools.definitions),
-                &self.engine.shared.message_limits,
+                &self.env.message_limits,
             ) {
                 Ok(r) => r,
                 Err(e) => return Ok(Err(TurnFailure::message_rule(&e))),
@@ -115,19 +116,20 @@ impl Runner {
         let provider = Arc::clone(&self.ctx.provider);
         let started =
             tokio::time::timeout_at(at.deadline, guarded(move || provider.start(request))).await;
-        let pristine = RetryPosition::Pristine;
+        // A start failure's position is the stream crate's to say.
+        let at_start = ModelFailure::at_start;
         match started {
             Err(_) => {
-                self.model_failed(&at, self.timeout_problem(), pristine)
+                self.model_failed(&at, at_start(self.timeout_problem()))
                     .await
             }
             Ok(Err(_panic)) => {
                 let problem = panic_problem("the provider panicked starting the call");
-                self.model_failed(&at, problem, pristine).await
+                self.model_failed(&at, at_start(problem)).await
             }
             Ok(Ok(Err(raw))) => {
-                let problem = ProviderProblem::from_raw(raw, &self.engine.shared.message_limits);
-                self.model_failed(&at, problem, pristine).await
+                let problem = ProviderProblem::from_raw(raw, &self.env.message_limits);
+                self.model_failed(&at, at_start(problem)).await
             }
             Ok(Ok(Ok(stream))) => self.stream(&at, stream).await,
         }
@@ -148,27 +150,30 @@ impl Runner {
     /// guarded, so a panicking stream is a failed attempt.
     async fn stream(&self, at: &Attempt<'_>, stream: RawStream) -> Step<AttemptEnd> {
         let validator = StreamValidator::new(
-            self.engine.shared.validator.clone(),
-            self.engine.shared.message_limits.clone(),
+            self.env.validator.clone(),
+            self.env.message_limits.clone(),
             self.ctx.allowlist.clone(),
         );
         let mut items = keel_stream::validate(stream, validator);
         let mut output = ModelOutput::default();
         loop {
+            // What the log shows of this attempt before the next item: the
+            // position of a failure that item causes without being recorded.
+            let before = items.position();
             let polled = AssertUnwindSafe(items.next()).catch_unwind();
             let next = tokio::time::timeout_at(at.deadline, polled).await;
             let position = items.position();
             let item = match next {
                 Err(_) => {
                     drop(items);
-                    return self
-                        .model_failed(at, self.timeout_problem(), position)
-                        .await;
+                    let failure = ModelFailure::new(self.timeout_problem(), position);
+                    return self.model_failed(at, failure).await;
                 }
                 Ok(Err(_panic)) => {
                     drop(items);
                     let problem = panic_problem("the provider stream panicked");
-                    return self.model_failed(at, problem, position).await;
+                    let failure = ModelFailure::new(problem, position);
+                    return self.model_failed(at, failure).await;
                 }
                 Ok(Ok(None)) => {
                     // ValidatedStream always ends with a terminal; reaching
@@ -178,7 +183,8 @@ impl Runner {
                         "stream ended without a terminal",
                         false,
                     );
-                    return self.model_failed(at, problem, position).await;
+                    let failure = ModelFailure::new(problem, position);
+                    return self.model_failed(at, failure).await;
                 }
                 Ok(Ok(Some(item))) => item,
             };
@@ -195,7 +201,7 @@ impl Runner {
                     output.text.push_str(delta.text());
                 }
                 StreamItem::ToolCall(call) => {
-                    if let Some(end) = self.tool_call_item(at, call, &mut output).await? {
+                    if let Some(end) = self.tool_call_item(at, call, before, &mut output).await? {
                         return Ok(end);
                     }
                 }
@@ -205,8 +211,7 @@ impl Runner {
                 }
                 StreamItem::Failure(failure) => {
                     drop(items);
-                    let problem = failure.problem().clone();
-                    return self.model_failed(at, problem, failure.position()).await;
+                    return self.model_failed(at, failure).await;
                 }
             }
         }
@@ -214,11 +219,14 @@ impl Runner {
 
     /// Records a tool call, unless its id was used by an earlier call of
     /// this run: then the attempt fails as a protocol error before any tool
-    /// runs (a scope identity is never started twice).
+    /// runs (a scope identity is never started twice), at `before`, the
+    /// validator's position before this call: the reused call is not
+    /// recorded.
     async fn tool_call_item(
         &self,
         at: &Attempt<'_>,
         call: ToolCallPart,
+        before: RetryPosition,
         output: &mut ModelOutput,
     ) -> Step<Option<AttemptEnd>> {
         if self.state().call_ids.contains(call.call_id()) {
@@ -230,14 +238,8 @@ impl Runner {
                 ),
                 false,
             );
-            // What the log shows of this attempt: the reused call is not
-            // recorded.
-            let position = if output.text.is_empty() && output.calls.is_empty() {
-                RetryPosition::Pristine
-            } else {
-                RetryPosition::Partial
-            };
-            return self.model_failed(at, problem, position).await.map(Some);
+            let failure = ModelFailure::new(problem, before);
+            return self.model_failed(at, failure).await.map(Some);
         }
         self.rec
             .record(Payload::ToolCall(ToolCall {
@@ -273,7 +275,9 @@ impl Runner {
                 "the model completed with no text and no tool calls (rule model.nonempty_completion)",
                 true,
             );
-            return self.model_failed(at, problem, position).await;
+            return self
+                .model_failed(at, ModelFailure::new(problem, position))
+                .await;
         }
         // The validated, screened type goes into the event as it is.
         let metadata = (!done.metadata().is_empty()).then(|| done.metadata().clone());
@@ -293,12 +297,8 @@ impl Runner {
         Ok(AttemptEnd::Completed(output))
     }
 
-    async fn model_failed(
-        &self,
-        at: &Attempt<'_>,
-        problem: ProviderProblem,
-        position: RetryPosition,
-    ) -> Step<AttemptEnd> {
+    async fn model_failed(&self, at: &Attempt<'_>, failure: ModelFailure) -> Step<AttemptEnd> {
+        let (problem, position) = (failure.problem().clone(), failure.position());
         self.rec
             .record(Payload::ModelFailed(ModelFailed {
                 turn: at.turn,

@@ -4,8 +4,7 @@
 //! for every open scope, then the observers re-offered what they had not
 //! acknowledged).
 
-use super::{Interrupt, Step};
-use crate::engine::EngineInner;
+use super::{Interrupt, RunEnv, Step};
 use crate::request::RunOutcome;
 use keel_eventlog::{
     Cause, CommitError, EndReason, ErrorText, Event, Extra, Payload, RunFailed, RunLog, ScopeKey,
@@ -24,7 +23,7 @@ pub(crate) struct Failure {
 }
 
 pub(crate) struct Recorder {
-    engine: Arc<EngineInner>,
+    env: Arc<RunEnv>,
     log: RunLog,
     /// Serializes commit + submit, so the window gets each run's events in
     /// sequence order even while tools run in parallel.
@@ -40,10 +39,10 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    pub(crate) fn new(engine: Arc<EngineInner>, log: RunLog, closing_deadline: Duration) -> Self {
-        let window = engine.pipeline.window(log.clone());
+    pub(crate) fn new(env: Arc<RunEnv>, log: RunLog, closing_deadline: Duration) -> Self {
+        let window = env.pipeline.window(log.clone());
         Recorder {
-            engine,
+            env,
             log,
             gate: tokio::sync::Mutex::new(()),
             window,
@@ -175,14 +174,14 @@ impl Recorder {
     /// journal, say) still get the whole history, closing terminals
     /// included.
     async fn reoffer(&self, failed_observer: Option<usize>) {
-        let until = self.engine.closing_until(self.closing_deadline);
+        let until = self.env.closing_until(self.closing_deadline);
         // The window's batch in flight must settle first: re-offering past
         // it would reach an observer out of order.
         let _ = tokio::time::timeout_at(until, self.window.finish()).await;
         // Each offer gets at most the pipeline's per-observer deadline, so
         // one hanging observer cannot use up the closing time the others
         // (the local journal, say) need.
-        let per_offer = self.engine.pipeline.config().required_deadline;
+        let per_offer = self.env.pipeline.config().required_deadline;
         let mut skip: Vec<usize> = failed_observer.into_iter().collect();
         let pending = self.log.retained_after(self.acked());
         for event in pending {
@@ -192,7 +191,7 @@ impl Recorder {
                     return;
                 }
                 match self
-                    .engine
+                    .env
                     .pipeline
                     .dispatch_skipping(&event, left.min(per_offer), &skip)
                     .await

@@ -6,9 +6,9 @@
 
 use super::turn::TurnFailure;
 use super::{Interrupt, Runner, Step, truncate};
-use crate::engine::ToolSet;
 use crate::guard::guarded;
 use crate::tool::Tool;
+use crate::tool_set::ToolSet;
 use futures_util::future::join_all;
 use keel_eventlog::{CommitError, EventKind, Payload};
 use keel_message::{CanonicalJson, MessageError, ToolDefinition, ToolName};

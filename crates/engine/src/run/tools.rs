@@ -155,7 +155,7 @@ impl Runner {
     }
 
     fn result_part(&self, call: &ToolCallPart, content: &str, is_error: bool) -> Step<Part> {
-        let limits = &self.engine.shared.message_limits;
+        let limits = &self.env.message_limits;
         history::tool_result_part(call.call_id(), content, is_error, limits)
             .map_err(Interrupt::Message)
     }
@@ -282,7 +282,7 @@ impl Runner {
             call_id: call.call_id().clone(),
             arguments: call.arguments().clone(),
         };
-        let part_bytes = self.engine.shared.message_limits.part_bytes;
+        let part_bytes = self.env.message_limits.part_bytes;
         match tokio::time::timeout(timeout, guarded(move || tool.call(invocation))).await {
             Err(_) => Err(CallFailure::uncertain(
                 format!("timed out after {} ms", timeout.as_millis()),

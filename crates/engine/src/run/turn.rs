@@ -235,7 +235,7 @@ impl Runner {
         tools: &TurnTools,
     ) -> Step<TurnEnd> {
         let limits = &self.ctx.limits;
-        let message_limits = &self.engine.shared.message_limits;
+        let message_limits = &self.env.message_limits;
         let ModelOutput { text, calls } = output;
         let message =
             match history::assistant_message(&self.run_id, turn, &text, &calls, message_limits) {

@@ -33,7 +33,8 @@ fn a_stdio_entry_is_read_in_full() {
             args: vec!["/data".to_owned()]
         }
     );
-    assert_eq!(config.env(), ["HOME", "GITHUB_TOKEN"]);
+    let env: Vec<&str> = config.env().iter().map(|n| n.as_str()).collect();
+    assert_eq!(env, ["HOME", "GITHUB_TOKEN"]);
     assert_eq!(config.startup_timeout(), Duration::from_millis(5000));
     assert_eq!(config.max_output_bytes(), 4096);
     let write = config.policy_for("write_file");

@@ -126,10 +126,10 @@ impl SqliteJournal {
     }
 
     /// Whether the host `id` is gone (its lock file is missing or can be
-    /// locked). An id this build does not mint, or a lock file that
+    /// locked). A value that is not a host id, or a lock file that
     /// cannot be checked, counts as alive: the claim is refused.
     fn host_is_gone(&self, id: &str) -> bool {
-        hosts::valid_host_id(id)
+        crate::valid_host_id(id)
             && matches!(hosts::liveness(self.host.dir(), id), Ok(Liveness::Gone(_)))
     }
 }

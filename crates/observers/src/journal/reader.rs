@@ -1,8 +1,12 @@
 //! The read side: runs, events after a cursor, run status.
+//! [`JournalReader`] implements `RunHistory`; its pages are bounded in
+//! lines and in bytes (`PAGE_BYTES`, plus the line that reaches it, and at
+//! least one line when one follows), and `is_last_page` tells an empty
+//! page, the only end of a run's stored lines.
 
 use super::schema::{self, Found};
 use super::{JournalError, RunStatus};
-use crate::history::{HistoryError, RunHistory, StoredRun};
+use crate::history::{RunHistory, RunHistoryError, StoredRun};
 use keel_eventlog::Event;
 use keel_message::RunId;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
@@ -15,7 +19,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunSummary {
     /// The run id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The last stored sequence; events `1..=last_seq` are all stored.
     pub last_seq: u64,
     /// From the run's lifecycle events.
@@ -316,17 +320,17 @@ pub fn is_last_page(page: &[String], limit: usize) -> bool {
 /// and [`JournalReader::events_after`], each line decoded (with the
 /// canonical round-trip check). A page is bounded in bytes as well as in
 /// events ([`PAGE_BYTES`]), and ends before a line that does not
-/// decode; a read that starts at one is [`HistoryError::Corrupt`]. What the writer acknowledged before a call
+/// decode; a read that starts at one is [`RunHistoryError::Corrupt`]. What the writer acknowledged before a call
 /// began is in its answer (each call reads one snapshot).
 impl RunHistory for JournalReader {
     fn name(&self) -> &str {
         "sqlite"
     }
 
-    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, HistoryError> {
+    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, RunHistoryError> {
         let summary = self
             .run_status(run_id.as_str())
-            .map_err(|e| HistoryError::read("sqlite", e))?;
+            .map_err(|e| RunHistoryError::read("sqlite", e))?;
         Ok(summary.map(|s| StoredRun::new(s.last_seq, s.status)))
     }
 
@@ -335,10 +339,10 @@ impl RunHistory for JournalReader {
         run_id: &RunId,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<Arc<Event>>, HistoryError> {
+    ) -> Result<Vec<Arc<Event>>, RunHistoryError> {
         let lines = self
             .events_after(run_id.as_str(), after, limit)
-            .map_err(|e| HistoryError::read("sqlite", e))?;
+            .map_err(|e| RunHistoryError::read("sqlite", e))?;
         let mut last = after;
         let mut events = Vec::with_capacity(lines.len());
         // Each line is dropped once decoded: the page is held about once.
@@ -352,7 +356,7 @@ impl RunHistory for JournalReader {
                 // read starts at the bad line and fails.
                 Err(_) if !events.is_empty() => break,
                 Err(e) => {
-                    return Err(HistoryError::Corrupt {
+                    return Err(RunHistoryError::Corrupt {
                         store: "sqlite".to_owned(),
                         run_id: run_id.to_string(),
                         after: last,
@@ -426,8 +430,10 @@ fn unsigned(row: &rusqlite::Row<'_>, col: usize, name: &str) -> rusqlite::Result
 
 fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
     let status: String = row.get(2)?;
+    let run_id: String = row.get(0)?;
     Ok(RunSummary {
-        run_id: row.get(0)?,
+        run_id: RunId::parse(&run_id)
+            .map_err(|e| conversion(0, format!("runs.run_id is not a run id: {e}")))?,
         last_seq: unsigned(row, 1, "last_seq")?,
         status: RunStatus::parse(&status).ok_or_else(|| {
             conversion(
@@ -496,7 +502,7 @@ mod tests {
         let before = history.read_after(&run, 0, 10).unwrap();
         assert_eq!(before.iter().map(|e| e.seq()).collect::<Vec<_>>(), [1, 2]);
         match history.read_after(&run, 2, 10) {
-            Err(HistoryError::Corrupt {
+            Err(RunHistoryError::Corrupt {
                 after: 2, run_id, ..
             }) => assert_eq!(run_id, "run_h"),
             other => panic!("{other:?}"),
@@ -555,7 +561,7 @@ mod tests {
             reader
                 .last_numbered_run(prefix, status)
                 .unwrap()
-                .map(|s| s.run_id)
+                .map(|s| s.run_id.as_str().to_owned())
         };
         assert_eq!(last("chat-x-", None).as_deref(), Some("chat-x-10"));
         assert_eq!(

@@ -50,7 +50,7 @@ impl RecoveryReport {
 #[non_exhaustive]
 pub struct RecoveredRun {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The host that owned it (gone), or `None` when no host was recorded
     /// (a run journaled before schema version 2).
     pub previous_owner: Option<String>,
@@ -64,7 +64,8 @@ pub struct RecoveredRun {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SkippedRun {
-    /// The run.
+    /// The run, as its `runs` row names it: a row whose id is not a run
+    /// id is skipped too ([`SkipReason::Corrupt`]), and named all the same.
     pub run_id: String,
     /// Why.
     pub reason: SkipReason,
@@ -95,7 +96,7 @@ pub enum SkipReason {
         /// What is wrong (rule, line and seq numbers, never content).
         detail: String,
     },
-    /// `owners.host` is not a host id this build mints; no path is built
+    /// `owners.host` is not a host id ([`valid_host_id`](crate::valid_host_id)); no path is built
     /// from it and nothing was written.
     #[error("owners.host of this run is not a host id (rule recovery.host_id)")]
     InvalidOwner,
@@ -233,7 +234,7 @@ impl SqliteJournal {
             }));
         }
         Ok(Ok(RecoveredRun {
-            run_id: run.run_id.clone(),
+            run_id: log.run_id().clone(),
             previous_owner: run.owner.clone(),
             terminals: events,
         }))
@@ -262,7 +263,7 @@ fn owner_state(
     if owner == own {
         return Err(SkipReason::OwnedByThisHost);
     }
-    if !hosts::valid_host_id(owner) {
+    if !crate::valid_host_id(owner) {
         return Err(SkipReason::InvalidOwner);
     }
     let state = hosts

@@ -11,7 +11,7 @@ use errors::classify_http;
 use request::request_body;
 
 use crate::config::ProviderConfig;
-use crate::error::ConfigError;
+use crate::error::ProviderConfigError;
 use crate::key::ApiKey;
 use crate::shell::{Shell, Wire};
 use keel_message::{Limits, ModelRequest};
@@ -92,7 +92,7 @@ impl Anthropic {
     /// A provider for `config`. Fails on a bad base URL, an `https` one
     /// without the `rustls` feature, a zero bound or timeout (or
     /// `max_tokens`), or when the HTTP client cannot be built.
-    pub fn new(config: AnthropicConfig) -> Result<Anthropic, ConfigError> {
+    pub fn new(config: AnthropicConfig) -> Result<Anthropic, ProviderConfigError> {
         Shell::new(config).map(|shell| Anthropic { shell })
     }
 
@@ -120,9 +120,9 @@ impl Wire for AnthropicOptions {
     const PATH: &'static str = "messages";
     const REQUEST_ID_HEADER: &'static str = "request-id";
 
-    fn check(&self) -> Result<(), ConfigError> {
+    fn check(&self) -> Result<(), ProviderConfigError> {
         if self.max_tokens == 0 {
-            return Err(ConfigError::Zero {
+            return Err(ProviderConfigError::Zero {
                 field: "max_tokens",
             });
         }

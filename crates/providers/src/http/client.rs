@@ -4,7 +4,7 @@
 
 use super::failure::{error_chain, transport_problem};
 use super::{endpoint, request, response};
-use crate::error::ConfigError;
+use crate::error::ProviderConfigError;
 use keel_stream::RawProblem;
 use reqwest::header::HeaderMap;
 use std::time::Duration;
@@ -32,7 +32,7 @@ pub(crate) struct Client {
 
 impl Client {
     /// The client for `s`, after the endpoint rules.
-    pub(crate) fn new(s: ClientSettings<'_>) -> Result<Client, ConfigError> {
+    pub(crate) fn new(s: ClientSettings<'_>) -> Result<Client, ProviderConfigError> {
         let url = endpoint::endpoint(s.base_url, s.path)?;
         let client = reqwest::Client::builder()
             .connect_timeout(s.connect_timeout)
@@ -41,7 +41,7 @@ impl Client {
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("keel-providers/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| ConfigError::Client {
+            .map_err(|e| ProviderConfigError::Client {
                 reason: error_chain(&e.without_url()),
             })?;
         Ok(Client {

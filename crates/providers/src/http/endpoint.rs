@@ -4,14 +4,14 @@
 //! format's path. Both rules apply when the provider is built, so a
 //! misconfiguration never waits for the first request.
 
-use crate::error::ConfigError;
+use crate::error::ProviderConfigError;
 
 /// Whether this build speaks TLS (the `rustls` feature).
 const TLS: bool = cfg!(feature = "rustls");
 
 /// `base_url` if it passes the base URL rule.
-fn checked_base(base_url: &str) -> Result<reqwest::Url, ConfigError> {
-    let bad = |problem| ConfigError::InvalidBaseUrl { problem };
+fn checked_base(base_url: &str) -> Result<reqwest::Url, ProviderConfigError> {
+    let bad = |problem| ProviderConfigError::InvalidBaseUrl { problem };
     let base = reqwest::Url::parse(base_url).map_err(|_| bad("is not an absolute URL"))?;
     if !matches!(base.scheme(), "http" | "https") {
         return Err(bad("is not http or https"));
@@ -35,13 +35,13 @@ pub(crate) fn is_valid_base(base_url: &str) -> bool {
 }
 
 /// `{base_url}/{path}`, once `base_url` passed both rules.
-pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<reqwest::Url, ConfigError> {
+pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<reqwest::Url, ProviderConfigError> {
     let base = checked_base(base_url)?;
     if base.scheme() == "https" && !TLS {
-        return Err(ConfigError::TlsDisabled);
+        return Err(ProviderConfigError::TlsDisabled);
     }
     let joined = format!("{}/{path}", base.as_str().trim_end_matches('/'));
-    reqwest::Url::parse(&joined).map_err(|_| ConfigError::InvalidBaseUrl {
+    reqwest::Url::parse(&joined).map_err(|_| ProviderConfigError::InvalidBaseUrl {
         problem: "is not an absolute URL",
     })
 }
@@ -65,7 +65,7 @@ mod tests {
         ] {
             let err = endpoint(bad, "messages").unwrap_err();
             assert!(
-                matches!(err, ConfigError::InvalidBaseUrl { .. }),
+                matches!(err, ProviderConfigError::InvalidBaseUrl { .. }),
                 "{bad}: {err}"
             );
             assert!(!err.to_string().contains(bad), "{err}");
@@ -84,7 +84,7 @@ mod tests {
     #[test]
     fn https_is_refused_without_tls() {
         let err = endpoint("https://api.anthropic.com/v1", "messages").unwrap_err();
-        assert_eq!(err, ConfigError::TlsDisabled);
+        assert_eq!(err, ProviderConfigError::TlsDisabled);
         let text = err.to_string();
         assert!(text.contains("rule config.tls"), "{text}");
         assert!(text.contains("`rustls` feature"), "{text}");
@@ -92,7 +92,7 @@ mod tests {
         // The base URL rule comes first: a bad https URL says what is bad.
         assert!(matches!(
             endpoint("https://user:pw@host/v1", "messages"),
-            Err(ConfigError::InvalidBaseUrl { .. })
+            Err(ProviderConfigError::InvalidBaseUrl { .. })
         ));
         // Plain http still works.
         assert!(endpoint("http://127.0.0.1:1/v1", "messages").is_ok());

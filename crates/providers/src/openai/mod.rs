@@ -12,7 +12,7 @@ use errors::classify_http;
 use request::request_body;
 
 use crate::config::ProviderConfig;
-use crate::error::ConfigError;
+use crate::error::ProviderConfigError;
 use crate::key::ApiKey;
 use crate::shell::{Shell, Wire};
 use keel_message::{Limits, ModelRequest};
@@ -81,7 +81,7 @@ impl OpenAiCompatible {
     /// A provider for `config`. Fails on a bad base URL, an `https` one
     /// without the `rustls` feature, a zero bound or timeout, or when the
     /// HTTP client cannot be built.
-    pub fn new(config: OpenAiConfig) -> Result<OpenAiCompatible, ConfigError> {
+    pub fn new(config: OpenAiConfig) -> Result<OpenAiCompatible, ProviderConfigError> {
         Shell::new(config).map(|shell| OpenAiCompatible { shell })
     }
 
@@ -109,7 +109,7 @@ impl Wire for OpenAiOptions {
     const PATH: &'static str = "chat/completions";
     const REQUEST_ID_HEADER: &'static str = "x-request-id";
 
-    fn check(&self) -> Result<(), ConfigError> {
+    fn check(&self) -> Result<(), ProviderConfigError> {
         Ok(())
     }
 

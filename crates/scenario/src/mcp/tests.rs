@@ -89,7 +89,10 @@ fn flags_take_three_forms() {
     let json = config(
         r#"{"name": "gh", "command": ["gh-mcp"], "env": ["GITHUB_TOKEN"], "timeout_ms": 500}"#,
     );
-    assert_eq!(json.env(), ["GITHUB_TOKEN"]);
+    assert_eq!(
+        json.env().iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+        ["GITHUB_TOKEN"]
+    );
     for bad in [
         "files",
         "=x",

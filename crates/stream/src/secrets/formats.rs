@@ -13,7 +13,7 @@
 //! the figures.
 
 use super::SecretRule;
-use super::scan::{is_alnum, run};
+use super::bytes::{find, is_alnum, run};
 
 /// Which bytes may follow a prefix: a union of classes.
 #[derive(Clone, Copy)]
@@ -379,7 +379,7 @@ impl Infixed {
 pub(super) fn infixed(bytes: &[u8], mut push: impl FnMut(usize, usize)) {
     for format in INFIXED {
         let mut from = 0;
-        while let Some(at) = super::scan::find(bytes, from, format.marker) {
+        while let Some(at) = find(bytes, from, format.marker) {
             if let Some((start, end)) = format.matches(bytes, at) {
                 push(start, end);
             }

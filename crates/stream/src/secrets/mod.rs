@@ -189,6 +189,7 @@ impl fmt::Display for SecretRule {
 /// The text that replaces each redacted span.
 pub const REDACTED: &str = "[redacted]";
 
+mod bytes;
 mod formats;
 mod keys;
 mod scan;

@@ -1,6 +1,7 @@
 //! The value rule's scanner: every span of a text shaped like a
 //! credential (see the parent module's docs for the shapes).
 
+use super::bytes::{find, is_alnum, run};
 use super::{REDACTED, SecretRule, formats, keys::screen_key};
 
 /// One flagged span of a text: byte range (always on char boundaries: every
@@ -12,19 +13,8 @@ pub(super) struct Span {
     pub(super) rule: SecretRule,
 }
 
-pub(super) fn is_alnum(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-}
-
 fn is_key_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
-}
-
-/// Length of the run of bytes satisfying `pred` starting at `at`.
-pub(super) fn run(bytes: &[u8], at: usize, pred: impl Fn(u8) -> bool) -> usize {
-    bytes
-        .get(at..)
-        .map_or(0, |rest| rest.iter().take_while(|&&b| pred(b)).count())
 }
 
 /// Whether a token may start at `at`: the previous byte is not an ASCII
@@ -37,14 +27,6 @@ fn starts_with_ignore_case(bytes: &[u8], at: usize, word: &[u8]) -> bool {
     bytes
         .get(at..at + word.len())
         .is_some_and(|s| s.eq_ignore_ascii_case(word))
-}
-
-pub(super) fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
-    bytes
-        .get(from..)?
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .map(|p| p + from)
 }
 
 /// `Bearer <x>` / `Basic <x>`.
