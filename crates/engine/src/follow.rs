@@ -42,12 +42,12 @@ pub const HISTORY_PAGE: usize = 512;
 
 /// How long a follower waits before reading the history again for an
 /// event the log evicted while it was still on its way to the store.
-pub const IN_FLIGHT_POLL: Duration = Duration::from_millis(2);
+pub(crate) const IN_FLIGHT_POLL: Duration = Duration::from_millis(2);
 
 /// How long at most it waits for one such event: longer than a required
 /// observer's default deadline (10 s); past it the store is failing, and
 /// the follower ends with [`FollowError::Gap`].
-pub const IN_FLIGHT_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const IN_FLIGHT_WAIT: Duration = Duration::from_secs(30);
 
 /// Why a follower could not be opened, or ended before the run's terminal.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +85,7 @@ pub enum FollowError {
     },
     /// The event after `last_delivered` is neither retained nor stored
     /// (evicted past the durable watermark, still missing after
-    /// [`IN_FLIGHT_WAIT`], or skipped by the store). From `next`.
+    /// its in-flight wait of 30 s, or skipped by the store). From `next`.
     #[error(
         "the event after {last_delivered} is neither retained nor stored (next available {next_available}) (rule follow.no_gap)"
     )]
@@ -298,6 +298,25 @@ impl RunFollower {
     /// exhausted, or the follower ended with an error.
     pub fn is_finished(&self) -> bool {
         self.finished && self.page.is_empty() && self.pending.is_none()
+    }
+
+    /// Whether `next` has more to give without waiting for the run to go
+    /// on: an event (or an end) is buffered, the live log has committed an
+    /// event after the cursor (durable or not yet), or the run is not live
+    /// and its history is not read to its end (a run that is not live has
+    /// all it will ever have in the history). A host that paused at an
+    /// event (an approval asked) uses it to tell "the run is waiting for an
+    /// answer" from "more is already there".
+    pub fn more_committed(&self) -> bool {
+        if !self.page.is_empty() || self.pending.is_some() {
+            return true;
+        }
+        if self.finished {
+            return false;
+        }
+        self.log
+            .as_ref()
+            .is_none_or(|log| log.stats().last_seq > self.last)
     }
 
     /// The next event, waiting for it. `None` after the run's terminal

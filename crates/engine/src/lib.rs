@@ -90,9 +90,7 @@ pub use config::{
 };
 pub use engine::{Engine, EngineShutdown, LiveRun};
 pub use error::{BuildError, FailureCause, StartError};
-pub use follow::{
-    FOLLOW_BOUNDS, FollowError, HISTORY_PAGE, IN_FLIGHT_POLL, IN_FLIGHT_WAIT, RunFollower,
-};
+pub use follow::{FOLLOW_BOUNDS, FollowError, HISTORY_PAGE, RunFollower};
 pub use interaction::{
     InteractionDecision, InteractionError, InteractionFuture, InteractionHandler, InteractionKind,
     InteractionRequest,

@@ -2,11 +2,16 @@
 //! sends) and `GET /v1/chat/{id}/stream` (`useChat({resume: true})`),
 //! answered with the UI message stream v1 ([`keel_views::ui_stream`]).
 //!
-//! The agent is the operator's: `keel serve --chat-scenario FILE` gives
-//! the model, provider, tools, limits and system messages; its provider
-//! must be scripted or allowed with `--allow-provider` (checked at
-//! startup). A body may name `model` and `provider` (a type name) only as
-//! the scenario does, else 403 `provider-not-allowed`.
+//! The agent is the run factory's ([`RunFactory::chat_agent`](crate::RunFactory::chat_agent)):
+//! `keel serve --chat-scenario FILE` (its provider scripted or allowed
+//! with `--allow-provider`, checked at startup), or a host's own plan. A
+//! body may name `model` and `provider` (a type name) only as the agent
+//! does, else 403 `provider-not-allowed`.
+//!
+//! Streams follow the run with the engine's [`RunFollower`] (the journal,
+//! then the live log, durable events only, no gap and no duplicate); a
+//! stream paused at an approval ends when nothing more is committed
+//! ([`RunFollower::more_committed`]).
 //!
 //! Conversations (#13, #32): the posted `id` names the conversation; its
 //! runs are `chat-{id}-{n}`, n = 1, 2, …, created only here and marked as
@@ -41,16 +46,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
-use keel_engine::InteractionDecision;
-use keel_eventlog::{
-    ChatId, ChatRun, Event, Payload, RunLog, SubscribeError, Subscription, SubscriptionError,
-};
+use keel_engine::{FollowError, InteractionDecision, RunFollower};
+use keel_eventlog::{ChatId, ChatRun, Event, Payload, SubscriptionError};
 use keel_message::{Message, Part, Role, RunId};
 use keel_observers::RunStatus;
 use keel_observers::conversation;
 use keel_views::ui_stream::{Chunk, DONE, STREAM_HEADER, UiStream};
 use serde_json::{Map, Value};
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,8 +63,6 @@ pub use keel_eventlog::CHAT_ID_MAX_BYTES as MAX_CHAT_ID_BYTES;
 pub const MAX_MESSAGES: usize = 1000;
 /// Most parts in one message.
 pub const MAX_PARTS: usize = 256;
-/// Journal lines read per query while streaming.
-const PAGE: usize = 512;
 /// How long an approval answer waits for its question to be parked.
 const ANSWER_WAIT: Duration = Duration::from_secs(1);
 
@@ -569,98 +569,38 @@ fn ui_response(
     response
 }
 
-/// A run's events in order: the journal first, then the live log from
-/// where the journal ends (the seam of `GET /v1/runs/{id}/events`),
-/// durable events only ([`super::events::DEFAULT_BOUNDS`]): a chat client
-/// never renders what a crash could take back.
-struct Source {
-    daemon: Arc<Daemon>,
-    run: String,
-    last: u64,
-    log: Option<RunLog>,
-    sub: Option<Subscription>,
-    page: VecDeque<Event>,
-    /// When it began waiting for an evicted event to reach the journal.
-    in_flight_since: Option<tokio::time::Instant>,
-}
-
-impl Source {
-    async fn next(&mut self) -> Option<Result<Event, String>> {
-        loop {
-            if let Some(e) = self.page.pop_front() {
-                self.last = e.seq();
-                return Some(Ok(e));
-            }
-            if let Some(sub) = self.sub.as_mut() {
-                match sub.recv().await {
-                    Some(Ok(e)) => {
-                        self.last = e.seq();
-                        return Some(Ok(Event::clone(&e)));
-                    }
-                    // Fell behind or evicted: the journal has what was missed.
-                    Some(Err(
-                        SubscriptionError::SlowConsumer { .. } | SubscriptionError::Evicted { .. },
-                    )) => {
-                        self.sub = None;
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                    Some(Err(e)) => return Some(Err(e.to_string())),
-                    None => return None,
-                }
-                continue;
-            }
-            // Read before the journal: what is durable now, it holds.
-            let durable = self.log.as_ref().map(RunLog::durable_seq);
-            let (run, after) = (self.run.clone(), self.last);
-            let lines = match self
-                .daemon
-                .read(move |r| r.events_after(&run, after, PAGE))
-                .await
-            {
-                Ok(lines) => lines,
-                Err(p) => return Some(Err(p.to_json().to_string())),
-            };
-            if lines.is_empty() {
-                let log = self.log.as_ref()?;
-                match log.subscribe(self.last, super::events::DEFAULT_BOUNDS) {
-                    Ok(s) => self.sub = Some(s),
-                    // Evicted before it was durable: on its way to the
-                    // journal (as in `events.rs`), read it again shortly.
-                    Err(SubscribeError::CursorExpired { .. })
-                        if durable.is_some_and(|d| d <= self.last) && self.still_in_flight() =>
-                    {
-                        tokio::time::sleep(super::events::IN_FLIGHT_POLL).await;
-                    }
+/// The chat's next event of `follower` (the engine's: the journal, then
+/// the live log, durable events only, so a chat client never renders what
+/// a crash could take back). A client that fell behind the live log's
+/// bounds is not failed: the follower is reopened at its cursor, and the
+/// journal serves what it missed.
+async fn next_event(
+    daemon: &Daemon,
+    follower: &mut RunFollower,
+) -> Option<Result<Arc<Event>, String>> {
+    loop {
+        match follower.next().await? {
+            Ok(event) => return Some(Ok(event)),
+            Err(FollowError::Live(SubscriptionError::SlowConsumer { .. })) => {
+                let (run_id, cursor) = (follower.run_id().clone(), follower.cursor());
+                match daemon.engine.subscribe(&run_id, cursor).await {
+                    Ok(reopened) => *follower = reopened,
                     Err(e) => return Some(Err(e.to_string())),
                 }
-                continue;
             }
-            self.in_flight_since = None;
-            for line in lines {
-                match Event::decode(&line) {
-                    Ok(e) => self.page.push_back(e),
-                    Err(e) => return Some(Err(format!("a stored line does not decode: {e}"))),
-                }
-            }
+            Err(e) => return Some(Err(e.to_string())),
         }
     }
+}
 
-    /// Whether to keep waiting for an evicted event to reach the journal
-    /// (at most [`super::events::IN_FLIGHT_WAIT`]).
-    fn still_in_flight(&mut self) -> bool {
-        let now = tokio::time::Instant::now();
-        let since = *self.in_flight_since.get_or_insert(now);
-        now.duration_since(since) < super::events::IN_FLIGHT_WAIT
-    }
-
-    /// Whether an event after `last` exists already.
-    fn more_committed(&self) -> bool {
-        !self.page.is_empty()
-            || self
-                .log
-                .as_ref()
-                .is_none_or(|l| l.stats().last_seq > self.last)
-    }
+/// A follower of the chat's run `run` from its first event.
+async fn open_follower(daemon: &Daemon, run: &str) -> Result<RunFollower, String> {
+    let run_id = RunId::parse(run).map_err(|e| e.to_string())?;
+    daemon
+        .engine
+        .subscribe(&run_id, 0)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 fn frame(chunk: &Chunk) -> SseEvent {
@@ -676,21 +616,19 @@ fn ui_stream(
     run: String,
     seen: u64,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
-    let log = daemon.engine.live_run(&run).map(|r| r.log().clone());
-    let mut source = Source {
-        daemon,
-        run: run.clone(),
-        last: 0,
-        log,
-        sub: None,
-        page: VecDeque::new(),
-        in_flight_since: None,
-    };
     async_stream::stream! {
         let mut view = UiStream::new();
         let mut held: Vec<Chunk> = Vec::new();
         yield Ok(frame(&UiStream::start(&run)));
-        while let Some(next) = source.next().await {
+        let mut follower = match open_follower(&daemon, &run).await {
+            Ok(follower) => follower,
+            Err(error_text) => {
+                yield Ok(frame(&Chunk::Error { error_text }));
+                yield Ok(SseEvent::default().data(DONE));
+                return;
+            }
+        };
+        while let Some(next) = next_event(&daemon, &mut follower).await {
             let chunks = match next.map(|e| view.feed(&e).map_err(|v| v.to_string())) {
                 Ok(Ok(chunks)) => chunks,
                 Ok(Err(e)) | Err(e) => {
@@ -711,7 +649,7 @@ fn ui_stream(
             if view.ended() {
                 break;
             }
-            if view.paused() && !source.more_committed() {
+            if view.paused() && !follower.more_committed() {
                 yield Ok(frame(&Chunk::Finish { finish_reason: None, message_metadata: Some(serde_json::json!({"keel": {"outcome": "awaiting-approval"}})) }));
                 break;
             }

@@ -49,10 +49,6 @@ const MIN_BYTES: usize = 4096;
 /// Default and largest `limit` of a JSON Lines page.
 const DEFAULT_LIMIT: usize = 1000;
 const MAX_LIMIT: usize = 10_000;
-/// How long a stream waits before reading the journal again for events
-/// the log evicted while they were still on their way to it, and how long
-/// at most: the engine follower's.
-pub(crate) use keel_engine::{IN_FLIGHT_POLL, IN_FLIGHT_WAIT};
 /// Interval of the SSE keep-alive comments.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The `retry:` hint every stream opens with: how long a browser waits

@@ -95,7 +95,7 @@ pub mod viewer;
 pub use config::{BearerToken, ServeConfig, ServeConfigError, TokenError};
 pub use error::ServeError;
 pub use factory::{HostParts, RunFactory, RunPlan};
-pub use problem::Problem;
+pub use problem::{Problem, StatusCode};
 #[cfg(feature = "scenario")]
 pub use scenario_factory::ScenarioFactory;
 pub use server::Server;
@@ -103,7 +103,7 @@ pub use server::Server;
 use approvals::Approvals;
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use config::Settings;

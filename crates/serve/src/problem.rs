@@ -1,8 +1,13 @@
 //! RFC 9457 problem details: every error the daemon returns.
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
+
+/// The status [`Problem::new`] takes (the `http` crate's, through axum),
+/// so that a host's [`RunFactory`](crate::RunFactory) needs no HTTP
+/// dependency of its own to refuse a body.
+pub use axum::http::StatusCode;
 
 /// The media type of a problem document.
 pub const PROBLEM_JSON: &str = "application/problem+json";

@@ -2,7 +2,8 @@
 //! JSON client they drive it with.
 //!
 //! [`Serve`] says how to start it (extra arguments, environment, a token,
-//! its own journal or a temporary one, stderr inherited or logged);
+//! its own journal or a temporary one, stderr inherited or logged, or a
+//! host's own binary embedding `keel-serve` instead of `keel serve`);
 //! [`Daemon`] is the running process, killed on drop.
 
 use std::io::{BufRead, BufReader, Read};
@@ -19,6 +20,7 @@ pub struct Serve {
     env: Vec<(String, String)>,
     db: Option<PathBuf>,
     logged: bool,
+    host: Option<PathBuf>,
 }
 
 impl Serve {
@@ -65,6 +67,14 @@ impl Serve {
         self
     }
 
+    /// `PROGRAM --db DB --listen 127.0.0.1:0 ARGS...` instead of `keel
+    /// serve ...`: a host embedding the daemon (it prints the same
+    /// `listening on` line).
+    pub fn host(mut self, program: &Path) -> Serve {
+        self.host = Some(program.to_owned());
+        self
+    }
+
     /// Spawns the daemon and waits for its `listening on` line.
     pub fn start(self) -> Daemon {
         let dir = self.db.is_none().then(|| tempfile::tempdir().unwrap());
@@ -83,9 +93,15 @@ impl Serve {
             ),
             None => Stdio::inherit(),
         };
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keel"));
-        cmd.arg("serve")
-            .arg("--db")
+        let mut cmd = match &self.host {
+            Some(program) => Command::new(program),
+            None => {
+                let mut keel = Command::new(env!("CARGO_BIN_EXE_keel"));
+                keel.arg("serve");
+                keel
+            }
+        };
+        cmd.arg("--db")
             .arg(&db)
             .args(["--listen", "127.0.0.1:0"])
             .args(&self.args)
@@ -109,13 +125,16 @@ impl Serve {
                 .as_deref()
                 .map(|p| std::fs::read_to_string(p).unwrap_or_default())
                 .unwrap_or_default();
-            panic!("keel serve: unexpected first line {line:?}; stderr:\n{err}");
+            panic!(
+                "{}: unexpected first line {line:?}; stderr:\n{err}",
+                self.name()
+            );
         };
         let base = base.to_owned();
         let addr: SocketAddr = base
             .strip_prefix("http://")
             .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("keel serve: not an address: {line:?}"));
+            .unwrap_or_else(|| panic!("{}: not an address: {line:?}", self.name()));
         let ready_in = started.elapsed();
         // Keep draining stdout so that a later line never meets a closed pipe.
         std::thread::spawn(move || {
@@ -130,6 +149,16 @@ impl Serve {
             ready_in,
             log,
             _dir: dir,
+        }
+    }
+}
+
+impl Serve {
+    /// What the daemon is called in failures.
+    fn name(&self) -> String {
+        match &self.host {
+            Some(program) => program.display().to_string(),
+            None => "keel serve".to_owned(),
         }
     }
 }

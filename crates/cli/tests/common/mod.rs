@@ -3,6 +3,7 @@
 
 pub mod browser;
 pub mod daemon;
+pub mod example_bin;
 pub mod frontends;
 pub mod mcp;
 pub mod nats;

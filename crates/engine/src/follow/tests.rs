@@ -426,3 +426,43 @@ async fn a_durable_follower_stops_at_the_watermark() {
     durable(&log, &store, &events[3..]);
     assert_eq!(take(&mut follower, 3).await, [4, 5, 6]);
 }
+
+#[tokio::test]
+async fn more_committed_says_whether_next_has_an_event_without_the_run_going_on() {
+    let (log, store) = (small_log(), Arc::new(Store::default()));
+    let events = commit(&log, 2);
+    durable(&log, &store, &events);
+    let mut follower = open(Some(&log), Some(&store), 0, FOLLOW_BOUNDS)
+        .await
+        .unwrap();
+    assert!(follower.more_committed(), "1..=3 are committed");
+    assert_eq!(take(&mut follower, 3).await, [1, 2, 3]);
+    assert!(!follower.more_committed(), "the run is waiting");
+    // Committed and not durable yet: `next` waits for the store, not for
+    // the run.
+    let note = commit(&log, 1);
+    assert!(follower.more_committed());
+    durable(&log, &store, &note);
+    let end = finish(&log);
+    durable(&log, &store, &[Arc::clone(&end)]);
+    assert_eq!(drain(&mut follower).await, [4, 5]);
+    assert!(!follower.more_committed(), "past the terminal");
+
+    // Evicted from the log: the page read from the store is buffered.
+    let (log, store) = (small_log(), Arc::new(Store::default()));
+    let events = commit(&log, 20);
+    durable(&log, &store, &events);
+    let mut follower = open(Some(&log), Some(&store), 0, FOLLOW_BOUNDS)
+        .await
+        .unwrap();
+    assert_eq!(take(&mut follower, 1).await, [1]);
+    assert!(follower.more_committed());
+    assert_eq!(take(&mut follower, 20).await, (2..=21).collect::<Vec<_>>());
+    assert!(!follower.more_committed());
+
+    // Not live: the store holds all there is, read to its end.
+    let mut stored = open(None, Some(&store), 0, FOLLOW_BOUNDS).await.unwrap();
+    assert!(stored.more_committed());
+    assert_eq!(drain(&mut stored).await.len(), 21);
+    assert!(!stored.more_committed());
+}
