@@ -315,7 +315,7 @@ pub async fn post_chat(
             StatusCode::NOT_FOUND,
             "chat-not-configured",
             "No chat agent",
-            "this daemon serves /v1/chat only when started with --chat-scenario FILE",
+            "this daemon has no chat agent (keel serve --chat-scenario FILE, or a run factory whose chat_agent() is Some)",
         ));
     };
     let text = read_body(&headers, body).await?;
