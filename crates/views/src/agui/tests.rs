@@ -422,6 +422,9 @@ fn the_snapshot_is_written_a_message_at_a_time() {
     assert_eq!(snapshot["type"], "MESSAGES_SNAPSHOT");
     assert_eq!(snapshot["rawEvent"]["seq"], 9);
     assert!(check_event(&snapshot).is_ok());
+    // The typed snapshot (`prelude`'s) is the written text's JSON.
+    let (_, typed) = super::prelude(&events, Vec::new(), Limits::default()).expect("a prelude");
+    assert_eq!(typed[1].to_value(), snapshot);
     // A run that recorded no input has no history: no messages.
     let bare = run(&[started(), turn("turn.started", 1)]);
     let (_, out) = super::prelude(&bare, Vec::new(), Limits::default()).expect("a prelude");
@@ -622,4 +625,41 @@ fn the_snapshot_has_every_kind_of_message() {
         out[1]["messages"]
     );
     assert!(check_event(&out[1]).is_ok());
+}
+
+/// The snapshot is rebuilt under the caller's limits, not the defaults: a
+/// tool result over the caller's `part_bytes` is the history's short error
+/// result, as the engine's own history holds it (rule: the engine's
+/// limits are passed to the views, #33).
+#[test]
+fn the_snapshot_is_rebuilt_under_the_callers_limits() {
+    let events = run(&[
+        started(),
+        input(),
+        turn("turn.started", 1),
+        model_started("op_1"),
+        tool_call("op_1", "c1"),
+        model_completed("op_1", "tool_calls"),
+        tool(
+            "tool.completed",
+            "c1",
+            json!({"output": "a result longer than the forty bytes allowed"}),
+        ),
+        turn("turn.completed", 1),
+        turn("turn.started", 2),
+    ]);
+    let result = |limits: Limits| {
+        let (_, out) = prelude(&events, Vec::new(), limits).expect("a prelude");
+        out[1].to_value()["messages"][2]["content"].clone()
+    };
+    assert_eq!(
+        result(Limits::default()),
+        "a result longer than the forty bytes allowed"
+    );
+    let tight = Limits {
+        // Room for the short error result (38 bytes), not for the result.
+        part_bytes: 40,
+        ..Limits::default()
+    };
+    assert_eq!(result(tight), "tool result exceeded limits.part_bytes");
 }
