@@ -13,6 +13,19 @@
 //! ([`PreludeFold`], [`SnapshotWriter`]), never holding the run. The mapping,
 //! event by event, is `docs/rfc/implemented/2026-12-02-ag-ui-view.md`.
 //!
+//! ```
+//! use keel_eventlog::Event;
+//! use keel_views::agui::{AguiEvent, AguiMapper};
+//! let line = r#"{"kind":"run.started","payload":{"model":"m"},"run_id":"run_1","seq":1,"ts":5000}"#;
+//! let event = Event::decode(line).expect("a canonical line");
+//! let mapped = AguiMapper::new().map(&event).expect("a run's first event");
+//! assert!(matches!(mapped[0].event(), AguiEvent::RunStarted { .. }));
+//! assert_eq!(
+//!     mapped[0].to_json(),
+//!     format!(r#"{{"rawEvent":{line},"runId":"run_1","threadId":"run_1","timestamp":5,"type":"RUN_STARTED"}}"#)
+//! );
+//! ```
+//!
 //! Bounds: the mapper holds one open step, one open text message (its
 //! text kept up to [`MAX_TEXT_BYTES`] for a later prelude; what is beyond
 //! is counted, not kept, and the prelude says so in a `keel.text_elided`
