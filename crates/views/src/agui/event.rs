@@ -12,7 +12,7 @@
 
 use super::message::AguiMessage;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// One AG-UI event (an `@ag-ui/core` 1.0 event type) without its
 /// [`Stamp`]: exactly the types this view emits.
@@ -234,12 +234,16 @@ impl Stamped {
     }
 }
 
-/// What is sent if an event does not encode. Nothing here can fail to
-/// encode (string keys only, no floats outside `Value`s), so this is a
-/// typed fallback rather than a panic, as `ui_stream::Chunk::to_json`'s.
+/// What is sent if an event does not encode: a `RUN_ERROR` saying so.
+/// Nothing here can fail to encode (string keys only, no floats outside
+/// `Value`s), so this is a typed fallback rather than a panic, as
+/// `ui_stream::Chunk::to_json`'s is.
 fn encode_failure(e: &serde_json::Error) -> Value {
-    json!({"type": "RUN_ERROR", "message": format!("an AG-UI event did not encode: {e}"),
-        "code": "keel.agui.encode"})
+    let error = AguiEvent::RunError {
+        message: format!("an AG-UI event did not encode: {e}"),
+        code: "keel.agui.encode".to_owned(),
+    };
+    serde_json::to_value(&error).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 use super::super::message::{AguiMessage, AguiToolCall, FunctionCall};
 use super::*;
+use serde_json::json;
 
 /// A stamp as the mapper makes one: from a Keel line with `ts` = 5 000 µs
 /// (`rawEvent` `{"ts":5000}`, `timestamp` 5).
