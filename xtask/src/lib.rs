@@ -3,5 +3,6 @@
 //! The binary (`src/main.rs`) only parses arguments and prints; the rules live
 //! here so that they are unit and integration tested.
 
+pub mod arch;
 pub mod modules;
 pub mod rfc;

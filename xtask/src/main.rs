@@ -4,10 +4,10 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use xtask::modules;
 use xtask::rfc::{self, Rule};
+use xtask::{arch, modules};
 
-/// Violations found (`rfc check`, `modules check`).
+/// Violations found (`rfc check`, `modules check`, `arch check`).
 const EXIT_VIOLATIONS: u8 = 1;
 /// Bad arguments, or the check could not run at all.
 const EXIT_ERROR: u8 = 2;
@@ -22,6 +22,8 @@ fn usage() -> &'static str {
      \x20 modules check [--root DIR] [--crate NAME]...\n\
      \x20                          fail on a cycle between the top-level modules of a library\n\
      \x20                          crate (every crates/*, or each crates/NAME given)\n\
+     \x20 arch check [--root DIR]  fail when ARCHITECTURE.md is over 450 lines or its invariant\n\
+     \x20                          table names a function or a test that does not exist\n\
      \x20 help                     print this message\n\
      \n\
      DIR is the repository root (the directory containing docs/rfc and crates); by default it is\n\
@@ -33,6 +35,7 @@ enum Command {
     Index(Option<PathBuf>),
     Rules,
     Modules(Option<PathBuf>, Vec<String>),
+    Arch(Option<PathBuf>),
     Help,
 }
 
@@ -42,6 +45,8 @@ fn parse(args: &[String]) -> Result<Command, String> {
         [] | ["help" | "--help" | "-h", ..] => return Ok(Command::Help),
         ["rfc", "check", rest @ ..] => ("check", rest),
         ["rfc", "index", rest @ ..] => ("index", rest),
+        ["arch", "check", rest @ ..] => ("arch", rest),
+        ["arch", ..] => return Err("unknown arch command (only `check`)".to_owned()),
         ["modules", "check", rest @ ..] => return parse_modules(rest),
         ["modules", ..] => return Err("unknown modules command (only `check`)".to_owned()),
         ["rfc", "rules"] => return Ok(Command::Rules),
@@ -57,6 +62,7 @@ fn parse(args: &[String]) -> Result<Command, String> {
     };
     Ok(match command {
         "check" => Command::Check(root),
+        "arch" => Command::Arch(root),
         _ => Command::Index(root),
     })
 }
@@ -105,6 +111,7 @@ fn main() -> ExitCode {
         Command::Check(root) => resolve_root(root).and_then(|root| run_check(&root)),
         Command::Index(root) => resolve_root(root).and_then(|root| run_index(&root)),
         Command::Modules(root, crates) => return run_modules(resolve_root(root), &crates),
+        Command::Arch(root) => return run_arch(resolve_root(root)),
     };
     result.unwrap_or_else(|err| {
         eprintln!("xtask: {err}");
@@ -163,6 +170,27 @@ fn run_modules(root: Result<PathBuf, rfc::Error>, crates: &[String]) -> ExitCode
     eprintln!(
         "modules check: {} cycle(s) in {n} crates; move the shared piece into the lower module",
         report.cycles().len()
+    );
+    ExitCode::from(EXIT_VIOLATIONS)
+}
+
+fn run_arch(root: Result<PathBuf, rfc::Error>) -> ExitCode {
+    let report = match root.map(|root| arch::check(&root)) {
+        Ok(Ok(report)) => report,
+        Ok(Err(err)) => return fail(&err),
+        Err(err) => return fail(&err),
+    };
+    let (lines, rows) = (report.lines(), report.rows());
+    if report.is_ok() {
+        println!("arch check: {lines} lines, {rows} invariant rows, every name found");
+        return ExitCode::SUCCESS;
+    }
+    for violation in report.violations() {
+        eprintln!("{violation}");
+    }
+    eprintln!(
+        "arch check: {} problem(s) in {lines} lines, {rows} invariant rows; the table's format is in xtask/src/arch.rs",
+        report.violations().len()
     );
     ExitCode::from(EXIT_VIOLATIONS)
 }

@@ -40,7 +40,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-mod lex;
+pub(crate) mod lex;
 mod refs;
 
 /// The folder, relative to the repository root, whose subfolders are crates.

@@ -218,7 +218,7 @@ pub struct ServeArgs {
     /// oldest one that has not yet passed the token check; when every
     /// open connection has, the new one is answered 503
     /// too-many-connections and closed.
-    #[arg(long, default_value_t = keel_serve::config::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    #[arg(long, default_value_t = keel_serve::limits::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
     pub max_connections: usize,
     /// Most connections open at once from one IP address (default 256, at
     /// most --max-connections), with the same rule as --max-connections:

@@ -1,4 +1,7 @@
-//! Engine limits and the retry policy.
+//! Engine limits and the retry policy: `EngineLimits` (turns, parallel
+//! tools, timeouts, the closing deadline) with `validate` and its
+//! `LimitError`, `MIN_CLOSING_DEADLINE`, `RetryPolicy` (attempts and
+//! backoff, never past `max_backoff`) and `PartialRetry`.
 
 use std::time::Duration;
 

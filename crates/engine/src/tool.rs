@@ -1,4 +1,8 @@
-//! Tools: what the engine runs when the model asks.
+//! Tools: what the engine runs when the model asks. The [`Tool`] trait
+//! returns a [`ToolOutput`] (its text and, when the tool cut it, an
+//! `OutputCut` the engine records as `output_cut`) or a [`ToolError`]
+//! with its outcome and retry; a [`ToolInvocation`] parses its arguments
+//! into the tool's own type without echoing input values.
 
 use keel_message::{CallId, CanonicalJson, RunId, ToolDefinition};
 use std::future::Future;

@@ -1,4 +1,8 @@
-//! The event envelope and its canonical line encoding.
+//! The event envelope and its canonical line encoding: an [`Event`] is
+//! its canonical line plus a small parsed header (kind, run, seq, ts), and
+//! [`Event::decode`] accepts a line only if re-encoding it gives the same
+//! bytes (unknown payload members included). `model.text_delta`, the bulk
+//! of a log, has a fast path of the same rules in `event/text_delta.rs`.
 
 use crate::decimal::{digits, push_u64};
 use crate::kind::{EventKind, KindError};

@@ -1,4 +1,8 @@
-//! Stable event kind names.
+//! Stable event kind names: [`Scope`] (run, turn, model, tool,
+//! interaction), [`Terminal`], [`Phase`] and [`EventKind`]. A
+//! well-formed kind this version does not know is kept as an extension
+//! kind, unless its last segment is a lifecycle phase: that is refused,
+//! since its meaning for the lifecycle cannot be guessed.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,4 +1,9 @@
-//! `RunLog`: the authoritative, bounded, per-run event log.
+//! `RunLog`: the authoritative, bounded, per-run event log. It alone
+//! assigns sequences (`commit`, refused commits as `CommitError`, using
+//! no sequence), keeps the retained window within `LogConfig`'s bounds by
+//! evicting oldest first while the terminal reserve stays free, holds the
+//! durable watermark (`mark_durable`) and ends its subscriptions (`close`,
+//! `shutdown`). Snapshots, restore and import are in `snapshot.rs`.
 
 use crate::clock::Clock;
 use crate::config::{ConfigError, LogConfig};

@@ -1,4 +1,10 @@
-//! Subscriptions: a cursor into one run's log, with its own bounds.
+//! Subscriptions: a cursor into one run's log, with its own bounds. A
+//! subscription replays what the log retains after its cursor, read in
+//! batches, then follows the live tail; it sees everything committed or
+//! only what is durable ([`Durability`]); it is a `Stream` and has
+//! `try_recv`. Falling behind its bounds or past the retained window ends
+//! it with a typed error carrying the cursor to resume from; a commit
+//! never waits for it.
 
 use crate::event::Event;
 use crate::shared::{EndReason, Shared, Signal, State, is_run_terminal};

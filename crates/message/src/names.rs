@@ -1,4 +1,5 @@
-//! Validated names: tool names and model names.
+//! Validated names: tool names (`^[A-Za-z0-9_-]{1,64}$`, the rule
+//! `ToolSpec::new` shares) and model names.
 
 use crate::error::{MessageError, MessageErrorKind, NameProblem};
 use crate::limits::Limits;

@@ -1,4 +1,9 @@
-//! The two observer contracts.
+//! The two observer contracts. A [`RequiredObserver`] is async and its
+//! `Ok` means the event is durably accepted under the observer's contract;
+//! `observe_batch` (by default one by one) answers a refusal with
+//! [`BatchError`] naming what was acknowledged before it. A
+//! [`BestEffortObserver`] runs on its own thread behind a bounded queue
+//! and can slow nothing.
 
 use keel_eventlog::Event;
 use std::future::Future;

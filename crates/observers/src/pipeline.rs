@@ -1,5 +1,10 @@
 //! The dispatch pipeline: required observers in order, then best-effort
-//! observers through bounded queues.
+//! observers through bounded queues. `PipelineBuilder`/`PipelineConfig`
+//! set the per-call deadline, the best-effort capacity and the window's
+//! bounds; each required call is guarded against panics
+//! (`acknowledge_batch`, `dispatch_skipping`); `offer_best_effort` and
+//! `shutdown(deadline)` share one lock, so an offer is delivered or
+//! counted as dropped; `Pipeline::window(log)` gives a run its window.
 
 use crate::observer::{BatchError, BestEffortObserver, ObserverError, RequiredObserver};
 use crate::queue::{Receiver, Sender, TrySendError, bounded};

@@ -202,18 +202,19 @@ pub enum McpLaunchError {
 
 /// Starts the scenario's MCP servers for `request`'s run and adds them as
 /// its tool sources. Every server is resolved against `host` (under
-/// `trust`) before the first one starts.
+/// `trust`) before the first one starts; results are bounded by the
+/// engine's `limits.part_bytes`.
 #[cfg(feature = "mcp")]
 pub async fn with_mcp(
     request: RunRequest,
     scenario: &Scenario,
     host: &[keel_mcp::ServerConfig],
     trust: crate::mcp::Trust,
+    limits: &keel_message::Limits,
 ) -> Result<RunRequest, McpLaunchError> {
     let configs = crate::mcp::resolve(&scenario.mcp_servers, host, trust)?;
     if configs.is_empty() {
         return Ok(request);
     }
-    let part_bytes = keel_message::Limits::default().part_bytes;
-    Ok(crate::mcp::start(request, &configs, part_bytes).await?)
+    Ok(crate::mcp::start(request, &configs, limits.part_bytes).await?)
 }

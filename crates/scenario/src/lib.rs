@@ -5,7 +5,7 @@
 //! files"): the model, the provider (scripted, or a network adapter with
 //! its key in a named environment variable), the tools (scripted,
 //! built-ins, MCP servers), the limits and the messages. This crate loads
-//! one strictly ([`file`]: every refusal names the JSON path and the rule)
+//! one strictly ([`file`](mod@file): every refusal names the JSON path and the rule)
 //! and turns it into a [`keel_engine::RunRequest`] ([`launch`]).
 //!
 //! What it is not: it owns no run semantics (the engine does), no HTTP

@@ -307,7 +307,7 @@ pub async fn post_chat(
     body: Body,
 ) -> Result<Response, Problem> {
     if daemon.shutting_down() {
-        return Err(runs::shutting_down());
+        return Err(super::reservation::shutting_down());
     }
     let Some(template) = daemon.factory.chat_agent() else {
         return Err(problem(

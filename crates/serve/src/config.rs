@@ -3,15 +3,12 @@
 //! daemon fills it in code). [`ServeConfig::validate`] checks it whole
 //! before anything opens; [`BearerToken`] holds a checked token.
 
-use crate::limits::{ConnectionLimits, LimitsError, StreamLimits};
+use crate::limits::{ConnectionConfig, ConnectionLimits, LimitsError, StreamConfig, StreamLimits};
 use keel_engine::MIN_CLOSING_DEADLINE;
 use keel_eventlog::LogConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// The default of [`ServeConfig::max_connections`].
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// A bearer token every API request must show: non-empty printable ASCII
 /// without spaces (what an `Authorization: Bearer` header can carry).
@@ -70,24 +67,10 @@ pub struct ServeConfig {
     pub approval_timeout: Duration,
     /// `--shutdown-timeout-ms`: at least [`MIN_CLOSING_DEADLINE`].
     pub shutdown_timeout: Duration,
-    /// `--max-connections`.
-    pub max_connections: usize,
-    /// `--max-connections-per-peer`.
-    pub max_connections_per_peer: usize,
-    /// `--header-timeout-ms`.
-    pub header_timeout_ms: u64,
-    /// `--body-timeout-ms`.
-    pub body_timeout_ms: u64,
-    /// `--idle-timeout-ms`.
-    pub idle_timeout_ms: u64,
-    /// `--write-timeout-ms`.
-    pub write_timeout_ms: u64,
-    /// `--send-buffer-bytes` (0: the kernel's).
-    pub send_buffer_bytes: usize,
-    /// `--max-streams`.
-    pub max_streams: usize,
-    /// `--max-streams-per-run`.
-    pub max_streams_per_run: usize,
+    /// The connection caps and timeouts (`--max-connections`, …).
+    pub connections: ConnectionConfig,
+    /// The event stream caps (`--max-streams`, `--max-streams-per-run`).
+    pub streams: StreamConfig,
 }
 
 impl Default for ServeConfig {
@@ -103,15 +86,8 @@ impl Default for ServeConfig {
             max_live_runs: 1024,
             approval_timeout: Duration::from_millis(300_000),
             shutdown_timeout: Duration::from_millis(30_000),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            max_connections_per_peer: 256,
-            header_timeout_ms: 10_000,
-            body_timeout_ms: 30_000,
-            idle_timeout_ms: 60_000,
-            write_timeout_ms: 10_000,
-            send_buffer_bytes: 65_536,
-            max_streams: 512,
-            max_streams_per_run: 256,
+            connections: ConnectionConfig::default(),
+            streams: StreamConfig::default(),
         }
     }
 }
@@ -196,8 +172,8 @@ impl ServeConfig {
             default_approval_timeout: self.approval_timeout,
             shutdown_timeout: self.shutdown_timeout,
             log_config,
-            connections: ConnectionLimits::from_config(self)?,
-            streams: StreamLimits::from_config(self)?,
+            connections: ConnectionLimits::from_config(&self.connections)?,
+            streams: StreamLimits::from_config(&self.streams)?,
         })
     }
 }

@@ -21,7 +21,7 @@
 //! onto [`ServeConfig`].
 //!
 //! One [`Server`], one [`Engine`]: it is built at startup from the host's
-//! [`EngineBuilder`] with the daemon's [`SqliteJournal`] as its required
+//! [`EngineBuilder`](keel_engine::EngineBuilder) with the daemon's [`SqliteJournal`] as its required
 //! observer (JetStream's first, with `nats`), the log retention of
 //! `log_max_events` and the daemon's approvals as the interaction handler.
 //! The daemon keeps no registry of its own: status, list, cancel, answers
@@ -75,6 +75,7 @@ pub mod chat_runs;
 pub mod config;
 mod conn;
 pub mod cross_site;
+pub mod error;
 pub mod events;
 pub mod factory;
 pub mod limits;
@@ -92,11 +93,12 @@ pub mod timed_io;
 pub mod viewer;
 
 pub use config::{BearerToken, ServeConfig, ServeConfigError, TokenError};
+pub use error::ServeError;
 pub use factory::{HostParts, RunFactory, RunPlan};
 pub use problem::Problem;
 #[cfg(feature = "scenario")]
 pub use scenario_factory::ScenarioFactory;
-pub use server::{ServeError, Server};
+pub use server::Server;
 
 use approvals::Approvals;
 use axum::Router;

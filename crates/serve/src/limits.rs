@@ -1,8 +1,7 @@
 //! The daemon's bounds on connections and streams (issue #22), from its
-//! [`ServeConfig`] (the `keel serve` flags): what a hostile client can hold, and for how long.
+//! [`ServeConfig`](crate::ServeConfig) (the `keel serve` flags): what a hostile client can hold, and for how long.
 //! `docs/SECURITY.md` ("Hostile clients") tables them.
 
-use crate::config::ServeConfig;
 use std::time::Duration;
 
 /// Why a connection or stream flag was refused.
@@ -26,6 +25,61 @@ pub enum LimitsError {
         /// The total.
         total: usize,
     },
+}
+
+/// The default of [`ConnectionConfig::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// The connection settings as given (the `keel serve` flags of the same
+/// names); [`ConnectionLimits::from_config`] checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionConfig {
+    /// `--max-connections`: open connections in all.
+    pub max_connections: usize,
+    /// `--max-connections-per-peer`: at most the total.
+    pub max_connections_per_peer: usize,
+    /// `--header-timeout-ms`.
+    pub header_timeout_ms: u64,
+    /// `--body-timeout-ms`.
+    pub body_timeout_ms: u64,
+    /// `--idle-timeout-ms`.
+    pub idle_timeout_ms: u64,
+    /// `--write-timeout-ms`.
+    pub write_timeout_ms: u64,
+    /// `--send-buffer-bytes` (0: the kernel's).
+    pub send_buffer_bytes: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> ConnectionConfig {
+        ConnectionConfig {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: 256,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            write_timeout_ms: 10_000,
+            send_buffer_bytes: 65_536,
+        }
+    }
+}
+
+/// The event stream caps as given; [`StreamLimits::from_config`] checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// `--max-streams`: open event streams in all.
+    pub max_streams: usize,
+    /// `--max-streams-per-run`: at most the total.
+    pub max_streams_per_run: usize,
+}
+
+impl Default for StreamConfig {
+    fn default() -> StreamConfig {
+        StreamConfig {
+            max_streams: 512,
+            max_streams_per_run: 256,
+        }
+    }
 }
 
 /// File descriptors kept for the daemon's own use (the journal, the
@@ -64,7 +118,7 @@ pub struct ConnectionLimits {
 
 impl ConnectionLimits {
     /// Checks the settings.
-    pub fn from_config(args: &ServeConfig) -> Result<ConnectionLimits, LimitsError> {
+    pub fn from_config(args: &ConnectionConfig) -> Result<ConnectionLimits, LimitsError> {
         let count = |value: usize, flag: &'static str| {
             if value == 0 {
                 Err(LimitsError::Zero { flag })
@@ -163,7 +217,7 @@ pub struct StreamLimits {
 
 impl StreamLimits {
     /// Checks the settings.
-    pub fn from_config(args: &ServeConfig) -> Result<StreamLimits, LimitsError> {
+    pub fn from_config(args: &StreamConfig) -> Result<StreamLimits, LimitsError> {
         if args.max_streams == 0 {
             return Err(LimitsError::Zero {
                 flag: "--max-streams",
@@ -202,20 +256,19 @@ impl StreamLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::DEFAULT_MAX_CONNECTIONS;
 
-    fn config(edit: impl FnOnce(&mut ServeConfig)) -> ServeConfig {
-        let mut config = ServeConfig::default();
+    fn config(edit: impl FnOnce(&mut ConnectionConfig)) -> ConnectionConfig {
+        let mut config = ConnectionConfig::default();
         edit(&mut config);
         config
     }
 
     #[test]
     fn defaults_are_accepted() {
-        let c = ConnectionLimits::from_config(&ServeConfig::default()).unwrap();
+        let c = ConnectionLimits::from_config(&ConnectionConfig::default()).unwrap();
         assert_eq!(c.max_connections(), DEFAULT_MAX_CONNECTIONS);
         assert_eq!(c.header_timeout(), Duration::from_millis(10_000));
-        let s = StreamLimits::from_config(&ServeConfig::default()).unwrap();
+        let s = StreamLimits::from_config(&StreamConfig::default()).unwrap();
         assert_eq!(s.max_streams_per_run(), 256);
     }
 
@@ -228,7 +281,7 @@ mod tests {
             parse_file_limit("Max open files  unlimited unlimited files"),
             None
         );
-        let mut c = ConnectionLimits::from_config(&ServeConfig::default()).unwrap();
+        let mut c = ConnectionLimits::from_config(&ConnectionConfig::default()).unwrap();
         assert_eq!(c.fit_file_limit(256), Some(DEFAULT_MAX_CONNECTIONS));
         assert_eq!(c.max_connections(), 192);
         assert_eq!(c.max_connections_per_peer(), 192);
@@ -250,10 +303,10 @@ mod tests {
         }))
         .unwrap_err();
         assert!(matches!(e, LimitsError::AboveTotal { value: 5, .. }), "{e}");
-        let e = StreamLimits::from_config(&config(|c| {
-            c.max_streams = 2;
-            c.max_streams_per_run = 3;
-        }))
+        let e = StreamLimits::from_config(&StreamConfig {
+            max_streams: 2,
+            max_streams_per_run: 3,
+        })
         .unwrap_err();
         assert!(e.to_string().contains("--max-streams-per-run 3"), "{e}");
     }

@@ -35,7 +35,7 @@
 //!
 //! One stderr line per recovered run.
 
-use crate::server::ServeError;
+use crate::error::ServeError;
 use keel_observers::{
     JetStreamHandle, JetStreamRecovery, LocalSync, RecoveryReport, RequiredObserver, RunStatus,
     SqliteJournal, StreamRecovery, StreamStanding,

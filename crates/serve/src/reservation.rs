@@ -10,7 +10,8 @@
 //! [`SqliteJournal::claim_run`]: keel_observers::SqliteJournal::claim_run
 
 use super::problem::Problem;
-use super::{Daemon, lock, runs};
+use super::{Daemon, lock};
+use axum::http::StatusCode;
 use keel_observers::RunClaim;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -39,17 +40,17 @@ impl<'d> Reservation<'d> {
     pub(super) async fn take(daemon: &'d Daemon, run_id: &str) -> Result<Self, Problem> {
         let _admission = daemon.admission.lock().await;
         if daemon.shutting_down() {
-            return Err(runs::shutting_down());
+            return Err(shutting_down());
         }
         {
             let reserved = lock(&daemon.reserved);
             let live = daemon.engine.live_runs();
             let max = daemon.settings.max_live_runs;
             if live.saturating_add(reserved.slots) >= max {
-                return Err(runs::too_many_live_runs(max, live));
+                return Err(too_many_live_runs(max, live));
             }
             if reserved.ids.contains(run_id) || daemon.engine.live_run(run_id).is_some() {
-                return Err(runs::run_exists(run_id));
+                return Err(run_exists(run_id));
             }
         }
         let journal = Arc::clone(&daemon.journal);
@@ -59,7 +60,7 @@ impl<'d> Reservation<'d> {
             .map_err(Problem::journal)?
             .map_err(Problem::journal)?;
         if claim != RunClaim::Claimed {
-            return Err(runs::run_exists(run_id));
+            return Err(run_exists(run_id));
         }
         let mut reserved = lock(&daemon.reserved);
         reserved.ids.insert(run_id.to_owned());
@@ -101,4 +102,40 @@ impl Drop for Reservation<'_> {
         }
         reserved.ids.remove(&self.run_id);
     }
+}
+
+/// 503 for a run posted while the daemon shuts down.
+pub fn shutting_down() -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "shutting-down",
+        "The daemon is shutting down",
+        "no new runs are taken (rule engine.open)",
+    )
+    .with("rule", "engine.open")
+}
+
+pub(crate) fn too_many_live_runs(max: usize, live: usize) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too-many-live-runs",
+        "Too many live runs",
+        format!(
+            "this daemon runs at most {max} runs at once (--max-live-runs); post again when one has ended"
+        ),
+    )
+    .with("bound", "max_live_runs")
+    .with("max_live_runs", max)
+    .with("live_runs", live)
+}
+
+pub(crate) fn run_exists(id: &str) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "run-exists",
+        "Run id already used",
+        "a live or stored run has this id; give the scenario another run_id, or leave it out (rule run.unique_id)",
+    )
+    .with("run_id", id)
+    .with("rule", "run.unique_id")
 }

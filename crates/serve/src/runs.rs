@@ -6,7 +6,7 @@
 use super::chat_runs;
 use super::factory::{HostParts, RunPlan};
 use super::problem::Problem;
-use super::reservation::Reservation;
+use super::reservation::{Reservation, run_exists, shutting_down};
 use super::{Daemon, json_response, read_body};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Query, State};
@@ -267,42 +267,6 @@ fn internal(detail: impl Into<String>) -> Problem {
         "Internal error",
         detail,
     )
-}
-
-/// 503 for a run posted while the daemon shuts down.
-pub fn shutting_down() -> Problem {
-    Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "shutting-down",
-        "The daemon is shutting down",
-        "no new runs are taken (rule engine.open)",
-    )
-    .with("rule", "engine.open")
-}
-
-pub(super) fn too_many_live_runs(max: usize, live: usize) -> Problem {
-    Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "too-many-live-runs",
-        "Too many live runs",
-        format!(
-            "this daemon runs at most {max} runs at once (--max-live-runs); post again when one has ended"
-        ),
-    )
-    .with("bound", "max_live_runs")
-    .with("max_live_runs", max)
-    .with("live_runs", live)
-}
-
-pub(super) fn run_exists(id: &str) -> Problem {
-    Problem::new(
-        StatusCode::CONFLICT,
-        "run-exists",
-        "Run id already used",
-        "a live or stored run has this id; give the scenario another run_id, or leave it out (rule run.unique_id)",
-    )
-    .with("run_id", id)
-    .with("rule", "run.unique_id")
 }
 
 /// 403 for a provider the daemon does not run for this client.

@@ -73,7 +73,7 @@ impl ScenarioFactory {
             return Err(ChatScenarioError::ProviderNotAllowed);
         }
         let plan = self.plan(scenario, Trust::Operator);
-        self.chat = Some(Arc::new(plan.map_err(ChatScenarioError::from_problem)?));
+        self.chat = Some(Arc::new(plan.map_err(ChatScenarioError::from_refusal)?));
         Ok(self)
     }
 
@@ -114,7 +114,7 @@ type McpRefusal = keel_scenario::mcp::ResolveError;
 type McpRefusal = std::convert::Infallible;
 
 impl ChatScenarioError {
-    fn from_problem(e: McpRefusal) -> ChatScenarioError {
+    fn from_refusal(e: McpRefusal) -> ChatScenarioError {
         #[cfg(feature = "mcp")]
         return ChatScenarioError::Mcp(e);
         #[cfg(not(feature = "mcp"))]

@@ -2,12 +2,13 @@
 //! host's engine builder and a [`RunFactory`]; [`Server::run`] serves until
 //! the shutdown signal, then shuts the runs down and closes the journal.
 
-use crate::config::{ServeConfig, ServeConfigError};
+use crate::config::ServeConfig;
 use crate::cross_site::{self, AllowedOrigin, CrossSitePolicy};
+use crate::error::ServeError;
 use crate::factory::RunFactory;
 use crate::{Daemon, approvals::Approvals, conn, recovery, router, stream_caps};
 use keel_engine::{EngineBuilder, EngineShutdown, InteractionHandler};
-use keel_observers::{JournalConfig, JournalError, RequiredObserver, SqliteJournal};
+use keel_observers::{JournalConfig, RequiredObserver, SqliteJournal};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -16,53 +17,6 @@ use tokio::sync::watch;
 
 /// How long shutdown waits for open connections once the runs are done.
 const SHUTDOWN_CONNECTIONS: Duration = Duration::from_secs(5);
-
-/// Why a daemon did not start. Messages name the setting, never a token
-/// or a credential.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// The configuration was refused.
-    #[error(transparent)]
-    Config(#[from] ServeConfigError),
-    /// An `allow_origin` or `public_host` entry was refused.
-    #[error(transparent)]
-    CrossSite(#[from] cross_site::CrossSiteConfigError),
-    /// The journal could not be opened or recovered.
-    #[error(transparent)]
-    Journal(#[from] JournalError),
-    /// NATS could not be reached (the URL is named without credentials).
-    #[error("{0}")]
-    Nats(String),
-    /// Recovery at startup failed.
-    #[error("{0}")]
-    Recovery(String),
-    /// The engine refused the daemon's configuration.
-    #[error("cannot build the engine: {0}")]
-    Engine(String),
-    /// The listener could not be bound.
-    #[error("--listen {addr}: {source}")]
-    Listen {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-}
-
-impl ServeError {
-    /// Whether the host's input is at fault (a setting, an address, NATS
-    /// unreachable), not the machine (`keel serve` exits 2 then).
-    pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            ServeError::Config(_)
-                | ServeError::CrossSite(_)
-                | ServeError::Nats(_)
-                | ServeError::Engine(_)
-                | ServeError::Listen { .. }
-        )
-    }
-}
 
 /// A daemon bound to its listener, its journal recovered.
 #[derive(Debug)]
@@ -149,7 +103,8 @@ async fn open_daemon(
     engine: EngineBuilder,
     factory: Arc<dyn RunFactory>,
 ) -> Result<Daemon, ServeError> {
-    let settings = config.settings()?;
+    let mut settings = config.settings()?;
+    fit_file_limit(&mut settings.connections);
     let cross_site = cross_site_policy(config)?;
     let journal = Arc::new(SqliteJournal::open(&config.db, JournalConfig::default())?);
     let reader = Arc::new(journal.reader()?);
@@ -195,6 +150,19 @@ async fn open_daemon(
         factory,
         cross_site: Arc::new(cross_site),
     })
+}
+
+/// Over the open-file limit accept fails, and no connection could be
+/// closed to make room: the cap is lowered to fit, and said so.
+fn fit_file_limit(connections: &mut crate::limits::ConnectionLimits) {
+    if let Some(open_files) = crate::limits::soft_file_limit()
+        && let Some(was) = connections.fit_file_limit(open_files)
+    {
+        eprintln!(
+            "keel: --max-connections {was} lowered to {} to fit the open-file limit {open_files}",
+            connections.max_connections()
+        );
+    }
 }
 
 /// The cross-site rules from `allow_origin`, `public_host` and the

@@ -148,10 +148,9 @@ mod tests {
     use super::*;
 
     fn caps(total: usize, per_run: usize) -> Arc<StreamCaps> {
-        let config = crate::config::ServeConfig {
+        let config = crate::limits::StreamConfig {
             max_streams: total,
             max_streams_per_run: per_run,
-            ..crate::config::ServeConfig::default()
         };
         StreamCaps::new(StreamLimits::from_config(&config).unwrap())
     }

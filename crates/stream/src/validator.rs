@@ -1,4 +1,9 @@
-//! The host-side stream validator.
+//! The host-side stream validator: [`StreamValidator`] (configured by
+//! [`ValidatorConfig`]) turns raw items into validated ones, counts what
+//! it accepted (the retry position is computed here and nowhere else),
+//! screens completion metadata, and ends a stream with exactly one
+//! terminal. `ProviderProblem::from_raw` lives here beside the other
+//! raw-to-validated steps.
 
 use crate::failure::{ModelFailure, RetryPosition};
 use crate::item::{Completion, FinishReason, StreamItem, TextDelta};

@@ -1,4 +1,11 @@
 //! `keel run SCENARIO`: one agent run, journaled, shown live.
+//!
+//! Scenario, provider and tool errors exit 2 before the database is
+//! opened (`prepare` runs before `open_engine`). Live output comes only
+//! from the run's subscription (`LiveView`), so `--json` prints exactly
+//! the stored lines. The first Ctrl-C cancels the run and waits for its
+//! cancelled terminals to be journaled (exit 130); a second exits at once
+//! (`Interrupts`).
 
 use crate::approval::Approver;
 use crate::args::RunArgs;
@@ -103,6 +110,12 @@ impl Interrupts {
     }
 }
 
+/// The message limits of `keel run`'s engine: what its history, a
+/// continuation's rebuilt history and MCP results are checked against.
+fn message_limits() -> keel_message::Limits {
+    keel_message::Limits::default()
+}
+
 /// A scenario made ready to run: checked, with its request built, before
 /// any store is opened (a bad provider or tool is bad input, exit 2).
 struct Prepared {
@@ -131,7 +144,7 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
     let request = match (&args.continue_run, &args.message) {
         (Some(previous), Some(text)) => {
             let reader = JournalReader::open(&args.db.db)?;
-            let limits = keel_message::Limits::default();
+            let limits = message_limits();
             let continuation = conversation::user_message(text, &limits)
                 .and_then(|m| conversation::continuation(&reader, previous, &[m], &run_id, &limits))
                 .map_err(|e| CliError::bad_input(format!("--continue {previous}: {e}")))?;
@@ -165,8 +178,9 @@ async fn open_engine(
             db.display()
         )));
     }
-    let mut builder =
-        Engine::builder().required_observer(Arc::clone(&journal) as Arc<dyn RequiredObserver>);
+    let mut builder = Engine::builder()
+        .message_limits(message_limits())
+        .required_observer(Arc::clone(&journal) as Arc<dyn RequiredObserver>);
     // `--nats`: the second required observer, after the journal, so every
     // event is committed locally and then acknowledged by JetStream.
     if let Some(url) = &args.nats {
@@ -195,6 +209,7 @@ async fn with_mcp_servers(args: &RunArgs, prepared: &Prepared) -> Result<RunRequ
         &prepared.scenario,
         &[],
         keel_scenario::mcp::Trust::Operator,
+        &message_limits(),
     )
     .await
     .map_err(|e| match e {

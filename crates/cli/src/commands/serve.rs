@@ -7,6 +7,7 @@ use crate::args::ServeArgs;
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use keel_engine::{Engine, EngineShutdown};
 use keel_scenario::allowance::ProviderAllowance;
+use keel_serve::limits::{ConnectionConfig, StreamConfig};
 use keel_serve::{BearerToken, ScenarioFactory, ServeConfig, ServeError, Server};
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,15 +58,19 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, CliError> {
         max_live_runs: args.max_live_runs,
         approval_timeout: Duration::from_millis(args.approval_timeout_ms),
         shutdown_timeout: Duration::from_millis(args.shutdown_timeout_ms),
-        max_connections: args.max_connections,
-        max_connections_per_peer: args.max_connections_per_peer,
-        header_timeout_ms: args.header_timeout_ms,
-        body_timeout_ms: args.body_timeout_ms,
-        idle_timeout_ms: args.idle_timeout_ms,
-        write_timeout_ms: args.write_timeout_ms,
-        send_buffer_bytes: args.send_buffer_bytes,
-        max_streams: args.max_streams,
-        max_streams_per_run: args.max_streams_per_run,
+        connections: ConnectionConfig {
+            max_connections: args.max_connections,
+            max_connections_per_peer: args.max_connections_per_peer,
+            header_timeout_ms: args.header_timeout_ms,
+            body_timeout_ms: args.body_timeout_ms,
+            idle_timeout_ms: args.idle_timeout_ms,
+            write_timeout_ms: args.write_timeout_ms,
+            send_buffer_bytes: args.send_buffer_bytes,
+        },
+        streams: StreamConfig {
+            max_streams: args.max_streams,
+            max_streams_per_run: args.max_streams_per_run,
+        },
     };
     config
         .validate()

@@ -1,4 +1,8 @@
 //! The read side: runs, events after a cursor, run status.
+//! [`JournalReader`] implements `RunHistory`; its pages are bounded in
+//! lines and in bytes (`PAGE_BYTES`, plus the line that reaches it, and at
+//! least one line when one follows), and `is_last_page` tells an empty
+//! page, the only end of a run's stored lines.
 
 use super::schema::{self, Found};
 use super::{JournalError, RunStatus};
