@@ -12,8 +12,8 @@
 mod common;
 
 use common::events::{events, started};
-use keel_views::agui::{AguiMapper, check_stream, prelude};
 use keel_eventlog::Event;
+use keel_views::agui::{AguiMapper, Stamped, check_stream, prelude};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -25,8 +25,8 @@ fn map_all(mut mapper: AguiMapper, tail: &[Event], out: &mut Vec<Value>) {
                 assert!(!mapped.is_empty(), "seq {} maps to nothing", event.seq());
                 let raw: Value =
                     serde_json::from_str(event.line()).expect("a decoded line is JSON");
-                assert!(mapped.iter().all(|e| e["rawEvent"] == raw));
-                out.extend(mapped);
+                assert!(mapped.iter().all(|e| e.raw_event() == &raw));
+                out.extend(mapped.iter().map(Stamped::to_value));
             }
             Err(e) => {
                 assert!(e.to_string().contains("(rule agui."), "{e}");
@@ -54,7 +54,9 @@ fuzz_target!(|data: &[u8]| {
     if at == 0 {
         return;
     }
-    if let Ok((mapper, mut joined)) = prelude(&events[..at], Vec::new(), keel_message::Limits::default()) {
+    if let Ok((mapper, head)) = prelude(&events[..at], Vec::new(), keel_message::Limits::default())
+    {
+        let mut joined: Vec<Value> = head.iter().map(Stamped::to_value).collect();
         map_all(mapper, &events[at..], &mut joined);
         if let Err(e) = check_stream(&joined) {
             panic!("the joined stream at {at} breaks a rule: {e}");

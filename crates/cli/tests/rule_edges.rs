@@ -93,7 +93,13 @@ fn agui_steps_and_tool_results() {
     let mut mapper = keel_views::agui::AguiMapper::new();
     let mut mapped = Vec::new();
     for p in &payloads {
-        mapped.extend(mapper.map(&log.commit(p).unwrap()).unwrap());
+        mapped.extend(
+            mapper
+                .map(&log.commit(p).unwrap())
+                .unwrap()
+                .iter()
+                .map(keel_views::agui::Stamped::to_value),
+        );
     }
     let step = mapped
         .iter()

@@ -32,9 +32,8 @@ use futures_util::Stream;
 use keel_eventlog::Event;
 use keel_observers::PAGE_BYTES;
 use keel_views::agui::{
-    AguiError, AguiMapper, Prelude, PreludeFold, SNAPSHOT_OPEN, SnapshotWriter,
+    AguiError, AguiMapper, Prelude, PreludeFold, SNAPSHOT_OPEN, SnapshotWriter, Stamped,
 };
-use serde_json::Value;
 use std::sync::Arc;
 
 /// Journal lines read per query while building a prelude (a page also
@@ -50,15 +49,15 @@ fn mapping_problem(e: &AguiError) -> Problem {
     )
 }
 
-fn frame(cursor: u64, event: &Value) -> SseEvent {
+fn frame(cursor: u64, event: &Stamped) -> SseEvent {
     SseEvent::default()
         .id(cursor.to_string())
-        .data(super::sse_data::escape_separators(&event.to_string()))
+        .data(super::sse_data::escape_separators(&event.to_json()))
 }
 
 /// The SSE messages of one Keel event's AG-UI events: `seq - 1` on all
 /// but the last, which carries `seq`.
-fn group(seq: u64, mapped: &[Value]) -> Vec<SseEvent> {
+fn group(seq: u64, mapped: &[Stamped]) -> Vec<SseEvent> {
     let n = mapped.len();
     mapped
         .iter()
@@ -175,14 +174,14 @@ struct PreludeText {
 
 impl PreludeText {
     fn of(prelude: &Prelude, cursor: u64) -> PreludeText {
-        let mut open = message_text(cursor, &prelude.run_started().to_string());
+        let mut open = message_text(cursor, &prelude.run_started().to_json());
         open.push_str(&format!("id: {cursor}\ndata: {SNAPSHOT_OPEN}\n"));
         let mut close = format!(
             "data: {}\n\n",
             super::sse_data::escape_separators(&prelude.snapshot_close())
         );
         for event in prelude.reopened() {
-            close.push_str(&message_text(cursor, &event.to_string()));
+            close.push_str(&message_text(cursor, &event.to_json()));
         }
         PreludeText { open, close }
     }

@@ -2,7 +2,8 @@
 //!
 //! [`AguiMapper`] takes a run's events one by one, in seq order, and
 //! returns the AG-UI events each maps to (at least one per Keel event,
-//! each carrying the Keel line as `rawEvent`). [`prelude`] is what a
+//! each a [`Stamped`] [`AguiEvent`] carrying the Keel line as `rawEvent`;
+//! [`Stamped::to_json`] is the wire text). [`prelude`] is what a
 //! client joining at a cursor > 0 gets first: `RUN_STARTED`, a
 //! `MESSAGES_SNAPSHOT` rebuilt from the log (`history::HistoryFold`), and
 //! the re-opened starts of the scopes still open at the cursor (the turn's
@@ -11,6 +12,19 @@
 //! builds it a page at a time and writes the snapshot a message at a time
 //! ([`PreludeFold`], [`SnapshotWriter`]), never holding the run. The mapping,
 //! event by event, is `docs/rfc/implemented/2026-12-02-ag-ui-view.md`.
+//!
+//! ```
+//! use keel_eventlog::Event;
+//! use keel_views::agui::{AguiEvent, AguiMapper};
+//! let line = r#"{"kind":"run.started","payload":{"model":"m"},"run_id":"run_1","seq":1,"ts":5000}"#;
+//! let event = Event::decode(line).expect("a canonical line");
+//! let mapped = AguiMapper::new().map(&event).expect("a run's first event");
+//! assert!(matches!(mapped[0].event(), AguiEvent::RunStarted { .. }));
+//! assert_eq!(
+//!     mapped[0].to_json(),
+//!     format!(r#"{{"rawEvent":{line},"runId":"run_1","threadId":"run_1","timestamp":5,"type":"RUN_STARTED"}}"#)
+//! );
+//! ```
 //!
 //! Bounds: the mapper holds one open step, one open text message (its
 //! text kept up to [`MAX_TEXT_BYTES`] for a later prelude; what is beyond
@@ -23,10 +37,14 @@
 //! reason, problem kind, retry position, tool outcome or retry) need no
 //! mapping here: they reach the client verbatim inside the `keel.*`
 //! `CUSTOM` events, which carry the payload as it is in the log.
+//!
+//! Files: this one is the mapper; `agui/event.rs` the typed events and
+//! their encoding, `agui/message.rs` the snapshot's typed messages,
+//! `agui/prelude.rs` a join's prelude, `agui/check.rs` the view's own
+//! schema and stream checks ([`check_event`], [`check_stream`]).
 
 use keel_eventlog::{Event, Payload};
-use keel_message::{Message, Part, Role};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Most tool calls one model call may have open at once.
 pub const MAX_OPEN_CALLS: usize = 1024;
@@ -110,36 +128,15 @@ pub struct AguiMapper {
     calls: Vec<OpenCall>,
 }
 
-fn with_raw(mut event: Value, raw: &Value) -> Value {
-    if let Some(object) = event.as_object_mut() {
-        // AG-UI's timestamp is in milliseconds; Keel's `ts` in microseconds.
-        if let Some(ts) = raw.get("ts").and_then(Value::as_u64) {
-            object.insert("timestamp".to_owned(), json!(ts / 1000));
-        }
-        object.insert("rawEvent".to_owned(), raw.clone());
+fn custom(name: &str, value: Value) -> AguiEvent {
+    AguiEvent::Custom {
+        name: name.to_owned(),
+        value: CustomValue::Logged(value),
     }
-    event
-}
-
-fn custom(name: &str, value: Value) -> Value {
-    json!({"type": "CUSTOM", "name": name, "value": value})
 }
 
 fn step_name(turn: u64) -> String {
     format!("turn {turn}")
-}
-
-fn usage_json(usage: &Value) -> Value {
-    let mut out = serde_json::Map::new();
-    for (from, to) in [
-        ("input_tokens", "inputTokens"),
-        ("output_tokens", "outputTokens"),
-    ] {
-        if let Some(n) = usage.get(from).and_then(Value::as_u64) {
-            out.insert(to.to_owned(), json!(n));
-        }
-    }
-    Value::Object(out)
 }
 
 impl AguiMapper {
@@ -149,15 +146,19 @@ impl AguiMapper {
     }
 
     /// Maps the next event: the AG-UI events it stands for, in order, each
-    /// with `rawEvent` = the event's line (at least one per event).
-    pub fn map(&mut self, event: &Event) -> Result<Vec<Value>, AguiError> {
+    /// stamped with the event's line as `rawEvent` (at least one per event).
+    pub fn map(&mut self, event: &Event) -> Result<Vec<Stamped>, AguiError> {
         let raw: Value =
             serde_json::from_str(event.line()).map_err(|e| AguiError::Undecodable {
                 seq: event.seq(),
                 detail: e.to_string(),
             })?;
         let out = self.step(event, raw.get("payload"))?;
-        Ok(out.into_iter().map(|e| with_raw(e, &raw)).collect())
+        let stamp = Stamp::of(raw);
+        Ok(out
+            .into_iter()
+            .map(|e| Stamped::new(e, stamp.clone()))
+            .collect())
     }
 
     /// Takes the next event as [`AguiMapper::map`] does (the same state,
@@ -169,7 +170,7 @@ impl AguiMapper {
 
     /// The state change of the next event, and (with the payload's JSON
     /// `body`, for the `CUSTOM` events that carry it) what it maps to.
-    fn step(&mut self, event: &Event, body: Option<&Value>) -> Result<Vec<Value>, AguiError> {
+    fn step(&mut self, event: &Event, body: Option<&Value>) -> Result<Vec<AguiEvent>, AguiError> {
         let seq = event.seq();
         if self.ended {
             return Err(AguiError::AfterTerminal { seq });
@@ -205,7 +206,7 @@ impl AguiMapper {
         line: &str,
         body: &Value,
         kind: &str,
-        out: &mut Vec<Value>,
+        out: &mut Vec<AguiEvent>,
     ) -> Result<(), AguiError> {
         match payload {
             Payload::RunStarted(_) => {
@@ -215,7 +216,9 @@ impl AguiMapper {
             Payload::TurnStarted(p) => {
                 self.close_step(out);
                 self.step = Some(p.turn);
-                out.push(json!({"type": "STEP_STARTED", "stepName": step_name(p.turn)}));
+                out.push(AguiEvent::StepStarted {
+                    step_name: step_name(p.turn),
+                });
             }
             Payload::TurnCompleted(_) => self.close_step(out),
             Payload::TurnFailed(_) | Payload::TurnCancelled(_) => {
@@ -223,24 +226,7 @@ impl AguiMapper {
                 out.push(custom(kind, body.clone()));
             }
             Payload::TextDelta(p) => self.text_delta(p.operation_id.as_str(), &p.text, line, out),
-            Payload::ToolCall(p) => {
-                if self.calls.len() >= MAX_OPEN_CALLS {
-                    return Err(AguiError::TooManyOpenCalls {
-                        seq: self.last_seq,
-                        max: MAX_OPEN_CALLS,
-                    });
-                }
-                let call = OpenCall {
-                    call_id: p.call_id.as_str().to_owned(),
-                    name: p.name.as_str().to_owned(),
-                    arguments: p.arguments.as_str().to_owned(),
-                    parent: self.text.as_ref().map(|t| t.message_id.clone()),
-                    line: line.to_owned(),
-                };
-                self.close_call(&call.call_id, out);
-                out.extend(call_start(&call));
-                self.calls.push(call);
-            }
+            Payload::ToolCall(p) => self.tool_call(p, line, out)?,
             Payload::ModelCompleted(_) => {
                 self.close_model(out);
                 out.push(custom(kind, body.clone()));
@@ -253,7 +239,10 @@ impl AguiMapper {
                 self.close_model(out);
                 out.push(custom(kind, body.clone()));
                 if let Some(discarded) = discarded {
-                    out.push(custom("keel.discarded", discarded));
+                    out.push(AguiEvent::Custom {
+                        name: "keel.discarded".to_owned(),
+                        value: CustomValue::Discarded(discarded),
+                    });
                 }
             }
             Payload::ToolCompleted(p) => {
@@ -275,39 +264,55 @@ impl AguiMapper {
         Ok(())
     }
 
-    fn run_started(&self) -> Value {
-        json!({"type": "RUN_STARTED", "threadId": self.run_id, "runId": self.run_id})
+    fn run_started(&self) -> AguiEvent {
+        AguiEvent::RunStarted {
+            thread_id: self.run_id.clone(),
+            run_id: self.run_id.clone(),
+        }
     }
 
-    fn run_terminal(&mut self, payload: &Payload, body: &Value, kind: &str, out: &mut Vec<Value>) {
+    fn run_finished(&self, outcome: RunOutcome, usage: Option<&Value>) -> AguiEvent {
+        AguiEvent::RunFinished {
+            thread_id: self.run_id.clone(),
+            run_id: self.run_id.clone(),
+            outcome,
+            usage: usage.map(|u| vec![TokenUsage::of(u)]),
+        }
+    }
+
+    fn run_terminal(
+        &mut self,
+        payload: &Payload,
+        body: &Value,
+        kind: &str,
+        out: &mut Vec<AguiEvent>,
+    ) {
         self.close_model(out);
         self.close_step(out);
         self.ended = true;
         match payload {
             Payload::RunFailed(p) => {
                 out.push(custom(kind, body.clone()));
-                out.push(json!({"type": "RUN_ERROR", "message": p.error.as_str(), "code": "keel.run.failed"}));
+                out.push(AguiEvent::RunError {
+                    message: p.error.as_str().to_owned(),
+                    code: "keel.run.failed".to_owned(),
+                });
             }
             Payload::RunCancelled(_) => {
                 out.push(custom(kind, body.clone()));
-                out.push(
-                    json!({"type": "RUN_FINISHED", "threadId": self.run_id, "runId": self.run_id,
-                    "outcome": {"type": "cancelled"}}),
-                );
+                out.push(self.run_finished(RunOutcome::Cancelled, None));
             }
             _ => {
-                let mut finished = json!({"type": "RUN_FINISHED", "threadId": self.run_id,
-                    "runId": self.run_id, "outcome": {"type": "success"}});
-                if let Some(usage) = body.get("usage") {
+                let usage = body.get("usage");
+                if let Some(usage) = usage {
                     out.push(custom("keel.usage", usage.clone()));
-                    finished["usage"] = json!([usage_json(usage)]);
                 }
-                out.push(finished);
+                out.push(self.run_finished(RunOutcome::Success, usage));
             }
         }
     }
 
-    fn text_delta(&mut self, operation_id: &str, text: &str, line: &str, out: &mut Vec<Value>) {
+    fn text_delta(&mut self, operation_id: &str, text: &str, line: &str, out: &mut Vec<AguiEvent>) {
         if self
             .text
             .as_ref()
@@ -317,9 +322,10 @@ impl AguiMapper {
         }
         let open = self.text.get_or_insert_with(|| {
             let message_id = format!("{}.{operation_id}", self.run_id);
-            out.push(
-                json!({"type": "TEXT_MESSAGE_START", "messageId": message_id, "role": "assistant"}),
-            );
+            out.push(AguiEvent::TextMessageStart {
+                message_id: message_id.clone(),
+                role: TextRole::Assistant,
+            });
             OpenText {
                 message_id,
                 operation_id: operation_id.to_owned(),
@@ -333,231 +339,164 @@ impl AguiMapper {
         } else {
             open.elided += text.len();
         }
-        out.push(
-            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": open.message_id, "delta": text}),
-        );
+        out.push(AguiEvent::TextMessageContent {
+            message_id: open.message_id.clone(),
+            delta: text.to_owned(),
+        });
+    }
+
+    fn tool_call(
+        &mut self,
+        p: &keel_eventlog::ToolCall,
+        line: &str,
+        out: &mut Vec<AguiEvent>,
+    ) -> Result<(), AguiError> {
+        if self.calls.len() >= MAX_OPEN_CALLS {
+            return Err(AguiError::TooManyOpenCalls {
+                seq: self.last_seq,
+                max: MAX_OPEN_CALLS,
+            });
+        }
+        let call = OpenCall {
+            call_id: p.call_id.as_str().to_owned(),
+            name: p.name.as_str().to_owned(),
+            arguments: p.arguments.as_str().to_owned(),
+            parent: self.text.as_ref().map(|t| t.message_id.clone()),
+            line: line.to_owned(),
+        };
+        self.close_call(&call.call_id, out);
+        out.extend(call.start());
+        self.calls.push(call);
+        Ok(())
     }
 
     /// What a failed or cancelled model call leaves behind: its text
     /// message and tool calls, no longer part of the answer.
-    fn discarded(&self) -> Option<Value> {
+    fn discarded(&self) -> Option<Discarded> {
         if self.text.is_none() && self.calls.is_empty() {
             return None;
         }
-        let calls: Vec<&str> = self.calls.iter().map(|c| c.call_id.as_str()).collect();
-        Some(json!({
-            "messageId": self.text.as_ref().map(|t| t.message_id.clone()),
-            "toolCallIds": calls,
-        }))
+        Some(Discarded {
+            message_id: self.text.as_ref().map(|t| t.message_id.clone()),
+            tool_call_ids: self.calls.iter().map(|c| c.call_id.clone()).collect(),
+        })
     }
 
-    fn tool_result(&self, call_id: &str, content: &str, error: Option<&str>) -> Value {
-        let mut result = json!({"type": "TOOL_CALL_RESULT", "messageId": format!("{}.{call_id}.result", self.run_id),
-            "toolCallId": call_id, "content": content, "role": "tool"});
-        if let Some(error) = error {
-            result["error"] = json!(error);
+    fn tool_result(&self, call_id: &str, content: &str, error: Option<&str>) -> AguiEvent {
+        AguiEvent::ToolCallResult {
+            message_id: format!("{}.{call_id}.result", self.run_id),
+            tool_call_id: call_id.to_owned(),
+            content: content.to_owned(),
+            role: ToolRole::Tool,
+            error: error.map(str::to_owned),
         }
-        result
     }
 
-    fn close_text(&mut self, out: &mut Vec<Value>) {
+    fn close_text(&mut self, out: &mut Vec<AguiEvent>) {
         if let Some(t) = self.text.take() {
-            out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": t.message_id}));
+            out.push(AguiEvent::TextMessageEnd {
+                message_id: t.message_id,
+            });
         }
     }
 
-    fn close_call(&mut self, call_id: &str, out: &mut Vec<Value>) {
+    fn close_call(&mut self, call_id: &str, out: &mut Vec<AguiEvent>) {
         if let Some(i) = self.calls.iter().position(|c| c.call_id == call_id) {
             let call = self.calls.remove(i);
-            out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call.call_id}));
+            out.push(AguiEvent::ToolCallEnd {
+                tool_call_id: call.call_id,
+            });
         }
     }
 
-    fn close_model(&mut self, out: &mut Vec<Value>) {
+    fn close_model(&mut self, out: &mut Vec<AguiEvent>) {
         self.close_text(out);
         for call in std::mem::take(&mut self.calls) {
-            out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call.call_id}));
+            out.push(AguiEvent::ToolCallEnd {
+                tool_call_id: call.call_id,
+            });
         }
     }
 
-    fn close_step(&mut self, out: &mut Vec<Value>) {
+    fn close_step(&mut self, out: &mut Vec<AguiEvent>) {
         self.close_model(out);
         if let Some(turn) = self.step.take() {
-            out.push(json!({"type": "STEP_FINISHED", "stepName": step_name(turn)}));
+            out.push(AguiEvent::StepFinished {
+                step_name: step_name(turn),
+            });
         }
     }
 
-    /// The re-opened starts of the scopes open now: the step, the text
-    /// message with its text so far, the tool calls with their arguments.
-    fn reopen(&self, raw_at: &Value) -> Vec<Value> {
+    /// The re-opened starts of the scopes open now: the step (stamped
+    /// `at`), the text message with its text so far, the tool calls with
+    /// their arguments (each stamped with the line that opened it).
+    fn reopen(&self, at: &Stamp) -> Vec<Stamped> {
         let mut out = Vec::new();
         if let Some(turn) = self.step {
-            out.push(with_raw(
-                json!({"type": "STEP_STARTED", "stepName": step_name(turn)}),
-                raw_at,
-            ));
+            let step = AguiEvent::StepStarted {
+                step_name: step_name(turn),
+            };
+            out.push(Stamped::new(step, at.clone()));
         }
         if let Some(t) = &self.text {
-            let raw = serde_json::from_str(&t.line).unwrap_or(Value::Null);
-            out.push(with_raw(json!({"type": "TEXT_MESSAGE_START", "messageId": t.message_id, "role": "assistant"}), &raw));
-            out.push(with_raw(
-                json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": t.message_id, "delta": t.text}),
-                &raw,
-            ));
+            let stamp = Stamp::of_line(&t.line);
+            let mut events = vec![
+                AguiEvent::TextMessageStart {
+                    message_id: t.message_id.clone(),
+                    role: TextRole::Assistant,
+                },
+                AguiEvent::TextMessageContent {
+                    message_id: t.message_id.clone(),
+                    delta: t.text.clone(),
+                },
+            ];
             if t.elided > 0 {
-                let value = json!({"messageId": t.message_id, "bytes": t.elided});
-                out.push(with_raw(custom("keel.text_elided", value), &raw));
+                events.push(AguiEvent::Custom {
+                    name: "keel.text_elided".to_owned(),
+                    value: CustomValue::TextElided(TextElided {
+                        message_id: t.message_id.clone(),
+                        bytes: t.elided,
+                    }),
+                });
             }
+            out.extend(events.into_iter().map(|e| Stamped::new(e, stamp.clone())));
         }
         for call in &self.calls {
-            let raw = serde_json::from_str(&call.line).unwrap_or(Value::Null);
-            out.extend(call_start(call).into_iter().map(|e| with_raw(e, &raw)));
+            let stamp = Stamp::of_line(&call.line);
+            out.extend(call.start().map(|e| Stamped::new(e, stamp.clone())));
         }
         out
     }
 }
 
-fn call_start(call: &OpenCall) -> Vec<Value> {
-    let mut start =
-        json!({"type": "TOOL_CALL_START", "toolCallId": call.call_id, "toolCallName": call.name});
-    if let Some(parent) = &call.parent {
-        start["parentMessageId"] = json!(parent);
-    }
-    vec![
-        start,
-        json!({"type": "TOOL_CALL_ARGS", "toolCallId": call.call_id, "delta": call.arguments}),
-    ]
-}
-
-/// One Keel message as AG-UI messages (a tool message becomes one AG-UI
-/// tool message per result).
-fn agui_messages(message: &Message) -> Vec<Value> {
-    let id = message.id().as_str();
-    let text = message.joined_text();
-    match message.role() {
-        Role::Tool => message
-            .parts()
-            .iter()
-            .filter_map(|p| match p {
-                Part::ToolResult(r) => {
-                    let call = r.call_id().as_str();
-                    let mut m = json!({"id": format!("{id}.{call}"), "role": "tool",
-                        "content": r.content(), "toolCallId": call});
-                    if r.is_error() {
-                        m["error"] = json!(r.content());
-                    }
-                    Some(m)
-                }
-                _ => None,
-            })
-            .collect(),
-        Role::Assistant => {
-            let calls: Vec<Value> = message
-                .tool_calls()
-                .map(|c| {
-                    json!({"id": c.call_id().as_str(), "type": "function",
-                    "function": {"name": c.name().as_str(), "arguments": c.arguments().as_str()}})
-                })
-                .collect();
-            let mut m = json!({"id": id, "role": "assistant"});
-            if !text.is_empty() {
-                m["content"] = json!(text);
-            }
-            if !calls.is_empty() {
-                m["toolCalls"] = json!(calls);
-            }
-            vec![m]
-        }
-        role => vec![json!({"id": id, "role": role.as_str(), "content": text})],
+impl OpenCall {
+    /// `TOOL_CALL_START` and `TOOL_CALL_ARGS` (the arguments whole).
+    fn start(&self) -> [AguiEvent; 2] {
+        [
+            AguiEvent::ToolCallStart {
+                tool_call_id: self.call_id.clone(),
+                tool_call_name: self.name.clone(),
+                parent_message_id: self.parent.clone(),
+            },
+            AguiEvent::ToolCallArgs {
+                tool_call_id: self.call_id.clone(),
+                delta: self.arguments.clone(),
+            },
+        ]
     }
 }
 
-/// Why an AG-UI event breaks this view's own schema.
-pub fn check_event(event: &Value) -> Result<(), String> {
-    let ty = event.get("type").and_then(Value::as_str).ok_or("no type")?;
-    let required: &[&str] = match ty {
-        "RUN_STARTED" => &["threadId", "runId"],
-        "RUN_FINISHED" => &["threadId", "runId"],
-        "RUN_ERROR" => &["message"],
-        "STEP_STARTED" | "STEP_FINISHED" => &["stepName"],
-        "TEXT_MESSAGE_START" | "TEXT_MESSAGE_END" => &["messageId"],
-        "TEXT_MESSAGE_CONTENT" => &["messageId", "delta"],
-        "TOOL_CALL_START" => &["toolCallId", "toolCallName"],
-        "TOOL_CALL_ARGS" => &["toolCallId", "delta"],
-        "TOOL_CALL_END" => &["toolCallId"],
-        "TOOL_CALL_RESULT" => &["messageId", "toolCallId", "content"],
-        "CUSTOM" => &["name"],
-        "MESSAGES_SNAPSHOT" => &[],
-        other => return Err(format!("{other} is not a type this view emits")),
-    };
-    for field in required {
-        if !event.get(*field).is_some_and(Value::is_string) {
-            return Err(format!("{ty}.{field} is not a string"));
-        }
-    }
-    if ty == "MESSAGES_SNAPSHOT" && !event.get("messages").is_some_and(Value::is_array) {
-        return Err("MESSAGES_SNAPSHOT.messages is not an array".to_owned());
-    }
-    if event.get("rawEvent").is_none_or(Value::is_null) {
-        return Err(format!("{ty} has no rawEvent"));
-    }
-    Ok(())
-}
-
-/// Checks a whole stream the way `@ag-ui/client`'s `verifyEvents` does
-/// for the types this view emits: `RUN_STARTED` first, nothing after
-/// `RUN_FINISHED`/`RUN_ERROR`, every END after its START with no START
-/// of an open id, and no open step, message or call at `RUN_FINISHED`.
-pub fn check_stream(events: &[Value]) -> Result<(), String> {
-    use std::collections::HashSet;
-    let mut open: [HashSet<String>; 3] = Default::default();
-    let mut ended = false;
-    for (i, event) in events.iter().enumerate() {
-        check_event(event).map_err(|e| format!("event {i}: {e}"))?;
-        let ty = event["type"].as_str().unwrap_or_default();
-        if ended || (i == 0) != (ty == "RUN_STARTED") {
-            return Err(format!("event {i}: {ty} out of place"));
-        }
-        let (set, id, opens) = match ty {
-            "STEP_STARTED" | "STEP_FINISHED" => (0, "stepName", ty == "STEP_STARTED"),
-            "TEXT_MESSAGE_START" | "TEXT_MESSAGE_END" => (1, "messageId", ty.ends_with("START")),
-            "TOOL_CALL_START" | "TOOL_CALL_END" => (2, "toolCallId", ty.ends_with("START")),
-            "TEXT_MESSAGE_CONTENT" | "TOOL_CALL_ARGS" => {
-                let (set, id) = if ty == "TOOL_CALL_ARGS" {
-                    (2, "toolCallId")
-                } else {
-                    (1, "messageId")
-                };
-                let key = event[id].as_str().unwrap_or_default();
-                if !open[set].contains(key) {
-                    return Err(format!("event {i}: {ty} of {key}, which is not open"));
-                }
-                continue;
-            }
-            "RUN_FINISHED" | "RUN_ERROR" => {
-                if ty == "RUN_FINISHED" && open.iter().any(|s| !s.is_empty()) {
-                    return Err(format!("event {i}: RUN_FINISHED with scopes open"));
-                }
-                ended = true;
-                continue;
-            }
-            _ => continue,
-        };
-        let key = event[id].as_str().unwrap_or_default().to_owned();
-        let fine = if opens {
-            open[set].insert(key.clone())
-        } else {
-            open[set].remove(&key)
-        };
-        if !fine {
-            return Err(format!("event {i}: {ty} of {key} does not pair"));
-        }
-    }
-    Ok(())
-}
-
+mod check;
+mod event;
+mod message;
 mod prelude;
 #[cfg(test)]
 mod tests;
 
+pub use check::{check_event, check_stream};
+pub use event::{
+    AguiEvent, CustomValue, Discarded, RunOutcome, Stamp, Stamped, TextElided, TextRole,
+    TokenUsage, ToolRole,
+};
+pub use message::{AguiMessage, AguiToolCall, FunctionCall};
 pub use prelude::{Prelude, PreludeFold, SNAPSHOT_OPEN, SnapshotWriter, prelude};

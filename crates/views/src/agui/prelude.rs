@@ -21,11 +21,10 @@
 //! [`AguiMapper`] says), the turn being rebuilt and one message (at most
 //! `limits.message_bytes`), besides the page the caller reads.
 
-use super::{AguiError, AguiMapper, agui_messages, with_raw};
+use super::{AguiError, AguiEvent, AguiMapper, AguiMessage, Stamp, Stamped};
 use keel_eventlog::history::HistoryFold;
 use keel_eventlog::{Event, Payload};
 use keel_message::{Limits, Message, RunId};
-use serde_json::{Value, json};
 
 /// Events `1..=cursor` folded into what a join at the cursor starts from.
 #[derive(Debug, Default)]
@@ -68,10 +67,9 @@ impl PreludeFold {
         if self.mapper.ended {
             return Err(AguiError::Ended);
         }
-        let raw_at = serde_json::from_str(&self.last_line).unwrap_or(Value::Null);
         Ok(Prelude {
+            at: Stamp::of_line(&self.last_line),
             mapper: self.mapper,
-            raw_at,
             has_input: self.has_input,
             inherits: self.inherits,
         })
@@ -84,7 +82,9 @@ impl PreludeFold {
 #[derive(Debug)]
 pub struct Prelude {
     mapper: AguiMapper,
-    raw_at: Value,
+    /// The stamp of the cursor's event (the snapshot's and the re-opened
+    /// step's).
+    at: Stamp,
     has_input: bool,
     inherits: Option<RunId>,
 }
@@ -98,14 +98,9 @@ impl Prelude {
     }
 
     /// `RUN_STARTED`, with the `run.started` line as `rawEvent`.
-    pub fn run_started(&self) -> Value {
-        let raw = self
-            .mapper
-            .started
-            .as_deref()
-            .and_then(|l| serde_json::from_str(l).ok())
-            .unwrap_or(Value::Null);
-        with_raw(self.mapper.run_started(), &raw)
+    pub fn run_started(&self) -> Stamped {
+        let stamp = Stamp::of_line(self.mapper.started.as_deref().unwrap_or_default());
+        Stamped::new(self.mapper.run_started(), stamp)
     }
 
     /// A writer of the `MESSAGES_SNAPSHOT`, to be given events
@@ -124,13 +119,20 @@ impl Prelude {
     /// object's text without its braces' opening: `],"rawEvent":…}`.
     pub fn snapshot_close(&self) -> String {
         // `{"rawEvent":…}` (never empty) minus its `{`.
-        let members = with_raw(json!({}), &self.raw_at).to_string();
+        let members = self.at.to_value().to_string();
         format!("],{}", members.get(1..).unwrap_or("}"))
     }
 
+    /// The whole `MESSAGES_SNAPSHOT` of `messages` (what [`SNAPSHOT_OPEN`],
+    /// the lines of a [`SnapshotWriter`] and [`Prelude::snapshot_close`]
+    /// write as text).
+    pub fn snapshot_event(&self, messages: Vec<AguiMessage>) -> Stamped {
+        Stamped::new(AguiEvent::MessagesSnapshot { messages }, self.at.clone())
+    }
+
     /// The re-opened starts of the scopes open at the cursor.
-    pub fn reopened(&self) -> Vec<Value> {
-        self.mapper.reopen(&self.raw_at)
+    pub fn reopened(&self) -> Vec<Stamped> {
+        self.mapper.reopen(&self.at)
     }
 
     /// The mapper to map the tail with.
@@ -157,6 +159,20 @@ impl SnapshotWriter {
     /// it from the one before). The same refusals as
     /// [`PreludeFold::push`] (which saw the same events first).
     pub fn push(&mut self, event: &Event) -> Result<Vec<String>, AguiError> {
+        let messages = self.push_messages(event)?;
+        let mut lines = Vec::with_capacity(messages.len());
+        for message in &messages {
+            let sep = if self.written == 0 { "" } else { "," };
+            self.written += 1;
+            lines.push(format!("{sep}{}", message.to_json()));
+        }
+        Ok(lines)
+    }
+
+    /// Folds in the next event; the AG-UI messages it completed, typed
+    /// (not counted in [`SnapshotWriter::written`]). The refusals of
+    /// [`SnapshotWriter::push`].
+    pub fn push_messages(&mut self, event: &Event) -> Result<Vec<AguiMessage>, AguiError> {
         self.fold.push(event).map_err(|e| AguiError::Undecodable {
             seq: event.seq(),
             detail: e.to_string(),
@@ -165,13 +181,7 @@ impl SnapshotWriter {
         if !self.enabled {
             return Ok(Vec::new());
         }
-        let mut lines = Vec::new();
-        for value in completed.iter().flat_map(agui_messages) {
-            let sep = if self.written == 0 { "" } else { "," };
-            self.written += 1;
-            lines.push(format!("{sep}{value}"));
-        }
-        Ok(lines)
+        Ok(completed.iter().flat_map(AguiMessage::of).collect())
     }
 
     /// How many AG-UI messages were written.
@@ -182,7 +192,7 @@ impl SnapshotWriter {
 
 /// The prelude of a join after the last of `events` (the run's events
 /// from seq 1 up to the cursor, in order), and the mapper to map the
-/// tail with; the snapshot is the text [`SnapshotWriter`] writes, parsed.
+/// tail with; the snapshot holds the messages [`SnapshotWriter`] writes.
 /// [`AguiError::Ended`] when the run's terminal is among them.
 /// `inherited` is the history a continued run's `run.input` reference
 /// names (empty for a run that inherits nothing); the snapshot starts
@@ -191,27 +201,18 @@ pub fn prelude<E: AsRef<Event>>(
     events: &[E],
     inherited: Vec<Message>,
     limits: Limits,
-) -> Result<(AguiMapper, Vec<Value>), AguiError> {
+) -> Result<(AguiMapper, Vec<Stamped>), AguiError> {
     let mut fold = PreludeFold::new();
     for event in events {
         fold.push(event.as_ref())?;
     }
     let prelude = fold.finish()?;
-    let mut text = SNAPSHOT_OPEN.to_owned();
     let mut writer = prelude.snapshot(inherited, limits);
+    let mut messages = Vec::new();
     for event in events {
-        for line in writer.push(event.as_ref())? {
-            text.push('\n');
-            text.push_str(&line);
-        }
+        messages.extend(writer.push_messages(event.as_ref())?);
     }
-    text.push('\n');
-    text.push_str(&prelude.snapshot_close());
-    let snapshot = serde_json::from_str(&text).map_err(|e| AguiError::Undecodable {
-        seq: prelude.mapper.last_seq,
-        detail: format!("the snapshot's text is not JSON: {e}"),
-    })?;
-    let mut out = vec![prelude.run_started(), snapshot];
+    let mut out = vec![prelude.run_started(), prelude.snapshot_event(messages)];
     out.extend(prelude.reopened());
     Ok((prelude.into_mapper(), out))
 }

@@ -23,6 +23,11 @@ fn run(script: &[(&str, Value)]) -> Vec<Event> {
         .collect()
 }
 
+/// Events as their wire JSON, to read as the client does.
+fn values(events: Vec<Stamped>) -> Vec<Value> {
+    events.iter().map(Stamped::to_value).collect()
+}
+
 fn types(events: &[Value]) -> Vec<String> {
     events
         .iter()
@@ -40,7 +45,7 @@ fn check(events: &[Event], expected: &[&str]) -> Vec<Value> {
     let mut mapper = AguiMapper::new();
     let mut out = Vec::new();
     for event in events {
-        let mapped = mapper.map(event).expect("maps");
+        let mapped = values(mapper.map(event).expect("maps"));
         assert!(!mapped.is_empty(), "seq {} maps to nothing", event.seq());
         let raw: Value = serde_json::from_str(event.line()).expect("json");
         assert!(
@@ -255,8 +260,9 @@ fn a_join_reopens_the_open_scopes() {
         turn("turn.completed", 1),
         ("run.completed", json!({})),
     ]);
-    let (mut mapper, mut out) =
+    let (mut mapper, out) =
         prelude(&events[..7], Vec::new(), Limits::default()).expect("a prelude");
+    let mut out = values(out);
     assert_eq!(
         types(&out),
         [
@@ -272,7 +278,7 @@ fn a_join_reopens_the_open_scopes() {
     assert_eq!(out[1]["messages"][0]["content"], "Hi");
     assert_eq!(out[4]["delta"], "Checking.");
     for event in &events[7..] {
-        out.extend(mapper.map(event).expect("maps"));
+        out.extend(values(mapper.map(event).expect("maps")));
     }
     check_stream(&out).expect("the joined stream checks out");
     assert!(matches!(
@@ -325,8 +331,8 @@ fn no_event_is_dropped() {
                 mapper
                     .map(event)
                     .expect("maps")
-                    .into_iter()
-                    .map(|e| e["rawEvent"].clone()),
+                    .iter()
+                    .map(|e| e.raw_event().clone()),
             );
         }
         for event in &events {
@@ -361,7 +367,7 @@ fn no_event_is_dropped() {
     for event in &all {
         let raw: Value = serde_json::from_str(event.line()).expect("json");
         let mapped = mapper.map(event).expect("maps");
-        assert!(!mapped.is_empty() && mapped.iter().all(|e| e["rawEvent"] == raw));
+        assert!(!mapped.is_empty() && mapped.iter().all(|e| e.raw_event() == &raw));
     }
     let _ = seen;
 }
@@ -407,15 +413,22 @@ fn the_snapshot_is_written_a_message_at_a_time() {
     text.push_str(&prelude.snapshot_close());
     let snapshot: Value = serde_json::from_str(&text).expect("the text is JSON");
     let rebuilt = keel_eventlog::history::rebuild(&events, &Limits::default()).expect("a history");
-    let expected: Vec<Value> = rebuilt.iter().flat_map(agui_messages).collect();
+    let expected: Vec<Value> = rebuilt
+        .iter()
+        .flat_map(AguiMessage::of)
+        .map(|m| m.to_value())
+        .collect();
     assert_eq!(snapshot["messages"], json!(expected));
     assert_eq!(snapshot["type"], "MESSAGES_SNAPSHOT");
     assert_eq!(snapshot["rawEvent"]["seq"], 9);
     assert!(check_event(&snapshot).is_ok());
+    // The typed snapshot (`prelude`'s) is the written text's JSON.
+    let (_, typed) = super::prelude(&events, Vec::new(), Limits::default()).expect("a prelude");
+    assert_eq!(typed[1].to_value(), snapshot);
     // A run that recorded no input has no history: no messages.
     let bare = run(&[started(), turn("turn.started", 1)]);
     let (_, out) = super::prelude(&bare, Vec::new(), Limits::default()).expect("a prelude");
-    assert_eq!(out[1]["messages"], json!([]));
+    assert_eq!(out[1].to_value()["messages"], json!([]));
 }
 
 /// A continued run's prelude names the run it inherits (its `run.input`
@@ -466,7 +479,7 @@ fn a_join_after_the_text_bound_says_what_it_elided() {
     let reopened = |cursor: usize| {
         let (_, out) =
             prelude(&events[..cursor], Vec::new(), Limits::default()).expect("a prelude");
-        out
+        values(out)
     };
     // At the bound: all of it kept, nothing elided.
     let out = reopened(19);
@@ -491,8 +504,9 @@ fn a_join_after_the_text_bound_says_what_it_elided() {
     );
     // Once something is elided, what follows is too (the text stays a
     // prefix), and the counts add up.
-    let (mut mapper, mut out) =
+    let (mut mapper, out) =
         prelude(&events[..21], Vec::new(), Limits::default()).expect("a prelude");
+    let mut out = values(out);
     assert_eq!(out[4]["delta"].as_str().map(str::len), Some(MAX_TEXT_BYTES));
     assert!(
         out[4]["delta"]
@@ -509,7 +523,7 @@ fn a_join_after_the_text_bound_says_what_it_elided() {
     );
     assert!(check_event(&out[5]).is_ok());
     // The tail maps on from there.
-    out.extend(mapper.map(&events[21]).expect("maps"));
+    out.extend(values(mapper.map(&events[21]).expect("maps")));
     check_stream(&out).expect("the joined stream checks out");
 }
 
@@ -556,7 +570,7 @@ fn a_reused_call_id_ends_the_open_call_first() {
 }
 
 /// The snapshot's messages, pinned as AG-UI messages (not through
-/// `agui_messages` itself): an assistant message has `content` only with
+/// `AguiMessage::of` itself): an assistant message has `content` only with
 /// text and `toolCalls` only with calls; a turn's tool results are one
 /// tool message each, an error carrying `error`.
 #[test]
@@ -590,6 +604,7 @@ fn the_snapshot_has_every_kind_of_message() {
         turn("turn.started", 4),
     ]);
     let (_, out) = prelude(&events, Vec::new(), Limits::default()).expect("a prelude");
+    let out = values(out);
     let call = |id: &str| {
         json!({"id": id, "type": "function",
             "function": {"name": "get_weather", "arguments": r#"{"city":"Oslo"}"#}})
@@ -610,4 +625,41 @@ fn the_snapshot_has_every_kind_of_message() {
         out[1]["messages"]
     );
     assert!(check_event(&out[1]).is_ok());
+}
+
+/// The snapshot is rebuilt under the caller's limits, not the defaults: a
+/// tool result over the caller's `part_bytes` is the history's short error
+/// result, as the engine's own history holds it (rule: the engine's
+/// limits are passed to the views, #33).
+#[test]
+fn the_snapshot_is_rebuilt_under_the_callers_limits() {
+    let events = run(&[
+        started(),
+        input(),
+        turn("turn.started", 1),
+        model_started("op_1"),
+        tool_call("op_1", "c1"),
+        model_completed("op_1", "tool_calls"),
+        tool(
+            "tool.completed",
+            "c1",
+            json!({"output": "a result longer than the forty bytes allowed"}),
+        ),
+        turn("turn.completed", 1),
+        turn("turn.started", 2),
+    ]);
+    let result = |limits: Limits| {
+        let (_, out) = prelude(&events, Vec::new(), limits).expect("a prelude");
+        out[1].to_value()["messages"][2]["content"].clone()
+    };
+    assert_eq!(
+        result(Limits::default()),
+        "a result longer than the forty bytes allowed"
+    );
+    let tight = Limits {
+        // Room for the short error result (38 bytes), not for the result.
+        part_bytes: 40,
+        ..Limits::default()
+    };
+    assert_eq!(result(tight), "tool result exceeded limits.part_bytes");
 }

@@ -1,0 +1,300 @@
+//! The JSON of every event type, pinned as text through one `check` helper
+//! over a table: a renamed member, a wrong tag, an optional member that
+//! stops being left out or a change of member order fails here.
+
+use super::super::message::{AguiMessage, AguiToolCall, FunctionCall};
+use super::*;
+use serde_json::json;
+
+/// A stamp as the mapper makes one: from a Keel line with `ts` = 5 000 µs
+/// (`rawEvent` `{"ts":5000}`, `timestamp` 5).
+fn stamp() -> Stamp {
+    Stamp::of(json!({"ts": 5_000}))
+}
+
+fn stamped(event: AguiEvent) -> Stamped {
+    Stamped::new(event, stamp())
+}
+
+/// Which variant an event is, by an exhaustive match: a new variant does
+/// not compile until it is given an index here, and a row below.
+fn variant(event: &AguiEvent) -> usize {
+    match event {
+        AguiEvent::RunStarted { .. } => 0,
+        AguiEvent::RunFinished { .. } => 1,
+        AguiEvent::RunError { .. } => 2,
+        AguiEvent::StepStarted { .. } => 3,
+        AguiEvent::StepFinished { .. } => 4,
+        AguiEvent::TextMessageStart { .. } => 5,
+        AguiEvent::TextMessageContent { .. } => 6,
+        AguiEvent::TextMessageEnd { .. } => 7,
+        AguiEvent::ToolCallStart { .. } => 8,
+        AguiEvent::ToolCallArgs { .. } => 9,
+        AguiEvent::ToolCallEnd { .. } => 10,
+        AguiEvent::ToolCallResult { .. } => 11,
+        AguiEvent::MessagesSnapshot { .. } => 12,
+        AguiEvent::Custom { .. } => 13,
+    }
+}
+const VARIANTS: usize = 14;
+
+/// Each row's event, stamped, encodes to exactly its text (members in
+/// sorted order), every variant has a row, and every encoded event passes
+/// the view's own schema check.
+fn check(rows: Vec<(AguiEvent, &str)>) {
+    let mut seen = [false; VARIANTS];
+    for (event, expected) in rows {
+        seen[variant(&event)] = true;
+        let event = stamped(event);
+        assert_eq!(event.to_json(), expected);
+        assert_eq!(event.to_value().to_string(), expected);
+        assert_eq!(super::super::check_event(&event.to_value()), Ok(()));
+    }
+    let missing: Vec<usize> = (0..VARIANTS).filter(|&i| !seen[i]).collect();
+    assert!(missing.is_empty(), "variants without a row: {missing:?}");
+}
+
+fn s(text: &str) -> String {
+    text.to_owned()
+}
+
+/// `RUN_*` and `STEP_*`.
+fn run_rows() -> Vec<(AguiEvent, &'static str)> {
+    let run = |outcome, usage| AguiEvent::RunFinished {
+        thread_id: s("r"),
+        run_id: s("r"),
+        outcome,
+        usage,
+    };
+    let usage = TokenUsage {
+        input_tokens: Some(3),
+        output_tokens: None,
+    };
+    vec![
+        (
+            AguiEvent::RunStarted {
+                thread_id: s("t"),
+                run_id: s("r"),
+            },
+            r#"{"rawEvent":{"ts":5000},"runId":"r","threadId":"t","timestamp":5,"type":"RUN_STARTED"}"#,
+        ),
+        (
+            run(RunOutcome::Success, None),
+            r#"{"outcome":{"type":"success"},"rawEvent":{"ts":5000},"runId":"r","threadId":"r","timestamp":5,"type":"RUN_FINISHED"}"#,
+        ),
+        (
+            run(RunOutcome::Cancelled, Some(vec![usage])),
+            r#"{"outcome":{"type":"cancelled"},"rawEvent":{"ts":5000},"runId":"r","threadId":"r","timestamp":5,"type":"RUN_FINISHED","usage":[{"inputTokens":3}]}"#,
+        ),
+        (
+            AguiEvent::RunError {
+                message: s("gave up"),
+                code: s("keel.run.failed"),
+            },
+            r#"{"code":"keel.run.failed","message":"gave up","rawEvent":{"ts":5000},"timestamp":5,"type":"RUN_ERROR"}"#,
+        ),
+        (
+            AguiEvent::StepStarted {
+                step_name: s("turn 1"),
+            },
+            r#"{"rawEvent":{"ts":5000},"stepName":"turn 1","timestamp":5,"type":"STEP_STARTED"}"#,
+        ),
+        (
+            AguiEvent::StepFinished {
+                step_name: s("turn 1"),
+            },
+            r#"{"rawEvent":{"ts":5000},"stepName":"turn 1","timestamp":5,"type":"STEP_FINISHED"}"#,
+        ),
+    ]
+}
+
+/// `TEXT_MESSAGE_*` and `TOOL_CALL_*`, each optional member absent and present.
+fn text_and_tool_rows() -> Vec<(AguiEvent, &'static str)> {
+    let call_start = |parent: Option<&str>| AguiEvent::ToolCallStart {
+        tool_call_id: s("c1"),
+        tool_call_name: s("get"),
+        parent_message_id: parent.map(s),
+    };
+    let result = |error: Option<&str>| AguiEvent::ToolCallResult {
+        message_id: s("r.c1.result"),
+        tool_call_id: s("c1"),
+        content: s("out"),
+        role: ToolRole::Tool,
+        error: error.map(s),
+    };
+    vec![
+        (
+            AguiEvent::TextMessageStart {
+                message_id: s("m"),
+                role: TextRole::Assistant,
+            },
+            r#"{"messageId":"m","rawEvent":{"ts":5000},"role":"assistant","timestamp":5,"type":"TEXT_MESSAGE_START"}"#,
+        ),
+        (
+            AguiEvent::TextMessageContent {
+                message_id: s("m"),
+                delta: s("Hi"),
+            },
+            r#"{"delta":"Hi","messageId":"m","rawEvent":{"ts":5000},"timestamp":5,"type":"TEXT_MESSAGE_CONTENT"}"#,
+        ),
+        (
+            AguiEvent::TextMessageEnd { message_id: s("m") },
+            r#"{"messageId":"m","rawEvent":{"ts":5000},"timestamp":5,"type":"TEXT_MESSAGE_END"}"#,
+        ),
+        (
+            call_start(None),
+            r#"{"rawEvent":{"ts":5000},"timestamp":5,"toolCallId":"c1","toolCallName":"get","type":"TOOL_CALL_START"}"#,
+        ),
+        (
+            call_start(Some("m")),
+            r#"{"parentMessageId":"m","rawEvent":{"ts":5000},"timestamp":5,"toolCallId":"c1","toolCallName":"get","type":"TOOL_CALL_START"}"#,
+        ),
+        (
+            AguiEvent::ToolCallArgs {
+                tool_call_id: s("c1"),
+                delta: s(r#"{"a":1}"#),
+            },
+            r#"{"delta":"{\"a\":1}","rawEvent":{"ts":5000},"timestamp":5,"toolCallId":"c1","type":"TOOL_CALL_ARGS"}"#,
+        ),
+        (
+            AguiEvent::ToolCallEnd {
+                tool_call_id: s("c1"),
+            },
+            r#"{"rawEvent":{"ts":5000},"timestamp":5,"toolCallId":"c1","type":"TOOL_CALL_END"}"#,
+        ),
+        (
+            result(None),
+            r#"{"content":"out","messageId":"r.c1.result","rawEvent":{"ts":5000},"role":"tool","timestamp":5,"toolCallId":"c1","type":"TOOL_CALL_RESULT"}"#,
+        ),
+        (
+            result(Some("reset")),
+            r#"{"content":"out","error":"reset","messageId":"r.c1.result","rawEvent":{"ts":5000},"role":"tool","timestamp":5,"toolCallId":"c1","type":"TOOL_CALL_RESULT"}"#,
+        ),
+    ]
+}
+
+/// `MESSAGES_SNAPSHOT` and `CUSTOM`, with each kind of custom value.
+fn snapshot_and_custom_rows() -> Vec<(AguiEvent, &'static str)> {
+    vec![
+        (
+            AguiEvent::MessagesSnapshot {
+                messages: Vec::new(),
+            },
+            r#"{"messages":[],"rawEvent":{"ts":5000},"timestamp":5,"type":"MESSAGES_SNAPSHOT"}"#,
+        ),
+        (
+            AguiEvent::Custom {
+                name: s("keel.turn.failed"),
+                value: CustomValue::Logged(json!({"turn": 1, "error": "x"})),
+            },
+            r#"{"name":"keel.turn.failed","rawEvent":{"ts":5000},"timestamp":5,"type":"CUSTOM","value":{"error":"x","turn":1}}"#,
+        ),
+        (
+            AguiEvent::Custom {
+                name: s("keel.discarded"),
+                value: CustomValue::Discarded(Discarded {
+                    message_id: None,
+                    tool_call_ids: vec![s("c1"), s("c2")],
+                }),
+            },
+            r#"{"name":"keel.discarded","rawEvent":{"ts":5000},"timestamp":5,"type":"CUSTOM","value":{"messageId":null,"toolCallIds":["c1","c2"]}}"#,
+        ),
+        (
+            AguiEvent::Custom {
+                name: s("keel.text_elided"),
+                value: CustomValue::TextElided(TextElided {
+                    message_id: s("m"),
+                    bytes: 3,
+                }),
+            },
+            r#"{"name":"keel.text_elided","rawEvent":{"ts":5000},"timestamp":5,"type":"CUSTOM","value":{"bytes":3,"messageId":"m"}}"#,
+        ),
+    ]
+}
+
+#[test]
+fn every_event_type_encodes_as_pinned() {
+    let mut rows = run_rows();
+    rows.extend(text_and_tool_rows());
+    rows.extend(snapshot_and_custom_rows());
+    check(rows);
+}
+
+/// The snapshot's messages, one row per role and optional member.
+#[test]
+fn every_message_kind_encodes_as_pinned() {
+    let call = AguiToolCall::Function {
+        id: s("c1"),
+        function: FunctionCall {
+            name: s("get"),
+            arguments: s("{}"),
+        },
+    };
+    let assistant = |content: Option<&str>, tool_calls: Vec<AguiToolCall>| AguiMessage::Assistant {
+        id: s("a"),
+        content: content.map(s),
+        tool_calls,
+    };
+    let tool = |error: Option<&str>| AguiMessage::Tool {
+        id: s("t.c1"),
+        content: s("out"),
+        tool_call_id: s("c1"),
+        error: error.map(s),
+    };
+    let rows = [
+        (
+            AguiMessage::System {
+                id: s("s"),
+                content: s("be brief"),
+            },
+            r#"{"content":"be brief","id":"s","role":"system"}"#,
+        ),
+        (
+            AguiMessage::User {
+                id: s("u"),
+                content: s("Hi"),
+            },
+            r#"{"content":"Hi","id":"u","role":"user"}"#,
+        ),
+        (
+            assistant(Some("ok"), Vec::new()),
+            r#"{"content":"ok","id":"a","role":"assistant"}"#,
+        ),
+        (
+            assistant(None, vec![call]),
+            r#"{"id":"a","role":"assistant","toolCalls":[{"function":{"arguments":"{}","name":"get"},"id":"c1","type":"function"}]}"#,
+        ),
+        (
+            tool(None),
+            r#"{"content":"out","id":"t.c1","role":"tool","toolCallId":"c1"}"#,
+        ),
+        (
+            tool(Some("out")),
+            r#"{"content":"out","error":"out","id":"t.c1","role":"tool","toolCallId":"c1"}"#,
+        ),
+    ];
+    for (message, expected) in rows {
+        assert_eq!(message.to_json(), expected);
+    }
+}
+
+/// A line without `ts` has no `timestamp`; the stamp alone is what closes
+/// a written snapshot.
+#[test]
+fn a_stamp_without_a_time_has_no_timestamp() {
+    let event = Stamped::new(
+        AguiEvent::StepFinished {
+            step_name: s("turn 1"),
+        },
+        Stamp::of(json!({"seq": 1})),
+    );
+    assert_eq!(
+        event.to_json(),
+        r#"{"rawEvent":{"seq":1},"stepName":"turn 1","type":"STEP_FINISHED"}"#
+    );
+    assert_eq!(event.timestamp(), None);
+    assert_eq!(
+        stamp().to_value().to_string(),
+        r#"{"rawEvent":{"ts":5000},"timestamp":5}"#
+    );
+}
