@@ -110,7 +110,7 @@ impl From<CheckedToolName> for ToolName {
 
 /// A model name as the provider knows it (`gpt-5`, `claude-sonnet-4-5`,
 /// `llama3.1:8b`, `accounts/x/models/y`): non-empty, at most
-/// [`Limits::model_name_bytes`], no whitespace or control characters.
+/// [`Limits::model_name_bytes`](crate::Limits::model_name_bytes), no whitespace or control characters.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ModelName(Arc<str>);
 
