@@ -73,3 +73,21 @@ impl ChatId {
 }
 
 keel_message::string_newtype_impls!(ChatId, ChatIdError);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_names_its_rule_in_rule_and_message() {
+        for (text, rule) in [
+            ("", "chat_id.length"),
+            (&*"c".repeat(CHAT_ID_MAX_BYTES + 1), "chat_id.length"),
+            ("a b", "chat_id.charset"),
+        ] {
+            let e = ChatId::parse(text).unwrap_err();
+            assert_eq!(e.rule(), rule, "{text:?}");
+            assert!(e.to_string().contains(&format!("(rule {rule})")), "{e}");
+        }
+    }
+}
