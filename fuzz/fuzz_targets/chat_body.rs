@@ -48,10 +48,10 @@ fuzz_target!(|data: &[u8]| {
     }
     match verdict {
         Ok(body) => {
-            assert!(!body.id.is_empty() && body.id.len() <= MAX_CHAT_ID_BYTES);
+            let id = body.id.as_str();
+            assert!(!id.is_empty() && id.len() <= MAX_CHAT_ID_BYTES);
             assert!(
-                body.id
-                    .bytes()
+                id.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
             );
             match &body.ask {

@@ -304,7 +304,11 @@ fn write_runs(path: &Path, data: &[u8]) -> Vec<Generated> {
 }
 
 fn check_recovered(report: &RecoveryReport, run: &Generated, before: &Dump, after: &Dump) {
-    let Some(got) = report.recovered.iter().find(|r| r.run_id == run.run_id) else {
+    let Some(got) = report
+        .recovered
+        .iter()
+        .find(|r| r.run_id.as_str() == run.run_id)
+    else {
         panic!(
             "{} was open and undamaged but not recovered: {report:?}",
             run.run_id
@@ -405,7 +409,12 @@ fuzz_target!(|data: &[u8]| {
                     after.rows(run.run_id),
                     "damaged run changed"
                 );
-                assert!(!first.recovered.iter().any(|r| r.run_id == run.run_id));
+                assert!(
+                    !first
+                        .recovered
+                        .iter()
+                        .any(|r| r.run_id.as_str() == run.run_id)
+                );
                 if damage.running_after(run.ended) {
                     let skipped =
                         skipped.unwrap_or_else(|| panic!("{damage:?} not reported: {first:?}"));

@@ -207,11 +207,16 @@ fn entry(rest: &[u8]) {
         (Transport::Http { url }, None, Some(u)) => assert_eq!(url, u),
         (t, c, u) => panic!("transport {t:?} from command {c:?} and url {u:?}"),
     }
-    assert_eq!(config.env(), entry.env.as_deref().unwrap_or_default());
-    assert!(
-        !config.env().iter().any(|n| withheld(n)),
-        "a withheld name passed"
-    );
+    let names: Vec<&str> = config.env().iter().map(|n| n.as_str()).collect();
+    let asked: Vec<&str> = entry
+        .env
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(names, asked);
+    assert!(!names.iter().any(|n| withheld(n)), "a withheld name passed");
     let bound = config.max_output_bytes();
     assert!(
         (1024..=1 << 20).contains(&bound),

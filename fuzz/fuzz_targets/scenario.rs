@@ -13,8 +13,8 @@
 //!   message re-validates through `keel-message` after a JSON round trip.
 #![no_main]
 
-use keel_scenario::file::{ProviderSpec, ScenarioError, parse};
 use keel_message::{Limits, Message};
+use keel_scenario::file::{ProviderSpec, ScenarioError, parse};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
@@ -83,9 +83,11 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(&back, m);
             }
             if let ProviderSpec::Network { api_key_env, .. } = &scenario.provider {
-                assert!(
-                    !api_key_env.is_empty(),
-                    "an empty key variable name was accepted"
+                // The type holds the rule; what was accepted re-parses.
+                assert_eq!(
+                    keel_message::EnvVarName::parse(api_key_env.as_str()).as_ref(),
+                    Ok(api_key_env),
+                    "an accepted key variable name does not re-validate"
                 );
             }
         }
