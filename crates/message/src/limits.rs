@@ -41,6 +41,14 @@ pub enum Bound {
     MetadataBytes,
     /// [`Limits::problem_message_bytes`].
     ProblemMessageBytes,
+    /// [`Limits::opaque_bytes`].
+    OpaqueBytes,
+    /// [`Limits::image_bytes`].
+    ImageBytes,
+    /// [`Limits::file_bytes`].
+    FileBytes,
+    /// [`Limits::media_parts_per_message`].
+    MediaPartsPerMessage,
 }
 
 impl Bound {
@@ -70,6 +78,10 @@ impl Bound {
             Bound::MetadataDepth => "limits.metadata_depth",
             Bound::MetadataBytes => "limits.metadata_bytes",
             Bound::ProblemMessageBytes => "limits.problem_message_bytes",
+            Bound::OpaqueBytes => "limits.opaque_bytes",
+            Bound::ImageBytes => "limits.image_bytes",
+            Bound::FileBytes => "limits.file_bytes",
+            Bound::MediaPartsPerMessage => "limits.media_parts_per_message",
         }
     }
 
@@ -93,6 +105,10 @@ impl Bound {
             Bound::MetadataDepth => limits.metadata_depth,
             Bound::MetadataBytes => limits.metadata_bytes,
             Bound::ProblemMessageBytes => limits.problem_message_bytes,
+            Bound::OpaqueBytes => limits.opaque_bytes,
+            Bound::ImageBytes => limits.image_bytes,
+            Bound::FileBytes => limits.file_bytes,
+            Bound::MediaPartsPerMessage => limits.media_parts_per_message,
         }
     }
 
@@ -183,6 +199,16 @@ pub struct Limits {
     pub metadata_bytes: usize,
     /// Bytes in a provider problem message. Default 1 KiB.
     pub problem_message_bytes: usize,
+    /// Bytes in one opaque provider value (a reasoning signature or a
+    /// redacted reasoning part). Default 64 KiB.
+    pub opaque_bytes: usize,
+    /// Decoded bytes of one inline image. Default 1 MiB.
+    pub image_bytes: usize,
+    /// Decoded bytes of one file. Default 1 MiB.
+    pub file_bytes: usize,
+    /// Images and files in one message, tool-result images included.
+    /// Default 16.
+    pub media_parts_per_message: usize,
 }
 
 impl Default for Limits {
@@ -205,6 +231,10 @@ impl Default for Limits {
             metadata_depth: 4,
             metadata_bytes: 4 << 10,
             problem_message_bytes: 1 << 10,
+            opaque_bytes: 64 << 10,
+            image_bytes: 1 << 20,
+            file_bytes: 1 << 20,
+            media_parts_per_message: 16,
         }
     }
 }
