@@ -218,6 +218,7 @@ impl ToolUse {
             call_id: self.call_id.clone(),
             tool: self.tool.clone(),
             output: output.into(),
+            images: Vec::new(),
             extra: Extra::new(),
         })
     }
