@@ -174,11 +174,53 @@ fn every_committed_kind_round_trips() {
             arguments: keel_message::CanonicalJson::parse(r#"{"city":"Oslo","n":1e30}"#).unwrap(),
             extra: Extra::new(),
         }),
+        Payload::ReasoningDelta(ReasoningDelta {
+            turn: 1,
+            operation_id: op("op_1"),
+            text: "Thinking \u{2028} \"quotes\"".into(),
+            extra: Extra::new(),
+        }),
+        Payload::ReasoningEnd(ReasoningEnd {
+            turn: 1,
+            operation_id: op("op_1"),
+            provider: keel_message::ProviderTag::anthropic(),
+            signature: Some(keel_message::OpaqueValue::new("EqQB/+=").unwrap()),
+            redacted: None,
+            extra: Extra::new(),
+        }),
+        Payload::ReasoningEnd(ReasoningEnd {
+            turn: 1,
+            operation_id: op("op_1"),
+            provider: keel_message::ProviderTag::anthropic(),
+            signature: None,
+            redacted: Some(keel_message::OpaqueValue::new("\"q\"\\").unwrap()),
+            extra: Extra::new(),
+        }),
         model_completed(1, "op_1"),
         tool_started(1, "c1"),
-        Payload::ToolFailed(ToolFailed {
+        Payload::ToolCompleted(ToolCompleted {
             turn: 1,
             call_id: call("c1"),
+            tool: tool_name("get_weather"),
+            output: "a map".into(),
+            images: vec![
+                keel_message::ImagePart::from_bytes_with(
+                    keel_message::ImageMediaType::Gif,
+                    b"GIF89a\x01\x02",
+                    &keel_message::Limits::default(),
+                )
+                .unwrap(),
+                keel_message::ImagePart::from_url(
+                    keel_message::HttpsUrl::parse("https://example.com/m?a=\"b\"").unwrap(),
+                    None,
+                ),
+            ],
+            extra: Extra::new(),
+        }),
+        tool_started(1, "c9"),
+        Payload::ToolFailed(ToolFailed {
+            turn: 1,
+            call_id: call("c9"),
             tool: tool_name("get_weather"),
             error: ErrorText::new("timed out"),
             outcome: Some(ToolOutcome::Uncertain),

@@ -1,6 +1,7 @@
 //! What `history::rebuild` makes of a run's events, one rule per row
 //! through one `check` helper: the assistant message of the model call
-//! that completed (its text, then its calls), the tool results in call
+//! that completed (its text, then its calls; reasoning parts in their
+//! stream places), the tool results (with their images) in call
 //! order (a denial, a failed approval, an oversized result), the ids the
 //! engine mints, and the fold handing messages out as they complete.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
