@@ -5,8 +5,9 @@
 //!
 //! - validated identifiers ([`RunId`], [`MessageId`], [`OperationId`],
 //!   [`CallId`]) and names ([`ToolName`], [`ModelName`]);
-//! - [`Role`], content [`Part`]s (text, tool call, tool result) and
-//!   [`Message`];
+//! - [`Role`], content [`Part`]s (text, tool call, tool result with
+//!   images, [reasoning](ReasoningPart), [image](ImagePart),
+//!   [file](FilePart)) and [`Message`];
 //! - [`ToolDefinition`] and [`ModelRequest`] (host-issued operation id,
 //!   model, immutable shared history and tools);
 //! - [`ToolSpec`], a tool definition written as a `const` item and checked
@@ -26,7 +27,7 @@
 //! providers, and has no async code. `keel-stream` builds the model stream
 //! union on top of it; `keel-eventlog` and everything above use its values
 //! and its canonical JSON. Its dependencies are serde, serde_json,
-//! thiserror and ryu-js (ECMAScript number formatting).
+//! thiserror, ryu-js (ECMAScript number formatting) and base64.
 //!
 //! ```
 //! use keel_message::*;
@@ -66,9 +67,11 @@ pub mod canonical;
 pub mod decode;
 mod env_var;
 mod error;
+mod file;
 mod file_name;
 mod https_url;
 pub mod ids;
+mod image;
 mod limits;
 mod media_bytes;
 mod media_type;
@@ -76,7 +79,10 @@ mod message;
 mod name_rules;
 mod names;
 mod opaque;
+mod part;
+mod part_wire;
 mod provider_tag;
+mod reasoning;
 mod request;
 mod role;
 mod schema_check;
@@ -90,18 +96,22 @@ pub use canonical::{CanonicalJson, JsonError};
 pub use decode::DecodeError;
 pub use env_var::{ENV_VAR_NAME_MAX_BYTES, EnvVarName, EnvVarNameError};
 pub use error::{Base64Problem, MessageError, MessageErrorKind, UrlProblem};
+pub use file::FilePart;
 pub use file_name::{FILE_NAME_MAX_BYTES, FileName};
 pub use https_url::{HTTPS_URL_MAX_BYTES, HttpsUrl};
 pub use ids::{
     CallId, ID_MAX_BYTES, IdError, InteractionId, MessageId, OperationId, OperationIdIssuer, RunId,
 };
+pub use image::{ImageData, ImagePart};
 pub use limits::{Bound, LimitExceeded, Limits};
 pub use media_bytes::MediaBytes;
 pub use media_type::{FileMediaType, ImageMediaType};
-pub use message::{Message, Part, TextPart, ToolCallPart, ToolResultPart};
+pub use message::Message;
 pub use names::{ModelName, NameProblem, TOOL_NAME_MAX_BYTES, ToolName};
 pub use opaque::OpaqueValue;
+pub use part::{Part, TextPart, ToolCallPart, ToolResultPart};
 pub use provider_tag::{PROVIDER_TAG_MAX_BYTES, ProviderTag};
+pub use reasoning::ReasoningPart;
 pub use request::ModelRequest;
 pub use role::Role;
 pub use tool::ToolDefinition;

@@ -1,10 +1,10 @@
-//! Content parts and messages.
+//! Messages: an id, a role and the parts that role admits, bounded.
 
-use crate::canonical::CanonicalJson;
 use crate::error::{MessageError, MessageErrorKind};
 use crate::ids::{CallId, MessageId};
 use crate::limits::{Bound, Limits};
-use crate::names::ToolName;
+use crate::part::{Part, ToolCallPart};
+use crate::part_wire::PartWire;
 use crate::role::Role;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -20,200 +20,10 @@ impl RoleParts for Role {
         matches!(
             (self, part),
             (Role::System | Role::User | Role::Assistant, Part::Text(_))
-                | (Role::Assistant, Part::ToolCall(_))
+                | (Role::User, Part::Image(_) | Part::File(_))
+                | (Role::Assistant, Part::ToolCall(_) | Part::Reasoning(_))
                 | (Role::Tool, Part::ToolResult(_))
         )
-    }
-}
-
-/// Non-empty text, at most [`Limits::part_bytes`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TextPart {
-    text: Arc<str>,
-}
-
-impl TextPart {
-    /// The text.
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-}
-
-/// A finalized tool call: which tool, with which JSON-object arguments.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ToolCallPart {
-    call_id: CallId,
-    name: ToolName,
-    arguments: CanonicalJson,
-}
-
-impl ToolCallPart {
-    /// A finalized tool call: the arguments must be a JSON object of at most
-    /// `limits.part_bytes` canonical bytes.
-    pub fn new_with(
-        call_id: CallId,
-        name: ToolName,
-        arguments: CanonicalJson,
-        limits: &Limits,
-    ) -> Result<ToolCallPart, MessageError> {
-        if !arguments.is_object() {
-            return Err(MessageError::new(
-                "$.arguments",
-                MessageErrorKind::ArgumentsNotObject,
-            ));
-        }
-        Bound::PartBytes
-            .check(limits, arguments.len())
-            .map_err(|e| MessageError::new("$.arguments", e))?;
-        Ok(ToolCallPart {
-            call_id,
-            name,
-            arguments,
-        })
-    }
-
-    /// The call id, echoed by the matching tool result.
-    pub fn call_id(&self) -> &CallId {
-        &self.call_id
-    }
-    /// The canonical tool name.
-    pub fn name(&self) -> &ToolName {
-        &self.name
-    }
-    /// The arguments: a canonical JSON object.
-    pub fn arguments(&self) -> &CanonicalJson {
-        &self.arguments
-    }
-}
-
-/// The result of one tool call, fed back to the model.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ToolResultPart {
-    call_id: CallId,
-    content: Arc<str>,
-    is_error: bool,
-}
-
-impl ToolResultPart {
-    /// The call this answers.
-    pub fn call_id(&self) -> &CallId {
-        &self.call_id
-    }
-    /// The result text (may be empty).
-    pub fn content(&self) -> &str {
-        &self.content
-    }
-    /// Whether the tool failed; the content then describes the failure.
-    pub fn is_error(&self) -> bool {
-        self.is_error
-    }
-}
-
-/// One content part of a message. Build parts with the constructors, which
-/// validate; the variant structs have no public constructors.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Part {
-    /// Text.
-    Text(TextPart),
-    /// A tool call (assistant messages only).
-    ToolCall(ToolCallPart),
-    /// A tool result (tool messages only).
-    ToolResult(ToolResultPart),
-}
-
-impl Part {
-    /// A text part under the default limits.
-    pub fn text(text: &str) -> Result<Part, MessageError> {
-        Self::text_with(text, Limits::default_ref())
-    }
-
-    /// A text part: non-empty, at most `limits.part_bytes`.
-    pub fn text_with(text: &str, limits: &Limits) -> Result<Part, MessageError> {
-        if text.is_empty() {
-            return Err(MessageError::new("$.text", MessageErrorKind::EmptyText));
-        }
-        Bound::PartBytes
-            .check(limits, text.len())
-            .map_err(|e| MessageError::new("$.text", e))?;
-        Ok(Part::Text(TextPart {
-            text: Arc::from(text),
-        }))
-    }
-
-    /// A tool call part under the default limits.
-    pub fn tool_call(
-        call_id: CallId,
-        name: ToolName,
-        arguments: CanonicalJson,
-    ) -> Result<Part, MessageError> {
-        Self::tool_call_with(call_id, name, arguments, Limits::default_ref())
-    }
-
-    /// A tool call part: see [`ToolCallPart::new_with`].
-    pub fn tool_call_with(
-        call_id: CallId,
-        name: ToolName,
-        arguments: CanonicalJson,
-        limits: &Limits,
-    ) -> Result<Part, MessageError> {
-        ToolCallPart::new_with(call_id, name, arguments, limits).map(Part::ToolCall)
-    }
-
-    /// A tool result part under the default limits.
-    pub fn tool_result(
-        call_id: CallId,
-        content: &str,
-        is_error: bool,
-    ) -> Result<Part, MessageError> {
-        Self::tool_result_with(call_id, content, is_error, Limits::default_ref())
-    }
-
-    /// A tool result part: content of at most `limits.part_bytes`.
-    pub fn tool_result_with(
-        call_id: CallId,
-        content: &str,
-        is_error: bool,
-        limits: &Limits,
-    ) -> Result<Part, MessageError> {
-        Bound::PartBytes
-            .check(limits, content.len())
-            .map_err(|e| MessageError::new("$.content", e))?;
-        Ok(Part::ToolResult(ToolResultPart {
-            call_id,
-            content: Arc::from(content),
-            is_error,
-        }))
-    }
-
-    /// The wire name of the part kind: `text`, `tool_call` or `tool_result`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Part::Text(_) => "text",
-            Part::ToolCall(_) => "tool_call",
-            Part::ToolResult(_) => "tool_result",
-        }
-    }
-
-    /// The bytes this part counts against `part_bytes` and `message_bytes`.
-    pub fn content_bytes(&self) -> usize {
-        match self {
-            Part::Text(p) => p.text.len(),
-            Part::ToolCall(p) => p.arguments.len(),
-            Part::ToolResult(p) => p.content.len(),
-        }
-    }
-
-    fn revalidate(&self, limits: &Limits) -> Result<(), MessageError> {
-        // Parts may have been built under other limits; re-check the bounds
-        // that depend on configuration.
-        let path = match self {
-            Part::Text(_) => "$.text",
-            Part::ToolCall(_) => "$.arguments",
-            Part::ToolResult(_) => "$.content",
-        };
-        Bound::PartBytes
-            .check(limits, self.content_bytes())
-            .map_err(|e| MessageError::new(path, e))
     }
 }
 
@@ -247,9 +57,11 @@ impl Message {
     }
 
     /// Builds a message. Rules: at least one part; at most
-    /// `limits.parts_per_message` parts; each part allowed for the role and
-    /// within `limits.part_bytes`; `limits.message_bytes` in total; no call
-    /// id on two parts.
+    /// `limits.parts_per_message` parts, of which at most
+    /// `limits.media_parts_per_message` images and files (tool-result
+    /// images included); each part allowed for the role (rule
+    /// `message.role_parts`) and within its bounds; `limits.message_bytes`
+    /// in total; no call id on two parts.
     pub fn new_with(
         id: MessageId,
         role: Role,
@@ -262,6 +74,7 @@ impl Message {
         Bound::PartsPerMessage
             .check(limits, parts.len())
             .map_err(|e| MessageError::new("$.parts", e))?;
+        check_media_count(parts.iter().map(Part::media_count), limits)?;
         let mut content_bytes = 0usize;
         let mut call_ids: Vec<&CallId> = Vec::new();
         for (i, part) in parts.iter().enumerate() {
@@ -277,9 +90,9 @@ impl Message {
             }
             part.revalidate(limits).map_err(|e| e.within(&at))?;
             let call_id = match part {
-                Part::ToolCall(p) => Some(&p.call_id),
-                Part::ToolResult(p) => Some(&p.call_id),
-                Part::Text(_) => None,
+                Part::ToolCall(p) => Some(p.call_id()),
+                Part::ToolResult(p) => Some(p.call_id()),
+                Part::Text(_) | Part::Reasoning(_) | Part::Image(_) | Part::File(_) => None,
             };
             if let Some(call_id) = call_id {
                 if call_ids.contains(&call_id) {
@@ -362,6 +175,7 @@ impl Message {
         Bound::PartsPerMessage
             .check(limits, self.0.parts.len())
             .map_err(|e| MessageError::new("$.parts", e))?;
+        check_media_count(self.0.parts.iter().map(Part::media_count), limits)?;
         for (i, part) in self.0.parts.iter().enumerate() {
             part.revalidate(limits)
                 .map_err(|e| e.within(&format!("$.parts[{i}]")))?;
@@ -370,6 +184,18 @@ impl Message {
             .check(limits, self.0.content_bytes)
             .map_err(|e| MessageError::new("$.parts", e))
     }
+}
+
+/// The rule `limits.media_parts_per_message` over the media counts of a
+/// message's parts.
+fn check_media_count(
+    counts: impl Iterator<Item = usize>,
+    limits: &Limits,
+) -> Result<(), MessageError> {
+    let media = counts.fold(0usize, usize::saturating_add);
+    Bound::MediaPartsPerMessage
+        .check(limits, media)
+        .map_err(|e| MessageError::new("$.parts", e))
 }
 
 impl PartialEq for Message {
@@ -394,89 +220,6 @@ impl fmt::Debug for Message {
 
 // ---- serde: wire shapes ----
 
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum PartOut<'a> {
-    Text {
-        text: &'a str,
-    },
-    ToolCall {
-        call_id: &'a CallId,
-        name: &'a ToolName,
-        arguments: &'a CanonicalJson,
-    },
-    ToolResult {
-        call_id: &'a CallId,
-        content: &'a str,
-        is_error: bool,
-    },
-}
-
-/// The wire shape of a part, as deserialized before validation.
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub(crate) enum PartWire {
-    Text {
-        text: String,
-    },
-    ToolCall {
-        call_id: CallId,
-        name: ToolName,
-        arguments: CanonicalJson,
-    },
-    ToolResult {
-        call_id: CallId,
-        content: String,
-        #[serde(default)]
-        is_error: bool,
-    },
-}
-
-impl PartWire {
-    fn build(self, limits: &Limits) -> Result<Part, MessageError> {
-        match self {
-            PartWire::Text { text } => Part::text_with(&text, limits),
-            PartWire::ToolCall {
-                call_id,
-                name,
-                arguments,
-            } => Part::tool_call_with(call_id, name, arguments, limits),
-            PartWire::ToolResult {
-                call_id,
-                content,
-                is_error,
-            } => Part::tool_result_with(call_id, &content, is_error, limits),
-        }
-    }
-}
-
-impl Serialize for Part {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Part::Text(p) => PartOut::Text { text: &p.text },
-            Part::ToolCall(p) => PartOut::ToolCall {
-                call_id: &p.call_id,
-                name: &p.name,
-                arguments: &p.arguments,
-            },
-            Part::ToolResult(p) => PartOut::ToolResult {
-                call_id: &p.call_id,
-                content: &p.content,
-                is_error: p.is_error,
-            },
-        }
-        .serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for Part {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        PartWire::deserialize(d)?
-            .build(Limits::default_ref())
-            .map_err(serde::de::Error::custom)
-    }
-}
-
 /// The wire shape of a message, as deserialized before validation.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -491,6 +234,7 @@ impl MessageWire {
         Bound::PartsPerMessage
             .check(limits, self.parts.len())
             .map_err(|e| MessageError::new("$.parts", e))?;
+        check_media_count(self.parts.iter().map(PartWire::media_count), limits)?;
         let parts = self
             .parts
             .into_iter()

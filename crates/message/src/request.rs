@@ -3,8 +3,9 @@
 use crate::error::{MessageError, MessageErrorKind};
 use crate::ids::{CallId, OperationId};
 use crate::limits::{Bound, Limits};
-use crate::message::{Message, MessageWire, Part};
+use crate::message::{Message, MessageWire};
 use crate::names::ModelName;
+use crate::part::Part;
 use crate::tool::{ToolDefinition, ToolWire};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -156,7 +157,7 @@ fn check_call_ids<'a>(
         let (call_id, set, orphan) = match part {
             Part::ToolCall(c) => (c.call_id(), &mut *calls, false),
             Part::ToolResult(r) => (r.call_id(), &mut *answered, !calls.contains(r.call_id())),
-            Part::Text(_) => continue,
+            Part::Text(_) | Part::Reasoning(_) | Part::Image(_) | Part::File(_) => continue,
         };
         let path = format!("{at}.parts[{j}].call_id");
         if orphan {

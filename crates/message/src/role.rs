@@ -6,9 +6,10 @@ use std::fmt;
 
 /// Who a message is from.
 ///
-/// Each role admits certain parts (rule `message.role_parts`): `system` and
-/// `user` hold text; `assistant` holds text and tool calls; `tool` holds
-/// tool results.
+/// Each role admits certain parts (rule `message.role_parts`): `system`
+/// holds text; `user` holds text, images and files; `assistant` holds text,
+/// tool calls and reasoning; `tool` holds tool results (which may carry
+/// images).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {

@@ -496,7 +496,7 @@ fn serde_enforces_every_rule() {
         ),
         (
             "unknown part type",
-            r#"{"id":"m1","role":"user","parts":[{"type":"image"}]}"#,
+            r#"{"id":"m1","role":"user","parts":[{"type":"audio"}]}"#,
             Some("shape"),
         ),
         (

@@ -117,9 +117,18 @@ fn rotate_range(src: &[u8], dst: &mut [u8]) {
     }
 }
 
-/// Members whose values are content that errors must never echo.
+/// Members whose values are content that errors must never echo (a
+/// reasoning part's opaque `signature` and `redacted` values among them;
+/// `base64` is not rotated, since that can change whether it decodes).
 #[allow(dead_code)] // not every target uses every helper
-pub const CONTENT: &[&str] = &["text", "content", "description", "arguments"];
+pub const CONTENT: &[&str] = &[
+    "text",
+    "content",
+    "description",
+    "arguments",
+    "signature",
+    "redacted",
+];
 
 /// The properties shared by the value targets: a decoded value re-encodes,
 /// decodes back equal (through `decode` and through serde), and re-encodes

@@ -56,14 +56,14 @@ fn message(message: &Message) -> Value {
     let content: Vec<Value> = message
         .parts()
         .iter()
-        .map(|part| match part {
-            Part::Text(text) => json!({"type": "text", "text": text.text()}),
-            Part::ToolCall(call) => json!({
+        .filter_map(|part| match part {
+            Part::Text(text) => Some(json!({"type": "text", "text": text.text()})),
+            Part::ToolCall(call) => Some(json!({
                 "type": "tool_use",
                 "id": call.call_id().as_str(),
                 "name": call.name().as_str(),
                 "input": call.arguments().to_value(),
-            }),
+            })),
             Part::ToolResult(result) => {
                 let mut block = Map::new();
                 block.insert("type".into(), json!("tool_result"));
@@ -72,8 +72,11 @@ fn message(message: &Message) -> Value {
                 if result.is_error() {
                     block.insert("is_error".into(), json!(true));
                 }
-                Value::Object(block)
+                Some(Value::Object(block))
             }
+            // Not sent yet: the providers branch of #34 maps reasoning,
+            // images and files to their Messages API blocks.
+            Part::Reasoning(_) | Part::Image(_) | Part::File(_) => None,
         })
         .collect();
     json!({"role": role, "content": content})
