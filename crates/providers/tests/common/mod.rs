@@ -478,3 +478,139 @@ where
         .map(|e| format!("data: {}\n\n", e.as_ref()))
         .collect()
 }
+
+// ----------------------------------------------------------- reasoning ----
+
+/// The assistant message a host keeps from an observed stream: text
+/// parts, reasoning parts tagged `tag` (deltas joined; closed by their
+/// signature, a redacted part, or any other item), and tool calls, in
+/// stream order.
+pub fn assistant_message(
+    id: &str,
+    seen: &keel_testkit::conformance::Observed,
+    tag: &ProviderTag,
+) -> Message {
+    use keel_stream::StreamItem;
+    let limits = Limits::default();
+    let mut parts: Vec<Part> = Vec::new();
+    let mut text = String::new();
+    let mut reasoning: Option<String> = None;
+    let close_text = |text: &mut String, parts: &mut Vec<Part>| {
+        if !text.is_empty() {
+            parts.push(Part::text(&std::mem::take(text)).unwrap());
+        }
+    };
+    let close_reasoning =
+        |open: &mut Option<String>, signature: Option<OpaqueValue>, parts: &mut Vec<Part>| {
+            if let Some(r) = open.take() {
+                parts.push(Part::reasoning_with(tag.clone(), &r, signature, &limits).unwrap());
+            }
+        };
+    for item in &seen.items {
+        match item {
+            StreamItem::TextDelta(d) => {
+                close_reasoning(&mut reasoning, None, &mut parts);
+                text.push_str(d.text());
+            }
+            StreamItem::ReasoningDelta(d) => {
+                close_text(&mut text, &mut parts);
+                reasoning.get_or_insert_with(String::new).push_str(d.text());
+            }
+            StreamItem::ReasoningSignature(signature) => {
+                close_reasoning(&mut reasoning, Some(signature.clone()), &mut parts);
+            }
+            StreamItem::RedactedReasoning(value) => {
+                close_text(&mut text, &mut parts);
+                close_reasoning(&mut reasoning, None, &mut parts);
+                parts.push(Part::redacted_reasoning(tag.clone(), value.clone()));
+            }
+            StreamItem::ToolCall(call) => {
+                close_text(&mut text, &mut parts);
+                close_reasoning(&mut reasoning, None, &mut parts);
+                parts.push(Part::ToolCall(call.clone()));
+            }
+            _ => {}
+        }
+    }
+    close_text(&mut text, &mut parts);
+    close_reasoning(&mut reasoning, None, &mut parts);
+    Message::new(MessageId::parse(id).unwrap(), Role::Assistant, parts).unwrap()
+}
+
+/// The reasoning items of an observed stream, in order, as
+/// `("delta" | "signature" | "redacted", value)`.
+pub fn reasoning_items(seen: &keel_testkit::conformance::Observed) -> Vec<(&'static str, String)> {
+    use keel_stream::StreamItem;
+    seen.items
+        .iter()
+        .filter_map(|item| match item {
+            StreamItem::ReasoningDelta(d) => Some(("delta", d.text().to_owned())),
+            StreamItem::ReasoningSignature(s) => Some(("signature", s.as_str().to_owned())),
+            StreamItem::RedactedReasoning(v) => Some(("redacted", v.as_str().to_owned())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `history`, then `more`, as a request for `model` with `tools`.
+pub fn continued(request: &ModelRequest, more: Vec<Message>) -> ModelRequest {
+    let history: Arc<[Message]> = request.history().iter().cloned().chain(more).collect();
+    ModelRequest::new(
+        OperationIdIssuer::new().issue(),
+        request.model().clone(),
+        history,
+        request.tools().iter().cloned().collect(),
+    )
+    .unwrap()
+}
+
+/// The data payloads of an SSE body, parsed as JSON (`[DONE]` left out).
+pub fn sse_payloads(body: &str) -> Vec<serde_json::Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+/// A one-pixel PNG, and a minimal PDF.
+pub const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+pub const PDF: &[u8] = b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n";
+
+/// A user message with text, a PNG and a PDF.
+pub fn user_with_media(id: &str) -> Message {
+    let limits = Limits::default();
+    Message::new(
+        MessageId::parse(id).unwrap(),
+        Role::User,
+        vec![
+            Part::text("What is in these?").unwrap(),
+            Part::image(ImagePart::from_bytes_with(ImageMediaType::Png, PNG, &limits).unwrap()),
+            Part::file_with(FileMediaType::Pdf, "report.pdf", PDF, &limits).unwrap(),
+        ],
+    )
+    .unwrap()
+}
+
+/// A tool message whose one result carries `text` and a PNG.
+pub fn tool_result_with_image(call_id: &str, text: &str) -> Message {
+    let limits = Limits::default();
+    let image = ImagePart::from_bytes_with(ImageMediaType::Png, PNG, &limits).unwrap();
+    Message::new(
+        MessageId::parse("t1").unwrap(),
+        Role::Tool,
+        vec![
+            Part::tool_result_with_images(
+                CallId::parse(call_id).unwrap(),
+                text,
+                false,
+                vec![image],
+                &limits,
+            )
+            .unwrap(),
+        ],
+    )
+    .unwrap()
+}
