@@ -107,6 +107,12 @@ mod tests {
         let mut out = VecDeque::new();
         push_text(&mut out, "", 4);
         assert!(out.is_empty());
+        // A cut inside a char moves back to its start.
+        push_text(&mut out, "aaaøb", 4);
+        assert_eq!(
+            std::mem::take(&mut out).into_iter().collect::<Vec<_>>(),
+            vec![RawItem::text("aaa"), RawItem::text("øb")]
+        );
         push_reasoning(&mut out, "aøbø", 4);
         assert_eq!(
             out.into_iter().collect::<Vec<_>>(),

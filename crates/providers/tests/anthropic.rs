@@ -8,7 +8,8 @@ mod common;
 use common::*;
 use keel_message::*;
 use keel_providers::{
-    ANTHROPIC_VERSION, Anthropic, AnthropicConfig, AnthropicOptions, ApiKey, ProviderConfigError,
+    ANTHROPIC_VERSION, Anthropic, AnthropicConfig, AnthropicOptions, ApiKey, ConnectOptions,
+    ProviderConfigError, ProviderKind,
 };
 use keel_stream::{FinishReason, MetadataAllowlist, ModelProvider, ProblemKind, RetryPosition};
 use keel_testkit::conformance::*;
@@ -657,7 +658,7 @@ async fn thinking_and_redacted_blocks_go_back_byte_exact() {
     let request = weather_request();
     let seen = observe(&provider, request.clone(), &allow()).await;
     assert_eq!(seen.finish(), Some(FinishReason::ToolCalls));
-    let assistant = assistant_message("a1", &seen, &provider.provider_tag());
+    let assistant = assistant_message(&seen, &provider.provider_tag());
     let call_id = seen.tool_calls[0].call_id().as_str().to_owned();
     let result = Message::new(
         MessageId::parse("t1").unwrap(),
@@ -887,5 +888,36 @@ fn the_thinking_budget_is_at_least_1024_and_below_max_tokens() {
         (1024, Some(1024), refused(1024, 1024)),
     ] {
         check_budget(max_tokens, budget, expected);
+    }
+}
+
+#[tokio::test]
+async fn a_configured_thinking_budget_reaches_the_adapter_through_its_kind() {
+    for budget in [None, Some(1024)] {
+        let body = events(
+            &[
+                vec![message_start(3)],
+                text_block(0, &["ok"]),
+                finish("end_turn", 2),
+            ]
+            .concat(),
+        );
+        let server = Server::one(Reply::sse(body)).await;
+        let provider = ProviderKind::Anthropic
+            .connect_with(
+                Some(&server.base_url()),
+                ApiKey::new(KEY).unwrap(),
+                &ConnectOptions {
+                    thinking_budget_tokens: budget,
+                    ..ConnectOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(provider.provider_tag(), ProviderTag::anthropic());
+        let seen = observe(provider.as_ref(), simple_request("m"), &allow()).await;
+        assert_eq!(seen.text, "ok");
+        let sent = server.requests()[0].json();
+        let expected = budget.map(|n| json!({"type": "enabled", "budget_tokens": n}));
+        assert_eq!(sent.get("thinking").cloned(), expected, "{sent}");
     }
 }

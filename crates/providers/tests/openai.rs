@@ -7,7 +7,9 @@ mod common;
 
 use common::*;
 use keel_message::*;
-use keel_providers::{ApiKey, OpenAiCompatible, OpenAiConfig, OpenAiOptions};
+use keel_providers::{
+    ApiKey, ConnectOptions, OpenAiCompatible, OpenAiConfig, OpenAiOptions, ProviderKind,
+};
 use keel_stream::{FinishReason, MetadataAllowlist, ModelProvider, ProblemKind, RetryPosition};
 use keel_testkit::conformance::*;
 use serde_json::{Value, json};
@@ -855,7 +857,7 @@ async fn next_assistant_message(send_reasoning: bool, extra: Vec<Part>) -> Value
     let request = simple_request("deepseek-reasoner");
     let seen = observe(&provider, request.clone(), &allow()).await;
     assert_eq!(seen.finish(), Some(FinishReason::ToolCalls));
-    let kept = assistant_message("a1", &seen, &provider.provider_tag());
+    let kept = assistant_message(&seen, &provider.provider_tag());
     let mut parts = extra;
     parts.extend(kept.parts().iter().cloned());
     let assistant = Message::new(MessageId::parse("a1").unwrap(), Role::Assistant, parts).unwrap();
@@ -1032,4 +1034,41 @@ fn the_provider_tags_its_reasoning_openai_compatible() {
     let provider = OpenAiCompatible::new(OpenAiConfig::new("http://127.0.0.1:1/v1", None)).unwrap();
     assert_eq!(provider.provider_tag(), ProviderTag::openai_compatible());
     assert_eq!(provider.provider_tag().as_str(), "openai-compatible");
+}
+
+#[tokio::test]
+async fn a_configured_send_reasoning_reaches_the_adapter_through_its_kind() {
+    let limits = Limits::default();
+    let own =
+        Part::reasoning_with(ProviderTag::openai_compatible(), "Mine.", None, &limits).unwrap();
+    let assistant = Message::new(
+        MessageId::parse("a1").unwrap(),
+        Role::Assistant,
+        vec![own, Part::text("Hello.").unwrap()],
+    )
+    .unwrap();
+    for send_reasoning in [false, true] {
+        let body = sse_body([
+            chunk(json!({"content": "ok"}), Some("stop")),
+            "[DONE]".into(),
+        ]);
+        let server = Server::one(Reply::sse(body)).await;
+        let provider = ProviderKind::OpenAiCompatible
+            .connect_with(
+                Some(&server.base_url()),
+                ApiKey::new(KEY).unwrap(),
+                &ConnectOptions {
+                    send_reasoning,
+                    ..ConnectOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(provider.provider_tag(), ProviderTag::openai_compatible());
+        let request = continued(&simple_request("m"), vec![assistant.clone()]);
+        let seen = observe(provider.as_ref(), request, &allow()).await;
+        assert_eq!(seen.text, "ok");
+        let sent = &server.requests()[0].json()["messages"][1];
+        let expected = send_reasoning.then(|| json!("Mine."));
+        assert_eq!(sent.get("reasoning_content").cloned(), expected, "{sent}");
+    }
 }

@@ -481,60 +481,33 @@ where
 
 // ----------------------------------------------------------- reasoning ----
 
-/// The assistant message a host keeps from an observed stream: text
-/// parts, reasoning parts tagged `tag` (deltas joined; closed by their
-/// signature, a redacted part, or any other item), and tool calls, in
-/// stream order.
-pub fn assistant_message(
-    id: &str,
-    seen: &keel_testkit::conformance::Observed,
-    tag: &ProviderTag,
-) -> Message {
+/// The assistant message a host keeps from an observed stream, built by
+/// the engine's own [`AssistantDraft`](keel_eventlog::history::AssistantDraft)
+/// (reasoning parts tagged `tag`, closed by their signature, a redacted
+/// part, or any other item; text; tool calls), as turn 1 of `run_1`.
+pub fn assistant_message(seen: &keel_testkit::conformance::Observed, tag: &ProviderTag) -> Message {
     use keel_stream::StreamItem;
-    let limits = Limits::default();
-    let mut parts: Vec<Part> = Vec::new();
-    let mut text = String::new();
-    let mut reasoning: Option<String> = None;
-    let close_text = |text: &mut String, parts: &mut Vec<Part>| {
-        if !text.is_empty() {
-            parts.push(Part::text(&std::mem::take(text)).unwrap());
-        }
-    };
-    let close_reasoning =
-        |open: &mut Option<String>, signature: Option<OpaqueValue>, parts: &mut Vec<Part>| {
-            if let Some(r) = open.take() {
-                parts.push(Part::reasoning_with(tag.clone(), &r, signature, &limits).unwrap());
-            }
-        };
+    let mut draft = keel_eventlog::history::AssistantDraft::default();
     for item in &seen.items {
+        let reasoning = matches!(
+            item,
+            StreamItem::ReasoningDelta(_) | StreamItem::ReasoningSignature(_)
+        );
+        if !reasoning && draft.has_open_reasoning() {
+            draft.end_reasoning(tag.clone(), None);
+        }
         match item {
-            StreamItem::TextDelta(d) => {
-                close_reasoning(&mut reasoning, None, &mut parts);
-                text.push_str(d.text());
-            }
-            StreamItem::ReasoningDelta(d) => {
-                close_text(&mut text, &mut parts);
-                reasoning.get_or_insert_with(String::new).push_str(d.text());
-            }
-            StreamItem::ReasoningSignature(signature) => {
-                close_reasoning(&mut reasoning, Some(signature.clone()), &mut parts);
-            }
-            StreamItem::RedactedReasoning(value) => {
-                close_text(&mut text, &mut parts);
-                close_reasoning(&mut reasoning, None, &mut parts);
-                parts.push(Part::redacted_reasoning(tag.clone(), value.clone()));
-            }
-            StreamItem::ToolCall(call) => {
-                close_text(&mut text, &mut parts);
-                close_reasoning(&mut reasoning, None, &mut parts);
-                parts.push(Part::ToolCall(call.clone()));
-            }
+            StreamItem::TextDelta(d) => draft.push_text(d.text()),
+            StreamItem::ReasoningDelta(d) => draft.push_reasoning_delta(d.text()),
+            StreamItem::ReasoningSignature(s) => draft.end_reasoning(tag.clone(), Some(s.clone())),
+            StreamItem::RedactedReasoning(v) => draft.push_redacted(tag.clone(), v.clone()),
+            StreamItem::ToolCall(call) => draft.push_call(call.clone()),
             _ => {}
         }
     }
-    close_text(&mut text, &mut parts);
-    close_reasoning(&mut reasoning, None, &mut parts);
-    Message::new(MessageId::parse(id).unwrap(), Role::Assistant, parts).unwrap()
+    draft
+        .to_message(&RunId::parse("run_1").unwrap(), 1, &Limits::default())
+        .unwrap()
 }
 
 /// The reasoning items of an observed stream, in order, as
