@@ -14,7 +14,8 @@
 //! - framing does not depend on how the body is split: the body in one
 //!   piece and in pieces of the chosen size yield equal items;
 //! - the key never appears in a failure message or completion metadata;
-//! - every text delta is non-empty and within `delta_bytes`;
+//! - every text and reasoning delta is non-empty and within
+//!   `delta_bytes`;
 //! - the stream validator takes the items without panicking, and refuses
 //!   everything after a terminal or a violation.
 #![no_main]
@@ -76,11 +77,11 @@ fuzz_target!(|data: &[u8]| {
 
     for item in &whole {
         match item {
-            RawItem::TextDelta(text) => {
-                assert!(!text.is_empty(), "empty text delta");
+            RawItem::TextDelta(text) | RawItem::ReasoningDelta(text) => {
+                assert!(!text.is_empty(), "empty text or reasoning delta");
                 assert!(
                     text.len() <= limits.delta_bytes.max(4),
-                    "text delta of {} bytes > delta_bytes",
+                    "text or reasoning delta of {} bytes > delta_bytes",
                     text.len()
                 );
             }

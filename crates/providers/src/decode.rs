@@ -11,6 +11,23 @@ use std::collections::VecDeque;
 /// Pushes `text` as text deltas of at most `max` bytes each, split at
 /// char boundaries; pushes nothing for empty text.
 pub(crate) fn push_text(out: &mut VecDeque<RawItem>, text: &str, max: usize) {
+    push_pieces(out, text, max, RawItem::text);
+}
+
+/// Pushes `text` as reasoning deltas, split as [`push_text`] splits.
+pub(crate) fn push_reasoning(out: &mut VecDeque<RawItem>, text: &str, max: usize) {
+    push_pieces(out, text, max, RawItem::ReasoningDelta);
+}
+
+/// `text` in pieces of at most `max` bytes (at least 4, so that a piece
+/// always holds a char), cut at char boundaries, each made an item by
+/// `item`; nothing for empty text.
+fn push_pieces(
+    out: &mut VecDeque<RawItem>,
+    text: &str,
+    max: usize,
+    item: impl Fn(String) -> RawItem,
+) {
     let mut rest = text;
     while !rest.is_empty() {
         let mut cut = rest.len().min(max.max(4));
@@ -18,7 +35,7 @@ pub(crate) fn push_text(out: &mut VecDeque<RawItem>, text: &str, max: usize) {
             cut -= 1;
         }
         let (head, tail) = rest.split_at(cut);
-        out.push_back(RawItem::text(head));
+        out.push_back(item(head.to_owned()));
         rest = tail;
     }
 }
@@ -90,6 +107,17 @@ mod tests {
         let mut out = VecDeque::new();
         push_text(&mut out, "", 4);
         assert!(out.is_empty());
+        // A cut inside a char moves back to its start.
+        push_text(&mut out, "aaaøb", 4);
+        assert_eq!(
+            std::mem::take(&mut out).into_iter().collect::<Vec<_>>(),
+            vec![RawItem::text("aaa"), RawItem::text("øb")]
+        );
+        push_reasoning(&mut out, "aøbø", 4);
+        assert_eq!(
+            out.into_iter().collect::<Vec<_>>(),
+            vec![RawItem::reasoning("aøb"), RawItem::reasoning("ø")]
+        );
     }
 
     #[test]

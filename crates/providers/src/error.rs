@@ -26,6 +26,25 @@ pub enum ProviderConfigError {
         /// The configuration field.
         field: &'static str,
     },
+    /// Anthropic's `thinking_budget_tokens` is below the API's minimum
+    /// (1024) or not below `max_tokens`.
+    #[error(
+        "thinking_budget_tokens is {budget}; it must be at least 1024 and less than max_tokens ({max_tokens}) (rule config.thinking_budget_tokens)"
+    )]
+    ThinkingBudget {
+        /// The configured budget.
+        budget: u32,
+        /// The configured `max_tokens`.
+        max_tokens: u32,
+    },
+    /// A configuration sets an option its provider kind does not have.
+    #[error("{field} is not an option of an {kind} provider (rule config.option_kind)")]
+    NotForKind {
+        /// The option.
+        field: &'static str,
+        /// The provider's type name.
+        kind: &'static str,
+    },
     /// The HTTP client could not be built (TLS initialisation).
     #[error("the HTTP client could not be built: {reason}")]
     Client {

@@ -1,10 +1,11 @@
 //! The network providers this crate adapts, by the type name a
 //! configuration writes (`openai-compatible`, `anthropic`).
 
-use crate::anthropic::{ANTHROPIC_BASE_URL, Anthropic, AnthropicConfig};
+use crate::anthropic::{ANTHROPIC_BASE_URL, Anthropic, AnthropicConfig, AnthropicOptions};
 use crate::error::ProviderConfigError;
 use crate::key::ApiKey;
-use crate::openai::{OPENAI_BASE_URL, OpenAiCompatible, OpenAiConfig};
+use crate::openai::{OPENAI_BASE_URL, OpenAiCompatible, OpenAiConfig, OpenAiOptions};
+use crate::shell::Wire;
 use keel_stream::ModelProvider;
 use std::fmt;
 use std::sync::Arc;
@@ -26,6 +27,28 @@ pub enum ProviderKind {
     OpenAiCompatible,
     /// Anthropic Messages streaming ([`Anthropic`]).
     Anthropic,
+}
+
+/// What a configuration file may set on a network provider besides its
+/// base URL and key, each for the one kind that has it (see
+/// [`ProviderKind::check_options`]).
+///
+/// ```
+/// use keel_providers::{ConnectOptions, ProviderKind};
+/// let options = ConnectOptions { send_reasoning: true, ..ConnectOptions::default() };
+/// assert!(ProviderKind::OpenAiCompatible.check_options(&options).is_ok());
+/// assert!(ProviderKind::Anthropic.check_options(&options).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// `openai-compatible` only: its
+    /// [`send_reasoning`](crate::OpenAiOptions::send_reasoning). Default
+    /// `false`.
+    pub send_reasoning: bool,
+    /// `anthropic` only: its
+    /// [`thinking_budget_tokens`](crate::AnthropicOptions::thinking_budget_tokens)
+    /// (with the default `max_tokens`). Default `None`.
+    pub thinking_budget_tokens: Option<u32>,
 }
 
 /// A type name that is not a [`ProviderKind`]. Does not echo the name.
@@ -69,16 +92,68 @@ impl ProviderKind {
         base_url: Option<&str>,
         key: ApiKey,
     ) -> Result<Arc<dyn ModelProvider>, ProviderConfigError> {
+        self.connect_with(base_url, key, &ConnectOptions::default())
+    }
+
+    /// [`connect`](ProviderKind::connect), with `options` (checked by
+    /// [`check_options`](ProviderKind::check_options)).
+    pub fn connect_with(
+        self,
+        base_url: Option<&str>,
+        key: ApiKey,
+        options: &ConnectOptions,
+    ) -> Result<Arc<dyn ModelProvider>, ProviderConfigError> {
+        self.check_options(options)?;
         let base_url = base_url.unwrap_or(self.default_base_url()).to_owned();
         Ok(match self {
-            ProviderKind::OpenAiCompatible => Arc::new(OpenAiCompatible::new(OpenAiConfig::new(
-                base_url,
-                Some(key),
-            ))?),
-            ProviderKind::Anthropic => {
-                Arc::new(Anthropic::new(AnthropicConfig::new(base_url, Some(key)))?)
-            }
+            ProviderKind::OpenAiCompatible => Arc::new(OpenAiCompatible::new(OpenAiConfig {
+                wire: openai_options(options),
+                ..OpenAiConfig::new(base_url, Some(key))
+            })?),
+            ProviderKind::Anthropic => Arc::new(Anthropic::new(AnthropicConfig {
+                wire: anthropic_options(options),
+                ..AnthropicConfig::new(base_url, Some(key))
+            })?),
         })
+    }
+
+    /// Refuses an option this kind does not have (rule
+    /// `config.option_kind`) and a thinking budget out of its range (rule
+    /// `config.thinking_budget_tokens`), as building the adapter would;
+    /// for a configuration loader, before any key is read.
+    pub fn check_options(self, options: &ConnectOptions) -> Result<(), ProviderConfigError> {
+        let foreign = match self {
+            ProviderKind::OpenAiCompatible => options
+                .thinking_budget_tokens
+                .map(|_| "thinking_budget_tokens"),
+            ProviderKind::Anthropic => options.send_reasoning.then_some("send_reasoning"),
+        };
+        if let Some(field) = foreign {
+            return Err(ProviderConfigError::NotForKind {
+                field,
+                kind: self.type_name(),
+            });
+        }
+        match self {
+            ProviderKind::OpenAiCompatible => openai_options(options).check(),
+            ProviderKind::Anthropic => anthropic_options(options).check(),
+        }
+    }
+}
+
+/// The OpenAI wire options `options` set.
+fn openai_options(options: &ConnectOptions) -> OpenAiOptions {
+    OpenAiOptions {
+        send_reasoning: options.send_reasoning,
+        ..OpenAiOptions::default()
+    }
+}
+
+/// The Anthropic wire options `options` set.
+fn anthropic_options(options: &ConnectOptions) -> AnthropicOptions {
+    AnthropicOptions {
+        thinking_budget_tokens: options.thinking_budget_tokens,
+        ..AnthropicOptions::default()
     }
 }
 
@@ -132,5 +207,70 @@ mod tests {
             ProviderKind::OpenAiCompatible.default_base_url(),
             OPENAI_BASE_URL
         );
+    }
+
+    fn check(kind: ProviderKind, options: ConnectOptions, refused: Option<&str>) {
+        let result = kind.check_options(&options);
+        let connected = kind
+            .connect_with(
+                Some("http://127.0.0.1:9/v1"),
+                ApiKey::new("sk-test-0123456789").unwrap(),
+                &options,
+            )
+            .map(|_| ());
+        assert_eq!(connected, result, "{kind} {options:?}");
+        match refused {
+            None => assert_eq!(result, Ok(()), "{kind} {options:?}"),
+            Some(rule) => {
+                let shown = result.unwrap_err().to_string();
+                assert!(shown.contains(rule), "{kind} {options:?}: {shown}");
+            }
+        }
+    }
+
+    #[test]
+    fn each_option_belongs_to_one_kind() {
+        let reasoning = ConnectOptions {
+            send_reasoning: true,
+            ..ConnectOptions::default()
+        };
+        let budget = |n| ConnectOptions {
+            thinking_budget_tokens: Some(n),
+            ..ConnectOptions::default()
+        };
+        for (kind, options, refused) in [
+            (
+                ProviderKind::OpenAiCompatible,
+                ConnectOptions::default(),
+                None,
+            ),
+            (ProviderKind::Anthropic, ConnectOptions::default(), None),
+            (ProviderKind::OpenAiCompatible, reasoning, None),
+            (ProviderKind::Anthropic, budget(1024), None),
+            (ProviderKind::Anthropic, budget(4095), None),
+            (
+                ProviderKind::Anthropic,
+                reasoning,
+                Some("send_reasoning is not an option of an anthropic provider"),
+            ),
+            (
+                ProviderKind::OpenAiCompatible,
+                budget(2048),
+                Some("thinking_budget_tokens is not an option of an openai-compatible provider"),
+            ),
+            (
+                ProviderKind::Anthropic,
+                budget(1023),
+                Some("rule config.thinking_budget_tokens"),
+            ),
+            // The default max_tokens is 4096.
+            (
+                ProviderKind::Anthropic,
+                budget(4096),
+                Some("rule config.thinking_budget_tokens"),
+            ),
+        ] {
+            check(kind, options, refused);
+        }
     }
 }

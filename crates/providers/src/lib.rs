@@ -29,8 +29,23 @@
 //! - **A broken chunk stops the stream.** A data line that is not JSON, an
 //!   SSE event over `max_chunk_bytes`, or an unknown finish reason is a
 //!   `protocol` failure, not retryable; nothing after it is read.
-//! - **Unknown members and event types are ignored**; so are thinking
-//!   blocks, logprobs and OpenAI's `obfuscation` padding.
+//! - **Unknown members and event types are ignored**; so are logprobs
+//!   and OpenAI's `obfuscation` padding.
+//! - **Reasoning is decoded and round-tripped per provider.** Anthropic
+//!   `thinking` blocks yield reasoning deltas closed by their signature,
+//!   `redacted_thinking` a redacted part; OpenAI-compatible
+//!   `reasoning_content` (else `reasoning`) yields reasoning deltas. Each
+//!   adapter tags its parts ([`ModelProvider::provider_tag`](keel_stream::ModelProvider::provider_tag):
+//!   `anthropic`, `openai-compatible`) and sends back only its own:
+//!   Anthropic every signed or redacted part byte for byte, in place;
+//!   OpenAI-compatible the text as `reasoning_content`, only when
+//!   [`OpenAiOptions::send_reasoning`] is on (off by default: DeepSeek
+//!   refuses it). Other reasoning is dropped without error.
+//! - **Images and files go in their documented shapes**: Anthropic
+//!   `image` and `document` blocks (images inside `tool_result` too);
+//!   OpenAI-compatible `image_url` data URLs and `file` parts, and a note
+//!   naming the images a tool result could not carry (count, media types,
+//!   sizes).
 //! - **The key stays secret.** An [`ApiKey`] prints `[redacted]`, goes only
 //!   into its (sensitive) header, and is scrubbed from every problem
 //!   message and metadata value; redirects are not followed.
@@ -147,7 +162,7 @@ mod sse;
 
 pub use anthropic::{
     ANTHROPIC_BASE_URL, ANTHROPIC_NAMESPACE, ANTHROPIC_VERSION, Anthropic, AnthropicConfig,
-    AnthropicOptions, DEFAULT_MAX_TOKENS,
+    AnthropicOptions, DEFAULT_MAX_TOKENS, MIN_THINKING_BUDGET_TOKENS,
 };
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CHUNK_BYTES,
@@ -155,7 +170,7 @@ pub use config::{
 };
 pub use error::ProviderConfigError;
 pub use key::{API_KEY_MAX_BYTES, ApiKey, ApiKeyError};
-pub use kind::{ProviderKind, UnknownProviderKind};
+pub use kind::{ConnectOptions, ProviderKind, UnknownProviderKind};
 pub use openai::{
     OPENAI_BASE_URL, OPENAI_NAMESPACE, OpenAiCompatible, OpenAiConfig, OpenAiOptions,
 };

@@ -6,12 +6,15 @@
 mod common;
 
 use common::*;
+use keel_message::*;
 use keel_providers::{
-    ANTHROPIC_VERSION, Anthropic, AnthropicConfig, AnthropicOptions, ApiKey, ProviderConfigError,
+    ANTHROPIC_VERSION, Anthropic, AnthropicConfig, AnthropicOptions, ApiKey, ConnectOptions,
+    ProviderConfigError, ProviderKind,
 };
-use keel_stream::{FinishReason, MetadataAllowlist, ProblemKind, RetryPosition};
+use keel_stream::{FinishReason, MetadataAllowlist, ModelProvider, ProblemKind, RetryPosition};
 use keel_testkit::conformance::*;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 const KEY: &str = "sk-ant-test-Zq8x1Y2w3V4u5T6s7R8q9P0o";
@@ -143,7 +146,10 @@ async fn the_request_body_and_headers_have_the_documented_shape() {
     );
     let server = Server::one(Reply::sse(body)).await;
     let provider = Anthropic::new(AnthropicConfig {
-        wire: AnthropicOptions { max_tokens: 512 },
+        wire: AnthropicOptions {
+            max_tokens: 512,
+            ..AnthropicOptions::default()
+        },
         ..config(&server)
     })
     .unwrap();
@@ -473,7 +479,10 @@ async fn dropping_the_stream_closes_the_connection() {
 #[test]
 fn bad_configurations_are_refused() {
     let err = Anthropic::new(AnthropicConfig {
-        wire: AnthropicOptions { max_tokens: 0 },
+        wire: AnthropicOptions {
+            max_tokens: 0,
+            ..AnthropicOptions::default()
+        },
         ..AnthropicConfig::default()
     })
     .unwrap_err();
@@ -505,4 +514,410 @@ fn https_is_refused_at_construction_without_tls() {
     let err = Anthropic::new(AnthropicConfig::default()).unwrap_err();
     assert_eq!(err, ProviderConfigError::TlsDisabled);
     assert!(err.to_string().contains("rule config.tls"), "{err}");
+}
+
+// ------------------------------------------------------------ thinking ----
+
+/// What a thinking fixture holds, read from its SSE payloads without the
+/// adapter: the thinking text (its deltas joined), the signature, the
+/// redacted block's data.
+#[derive(Debug, Default)]
+struct FixtureThinking {
+    text: String,
+    signature: String,
+    redacted: String,
+}
+
+fn fixture_thinking(body: &str) -> FixtureThinking {
+    let mut out = FixtureThinking::default();
+    for payload in sse_payloads(body) {
+        let delta = &payload["delta"];
+        match (payload["type"].as_str(), delta["type"].as_str()) {
+            (Some("content_block_delta"), Some("thinking_delta")) => {
+                out.text.push_str(delta["thinking"].as_str().unwrap());
+            }
+            (Some("content_block_delta"), Some("signature_delta")) => {
+                out.signature = delta["signature"].as_str().unwrap().to_owned();
+            }
+            (Some("content_block_start"), _)
+                if payload["content_block"]["type"] == "redacted_thinking" =>
+            {
+                out.redacted = payload["content_block"]["data"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn thinking_provider(server: &Server) -> Anthropic {
+    Anthropic::new(AnthropicConfig {
+        wire: AnthropicOptions {
+            max_tokens: 8192,
+            thinking_budget_tokens: Some(2048),
+        },
+        ..config(server)
+    })
+    .unwrap()
+}
+
+fn weather_request() -> ModelRequest {
+    let history: Arc<[Message]> = vec![
+        Message::text(
+            MessageId::parse("m1").unwrap(),
+            Role::User,
+            "Weather in Trondheim?",
+        )
+        .unwrap(),
+    ]
+    .into();
+    let tools: Arc<[ToolDefinition]> = vec![
+        ToolDefinition::new(
+            ToolName::parse("get_weather").unwrap(),
+            "Current weather for a city",
+            CanonicalJson::parse(r#"{"type":"object","properties":{"city":{"type":"string"}}}"#)
+                .unwrap(),
+        )
+        .unwrap(),
+    ]
+    .into();
+    ModelRequest::new(
+        OperationIdIssuer::new().issue(),
+        ModelName::parse("claude-sonnet-4-5").unwrap(),
+        history,
+        tools,
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_thinking_fixtures_conform_and_yield_reasoning_at_every_read_size() {
+    let fixture = fixture("anthropic-thinking", "thinking_tool_call");
+    let expected = fixture_thinking(fixture.body.as_deref().unwrap());
+    assert!(!expected.text.is_empty() && !expected.signature.is_empty());
+    for split in SPLITS {
+        let server = Server::one(Reply::fixture(&fixture, split)).await;
+        let provider = thinking_provider(&server);
+        let seen = observe(&provider, weather_request(), &allow()).await;
+        compare(&fixture.expect, &seen).unwrap_or_else(|e| panic!("split {split}: {e}"));
+        let items = reasoning_items(&seen);
+        let text: String = items
+            .iter()
+            .filter(|(kind, _)| *kind == "delta")
+            .map(|(_, t)| t.as_str())
+            .collect();
+        assert_eq!(text, expected.text, "split {split}");
+        // Deltas, then the signature, then the redacted block, in stream
+        // order (and before the text and the tool call).
+        let kinds: Vec<&str> = items.iter().map(|(kind, _)| *kind).collect();
+        let deltas = kinds.len() - 2;
+        assert!(kinds[..deltas].iter().all(|k| *k == "delta"), "{kinds:?}");
+        assert_eq!(
+            items[deltas..],
+            [
+                ("signature", expected.signature.clone()),
+                ("redacted", expected.redacted.clone())
+            ]
+        );
+        let first_text = seen
+            .items
+            .iter()
+            .position(|i| matches!(i, keel_stream::StreamItem::TextDelta(_)))
+            .unwrap();
+        let redacted = seen
+            .items
+            .iter()
+            .position(|i| matches!(i, keel_stream::StreamItem::RedactedReasoning(_)))
+            .unwrap();
+        assert!(redacted < first_text, "split {split}");
+    }
+    let after = fixture_named("after_tool_result");
+    let server = Server::one(Reply::fixture(&after, 7)).await;
+    let seen = observe(&provider(&server), weather_request(), &allow()).await;
+    compare(&after.expect, &seen).unwrap();
+}
+
+fn fixture_named(case: &str) -> Fixture {
+    fixture("anthropic-thinking", case)
+}
+
+#[tokio::test]
+async fn thinking_and_redacted_blocks_go_back_byte_exact() {
+    let first = fixture_named("thinking_tool_call");
+    let expected = fixture_thinking(first.body.as_deref().unwrap());
+    let server = Server::start(vec![
+        Reply::fixture(&first, 7),
+        Reply::fixture(&fixture_named("after_tool_result"), 0),
+    ])
+    .await;
+    let provider = thinking_provider(&server);
+    assert_eq!(provider.provider_tag(), ProviderTag::anthropic());
+    let request = weather_request();
+    let seen = observe(&provider, request.clone(), &allow()).await;
+    assert_eq!(seen.finish(), Some(FinishReason::ToolCalls));
+    let assistant = assistant_message(&seen, &provider.provider_tag());
+    let call_id = seen.tool_calls[0].call_id().as_str().to_owned();
+    let result = Message::new(
+        MessageId::parse("t1").unwrap(),
+        Role::Tool,
+        vec![
+            Part::tool_result(CallId::parse(&call_id).unwrap(), r#"{"temp_c":3}"#, false).unwrap(),
+        ],
+    )
+    .unwrap();
+    let next = continued(&request, vec![assistant, result]);
+    let seen = observe(&provider, next, &allow()).await;
+    assert_eq!(seen.text, "It is 3 °C in Trondheim.");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    for sent in &requests {
+        assert_eq!(
+            sent.json()["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
+    }
+    let body = requests[1].json();
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": expected.text, "signature": expected.signature},
+            {"type": "redacted_thinking", "data": expected.redacted},
+            {"type": "text", "text": "Let me check the weather."},
+            {"type": "tool_use", "id": call_id, "name": "get_weather", "input": {"city": "Trondheim"}}
+        ]})
+    );
+    // The opaque values are in the body's bytes exactly as they came.
+    let raw = String::from_utf8(requests[1].body.clone()).unwrap();
+    for needle in [
+        format!("\"signature\":\"{}\"", expected.signature),
+        format!("\"data\":\"{}\"", expected.redacted),
+        format!(
+            "\"thinking\":{}",
+            serde_json::to_string(&expected.text).unwrap()
+        ),
+    ] {
+        assert!(raw.contains(&needle), "{needle} not in {raw}");
+    }
+}
+
+/// The request body the adapter sends for `request` (to a real server,
+/// answering with a short stream).
+async fn sent_body(request: ModelRequest) -> Value {
+    let body = events(
+        &[
+            vec![message_start(3)],
+            text_block(0, &["ok"]),
+            finish("end_turn", 2),
+        ]
+        .concat(),
+    );
+    let server = Server::one(Reply::sse(body)).await;
+    let seen = observe(&provider(&server), request, &allow()).await;
+    assert_eq!(seen.text, "ok");
+    server.requests()[0].json()
+}
+
+/// One assistant message's parts, and what the body sends of it.
+async fn check_reasoning_sent(parts: Vec<Part>, expected: Option<Value>) {
+    let request = continued(
+        &simple_request("claude-sonnet-4-5"),
+        vec![Message::new(MessageId::parse("a1").unwrap(), Role::Assistant, parts).unwrap()],
+    );
+    let sent = sent_body(request).await;
+    assert_eq!(sent["messages"].get(1).cloned(), expected, "{sent}");
+}
+
+#[tokio::test]
+async fn only_signed_or_redacted_anthropic_reasoning_is_sent_back() {
+    let limits = Limits::default();
+    let sig = || OpaqueValue::new("EqQBCgIYAhIM1gbcDa9GJwZA2b3h").unwrap();
+    let signed =
+        |tag: ProviderTag| Part::reasoning_with(tag, "Think.", Some(sig()), &limits).unwrap();
+    let unsigned = |tag: ProviderTag| Part::reasoning_with(tag, "Think.", None, &limits).unwrap();
+    let redacted = |tag: ProviderTag| Part::redacted_reasoning(tag, sig());
+    let text = || Part::text("Done.").unwrap();
+    let thinking = json!({"type": "thinking", "thinking": "Think.", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3h"});
+    let redacted_block =
+        json!({"type": "redacted_thinking", "data": "EqQBCgIYAhIM1gbcDa9GJwZA2b3h"});
+    let done = json!({"type": "text", "text": "Done."});
+    let other = ProviderTag::openai_compatible;
+    for (parts, expected) in [
+        (
+            vec![
+                signed(ProviderTag::anthropic()),
+                redacted(ProviderTag::anthropic()),
+                text(),
+            ],
+            Some(json!([thinking, redacted_block, done])),
+        ),
+        // Another provider's reasoning, signed or not, is dropped.
+        (
+            vec![signed(other()), redacted(other()), text()],
+            Some(json!([done])),
+        ),
+        (
+            vec![signed(ProviderTag::custom()), text()],
+            Some(json!([done])),
+        ),
+        // An unsigned anthropic part (a stream cut before its signature)
+        // would be refused by the API.
+        (
+            vec![unsigned(ProviderTag::anthropic()), text()],
+            Some(json!([done])),
+        ),
+        // Nothing left to send: the message is left out.
+        (vec![signed(other())], None),
+    ] {
+        let expected = expected.map(|content| json!({"role": "assistant", "content": content}));
+        check_reasoning_sent(parts, expected).await;
+    }
+}
+
+#[tokio::test]
+async fn images_and_files_reach_the_body_as_documented_blocks() {
+    let limits = Limits::default();
+    let url = ImagePart::from_url(
+        HttpsUrl::parse("https://example.com/cat.webp").unwrap(),
+        Some(ImageMediaType::Webp),
+    );
+    let notes = Part::file_with(
+        FileMediaType::Markdown,
+        "notes.md",
+        "# Ø\n".as_bytes(),
+        &limits,
+    )
+    .unwrap();
+    let user = Message::new(
+        MessageId::parse("m2").unwrap(),
+        Role::User,
+        vec![Part::image(url), notes],
+    )
+    .unwrap();
+    let call = Part::tool_call(
+        CallId::parse("toolu_1").unwrap(),
+        ToolName::parse("screenshot").unwrap(),
+        CanonicalJson::parse("{}").unwrap(),
+    )
+    .unwrap();
+    let assistant =
+        Message::new(MessageId::parse("a1").unwrap(), Role::Assistant, vec![call]).unwrap();
+    let request = continued(
+        &simple_request("claude-sonnet-4-5"),
+        vec![
+            user_with_media("m1b"),
+            user,
+            assistant.clone(),
+            tool_result_with_image("toolu_1", "Here it is."),
+        ],
+    );
+    let body = sent_body(request).await;
+    let png = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+        "data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJ"}});
+    assert_eq!(
+        body["messages"][1]["content"],
+        json!([
+            {"type": "text", "text": "What is in these?"},
+            png,
+            {"type": "document", "title": "report.pdf", "source": {"type": "base64",
+                "media_type": "application/pdf",
+                "data": "JVBERi0xLjQKMSAwIG9iajw8Pj5lbmRvYmoKdHJhaWxlcjw8Pj4KJSVFT0YK"}}
+        ])
+    );
+    assert_eq!(
+        body["messages"][2]["content"],
+        json!([
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.webp"}},
+            {"type": "document", "title": "notes.md",
+             "source": {"type": "text", "media_type": "text/plain", "data": "# Ø\n"}}
+        ])
+    );
+    assert_eq!(
+        body["messages"][4]["content"],
+        json!([{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "text", "text": "Here it is."},
+            png
+        ]}])
+    );
+    // Without text, only the image goes in `content`.
+    let request = continued(
+        &simple_request("claude-sonnet-4-5"),
+        vec![assistant, tool_result_with_image("toolu_1", "")],
+    );
+    let body = sent_body(request).await;
+    assert_eq!(body["messages"][2]["content"][0]["content"], json!([png]));
+}
+
+fn check_budget(max_tokens: u32, budget: Option<u32>, expected: Result<(), ProviderConfigError>) {
+    let result = Anthropic::new(AnthropicConfig {
+        wire: AnthropicOptions {
+            max_tokens,
+            thinking_budget_tokens: budget,
+        },
+        ..AnthropicConfig::new("http://127.0.0.1:1/v1", None)
+    })
+    .map(|_| ());
+    assert_eq!(
+        result, expected,
+        "max_tokens {max_tokens}, budget {budget:?}"
+    );
+    if let Err(e) = result {
+        let shown = e.to_string();
+        assert!(
+            shown.contains("thinking_budget_tokens")
+                && shown.contains("rule config.thinking_budget_tokens"),
+            "{shown}"
+        );
+    }
+}
+
+#[test]
+fn the_thinking_budget_is_at_least_1024_and_below_max_tokens() {
+    let refused =
+        |budget, max_tokens| Err(ProviderConfigError::ThinkingBudget { budget, max_tokens });
+    for (max_tokens, budget, expected) in [
+        (4096, None, Ok(())),
+        (4096, Some(1024), Ok(())),
+        (4096, Some(4095), Ok(())),
+        (4096, Some(1023), refused(1023, 4096)),
+        (4096, Some(0), refused(0, 4096)),
+        (4096, Some(4096), refused(4096, 4096)),
+        (1024, Some(1024), refused(1024, 1024)),
+    ] {
+        check_budget(max_tokens, budget, expected);
+    }
+}
+
+#[tokio::test]
+async fn a_configured_thinking_budget_reaches_the_adapter_through_its_kind() {
+    for budget in [None, Some(1024)] {
+        let body = events(
+            &[
+                vec![message_start(3)],
+                text_block(0, &["ok"]),
+                finish("end_turn", 2),
+            ]
+            .concat(),
+        );
+        let server = Server::one(Reply::sse(body)).await;
+        let provider = ProviderKind::Anthropic
+            .connect_with(
+                Some(&server.base_url()),
+                ApiKey::new(KEY).unwrap(),
+                &ConnectOptions {
+                    thinking_budget_tokens: budget,
+                    ..ConnectOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(provider.provider_tag(), ProviderTag::anthropic());
+        let seen = observe(provider.as_ref(), simple_request("m"), &allow()).await;
+        assert_eq!(seen.text, "ok");
+        let sent = server.requests()[0].json();
+        let expected = budget.map(|n| json!({"type": "enabled", "budget_tokens": n}));
+        assert_eq!(sent.get("thinking").cloned(), expected, "{sent}");
+    }
 }

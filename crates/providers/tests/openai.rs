@@ -6,11 +6,13 @@
 mod common;
 
 use common::*;
-use keel_message::Limits;
-use keel_providers::{ApiKey, OpenAiCompatible, OpenAiConfig, OpenAiOptions};
+use keel_message::*;
+use keel_providers::{
+    ApiKey, ConnectOptions, OpenAiCompatible, OpenAiConfig, OpenAiOptions, ProviderKind,
+};
 use keel_stream::{FinishReason, MetadataAllowlist, ModelProvider, ProblemKind, RetryPosition};
 use keel_testkit::conformance::*;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::time::Duration;
 
 const KEY: &str = "sk-test-Zq8x1Y2w3V4u5T6s7R8q9P0o";
@@ -130,6 +132,7 @@ async fn the_request_body_and_headers_have_the_documented_shape() {
     let provider = OpenAiCompatible::new(OpenAiConfig {
         wire: OpenAiOptions {
             max_completion_tokens: Some(256),
+            ..OpenAiOptions::default()
         },
         ..config(&server)
     })
@@ -722,6 +725,7 @@ fn debug_shows_the_shell_with_the_key_redacted() {
     let config = OpenAiConfig {
         wire: OpenAiOptions {
             max_completion_tokens: Some(9),
+            ..OpenAiOptions::default()
         },
         ..OpenAiConfig::new("http://127.0.0.1:1/v1", Some(ApiKey::new(KEY).unwrap()))
     };
@@ -753,4 +757,318 @@ async fn a_finished_connection_is_reused() {
     // Normally one; the wait for the body's end is bounded (20 ms), so a
     // starved test thread may miss one reuse, not every one.
     assert!(server.connections() < 3, "{}", server.connections());
+}
+
+// ----------------------------------------------------------- reasoning ----
+
+/// The reasoning text of a fixture, read from its SSE payloads without the
+/// adapter (`reasoning_content`, else `reasoning`, per chunk).
+fn fixture_reasoning(body: &str) -> String {
+    sse_payloads(body)
+        .iter()
+        .filter_map(|p| {
+            let delta = &p["choices"][0]["delta"];
+            delta["reasoning_content"]
+                .as_str()
+                .filter(|t| !t.is_empty())
+                .or(delta["reasoning"].as_str())
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+fn reasoning_text(seen: &Observed) -> String {
+    reasoning_items(seen)
+        .into_iter()
+        .map(|(kind, text)| {
+            assert_eq!(kind, "delta");
+            text
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn reasoning_fixtures_conform_and_yield_reasoning_deltas() {
+    for case in ["reasoning_content_tool_call", "reasoning_field"] {
+        let fixture = fixture("openai-reasoning", case);
+        let expected = fixture_reasoning(fixture.body.as_deref().unwrap());
+        assert!(expected.len() > 20, "{case}");
+        for split in SPLITS {
+            let server = Server::one(Reply::fixture(&fixture, split)).await;
+            let seen = observe(&provider(&server), simple_request("m"), &allow()).await;
+            compare(&fixture.expect, &seen).unwrap_or_else(|e| panic!("{case} split {split}: {e}"));
+            assert_eq!(reasoning_text(&seen), expected, "{case} split {split}");
+            // All reasoning comes before the visible text.
+            let first_text = seen
+                .items
+                .iter()
+                .position(|i| matches!(i, keel_stream::StreamItem::TextDelta(_)))
+                .unwrap();
+            assert!(
+                seen.items[first_text..]
+                    .iter()
+                    .all(|i| !matches!(i, keel_stream::StreamItem::ReasoningDelta(_))),
+                "{case}"
+            );
+        }
+    }
+    // A server that sends both names with the same text: taken once.
+    let body = sse_body([
+        chunk(
+            json!({"reasoning_content": "Hmm.", "reasoning": "Hmm."}),
+            None,
+        ),
+        chunk(
+            json!({"reasoning_content": "", "reasoning": " More."}),
+            None,
+        ),
+        chunk(json!({"content": "Hi"}), Some("stop")),
+        usage_chunk(1, 2),
+        "[DONE]".into(),
+    ]);
+    let seen = observe_one(Reply::sse(body)).await;
+    assert_eq!(
+        (reasoning_text(&seen).as_str(), seen.text.as_str()),
+        ("Hmm. More.", "Hi")
+    );
+}
+
+fn reasoning_provider(server: &Server, send_reasoning: bool) -> OpenAiCompatible {
+    OpenAiCompatible::new(OpenAiConfig {
+        wire: OpenAiOptions {
+            send_reasoning,
+            ..OpenAiOptions::default()
+        },
+        ..config(server)
+    })
+    .unwrap()
+}
+
+/// Runs the reasoning fixture, then the next request with its tool
+/// result, and returns what that request sent as the assistant message.
+async fn next_assistant_message(send_reasoning: bool, extra: Vec<Part>) -> Value {
+    let first = fixture("openai-reasoning", "reasoning_content_tool_call");
+    let last = sse_body([
+        chunk(json!({"content": "Rainy."}), Some("stop")),
+        "[DONE]".into(),
+    ]);
+    let server = Server::start(vec![Reply::fixture(&first, 7), Reply::sse(last)]).await;
+    let provider = reasoning_provider(&server, send_reasoning);
+    let request = simple_request("deepseek-reasoner");
+    let seen = observe(&provider, request.clone(), &allow()).await;
+    assert_eq!(seen.finish(), Some(FinishReason::ToolCalls));
+    let kept = assistant_message(&seen, &provider.provider_tag());
+    let mut parts = extra;
+    parts.extend(kept.parts().iter().cloned());
+    let assistant = Message::new(MessageId::parse("a1").unwrap(), Role::Assistant, parts).unwrap();
+    let call_id = seen.tool_calls[0].call_id().clone();
+    let result = Message::new(
+        MessageId::parse("t1").unwrap(),
+        Role::Tool,
+        vec![Part::tool_result(call_id, "rain", false).unwrap()],
+    )
+    .unwrap();
+    let seen = observe(
+        &provider,
+        continued(&request, vec![assistant, result]),
+        &allow(),
+    )
+    .await;
+    assert_eq!(seen.text, "Rainy.");
+    server.requests()[1].json()["messages"][1].clone()
+}
+
+#[tokio::test]
+async fn reasoning_goes_back_only_when_send_reasoning_is_configured() {
+    assert!(!OpenAiOptions::default().send_reasoning);
+    let expected = fixture_reasoning(
+        fixture("openai-reasoning", "reasoning_content_tool_call")
+            .body
+            .as_deref()
+            .unwrap(),
+    );
+    let limits = Limits::default();
+    let signature = || Some(OpaqueValue::new("sig-abc").unwrap());
+    // Another provider's reasoning and a redacted part never go.
+    let foreign = || {
+        vec![
+            Part::reasoning_with(ProviderTag::anthropic(), "Elsewhere.", signature(), &limits)
+                .unwrap(),
+            Part::redacted_reasoning(
+                ProviderTag::openai_compatible(),
+                OpaqueValue::new("opaque").unwrap(),
+            ),
+        ]
+    };
+    let sent = next_assistant_message(false, foreign()).await;
+    assert_eq!(sent.get("reasoning_content"), None, "{sent}");
+    assert_eq!(sent["content"], "Checking the weather.");
+    assert_eq!(sent["tool_calls"][0]["id"], "call_0_8d2f6a1b");
+    let sent = next_assistant_message(true, foreign()).await;
+    assert_eq!(sent["reasoning_content"], json!(expected), "{sent}");
+    assert_eq!(sent["content"], "Checking the weather.");
+}
+
+#[tokio::test]
+async fn images_and_files_reach_the_body_as_content_parts() {
+    let url = ImagePart::from_url(HttpsUrl::parse("https://example.com/a.jpg").unwrap(), None);
+    let user = Message::new(
+        MessageId::parse("m2").unwrap(),
+        Role::User,
+        vec![Part::text("And this?").unwrap(), Part::image(url)],
+    )
+    .unwrap();
+    let call = Part::tool_call(
+        CallId::parse("call_1").unwrap(),
+        ToolName::parse("screenshot").unwrap(),
+        CanonicalJson::parse("{}").unwrap(),
+    )
+    .unwrap();
+    let request = continued(
+        &simple_request("gpt-4.1-mini"),
+        vec![
+            user_with_media("m1b"),
+            user,
+            Message::new(MessageId::parse("a1").unwrap(), Role::Assistant, vec![call]).unwrap(),
+            tool_result_with_image("call_1", "Here it is."),
+        ],
+    );
+    let body = sse_body([
+        chunk(json!({"content": "ok"}), Some("stop")),
+        "[DONE]".into(),
+    ]);
+    let server = Server::one(Reply::sse(body)).await;
+    let seen = observe(&provider(&server), request, &allow()).await;
+    assert_eq!(seen.text, "ok");
+    let sent = server.requests()[0].json();
+    let messages = &sent["messages"];
+    // A text-only user message keeps the string form.
+    assert_eq!(messages[0]["content"], "Hi");
+    assert_eq!(
+        messages[1]["content"],
+        json!([
+            {"type": "text", "text": "What is in these?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJ"}},
+            {"type": "file", "file": {"filename": "report.pdf",
+                "file_data": "data:application/pdf;base64,JVBERi0xLjQKMSAwIG9iajw8Pj5lbmRvYmoKdHJhaWxlcjw8Pj4KJSVFT0YK"}}
+        ])
+    );
+    assert_eq!(
+        messages[2]["content"],
+        json!([
+            {"type": "text", "text": "And this?"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/a.jpg"}}
+        ])
+    );
+    // The tool result's image cannot travel: a note says what was left
+    // out, and no byte of it is sent.
+    let note = format!(
+        "Here it is.\n\n[1 image omitted: image/png, {} bytes. This chat format cannot carry images in a tool result.]",
+        PNG.len()
+    );
+    assert_eq!(
+        messages[4],
+        json!({"role": "tool", "tool_call_id": "call_1", "content": note})
+    );
+    let raw = String::from_utf8(server.requests()[0].body.clone()).unwrap();
+    assert_eq!(raw.matches("iVBORw0KGgo").count(), 1, "{raw}");
+}
+
+#[test]
+fn omitted_image_notes_name_count_types_and_sizes() {
+    let limits = Limits::default();
+    let png = ImagePart::from_bytes_with(ImageMediaType::Png, PNG, &limits).unwrap();
+    let url = ImagePart::from_url(
+        HttpsUrl::parse("https://example.com/b.gif").unwrap(),
+        Some(ImageMediaType::Gif),
+    );
+    let bare = ImagePart::from_url(HttpsUrl::parse("https://example.com/c").unwrap(), None);
+    let message = Message::new(
+        MessageId::parse("t1").unwrap(),
+        Role::Tool,
+        vec![
+            Part::tool_result_with_images(
+                CallId::parse("c1").unwrap(),
+                "",
+                true,
+                vec![png, url, bare],
+                &limits,
+            )
+            .unwrap(),
+        ],
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sent = rt.block_on(async {
+        let body = sse_body([
+            chunk(json!({"content": "ok"}), Some("stop")),
+            "[DONE]".into(),
+        ]);
+        let server = Server::one(Reply::sse(body)).await;
+        let call = Part::tool_call(
+            CallId::parse("c1").unwrap(),
+            ToolName::parse("shot").unwrap(),
+            CanonicalJson::parse("{}").unwrap(),
+        )
+        .unwrap();
+        let assistant =
+            Message::new(MessageId::parse("a1").unwrap(), Role::Assistant, vec![call]).unwrap();
+        let request = continued(&simple_request("m"), vec![assistant, message]);
+        observe(&provider(&server), request, &allow()).await;
+        server.requests()[0].json()
+    });
+    assert_eq!(
+        sent["messages"][2]["content"],
+        json!(format!(
+            "[3 images omitted: image/png, {} bytes; image/gif by URL; image by URL. This chat format cannot carry images in a tool result.]",
+            PNG.len()
+        ))
+    );
+}
+
+#[test]
+fn the_provider_tags_its_reasoning_openai_compatible() {
+    let provider = OpenAiCompatible::new(OpenAiConfig::new("http://127.0.0.1:1/v1", None)).unwrap();
+    assert_eq!(provider.provider_tag(), ProviderTag::openai_compatible());
+    assert_eq!(provider.provider_tag().as_str(), "openai-compatible");
+}
+
+#[tokio::test]
+async fn a_configured_send_reasoning_reaches_the_adapter_through_its_kind() {
+    let limits = Limits::default();
+    let own =
+        Part::reasoning_with(ProviderTag::openai_compatible(), "Mine.", None, &limits).unwrap();
+    let assistant = Message::new(
+        MessageId::parse("a1").unwrap(),
+        Role::Assistant,
+        vec![own, Part::text("Hello.").unwrap()],
+    )
+    .unwrap();
+    for send_reasoning in [false, true] {
+        let body = sse_body([
+            chunk(json!({"content": "ok"}), Some("stop")),
+            "[DONE]".into(),
+        ]);
+        let server = Server::one(Reply::sse(body)).await;
+        let provider = ProviderKind::OpenAiCompatible
+            .connect_with(
+                Some(&server.base_url()),
+                ApiKey::new(KEY).unwrap(),
+                &ConnectOptions {
+                    send_reasoning,
+                    ..ConnectOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(provider.provider_tag(), ProviderTag::openai_compatible());
+        let request = continued(&simple_request("m"), vec![assistant.clone()]);
+        let seen = observe(provider.as_ref(), request, &allow()).await;
+        assert_eq!(seen.text, "ok");
+        let sent = &server.requests()[0].json()["messages"][1];
+        let expected = send_reasoning.then(|| json!("Mine."));
+        assert_eq!(sent.get("reasoning_content").cloned(), expected, "{sent}");
+    }
 }

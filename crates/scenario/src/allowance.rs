@@ -85,6 +85,7 @@ pub fn permitted(spec: &ProviderSpec, allowed: &[ProviderAllowance]) -> bool {
             kind,
             base_url,
             api_key_env,
+            ..
         } => allowed
             .iter()
             .any(|a| a.allows(*kind, api_key_env, base_url.as_deref())),
@@ -101,6 +102,7 @@ mod tests {
             kind: ProviderKind::parse(kind).unwrap(),
             base_url: url.map(str::to_owned),
             api_key_env: EnvVarName::parse(env).unwrap(),
+            options: keel_providers::ConnectOptions::default(),
         }
     }
 

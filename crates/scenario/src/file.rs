@@ -22,7 +22,7 @@ use keel_engine::{EngineLimits, LimitField, OnToolFailure, PartialRetry, RetryPo
 use keel_message::{
     CanonicalJson, EnvVarName, Message, MessageId, ModelName, RunId, ToolDefinition, ToolName,
 };
-use keel_providers::ProviderKind;
+use keel_providers::{ConnectOptions, ProviderConfigError, ProviderKind};
 use keel_stream::MetadataAllowlist;
 use keel_testkit::{ScriptItem, ToolStep};
 use serde::Deserialize;
@@ -162,6 +162,9 @@ pub enum ProviderSpec {
         base_url: Option<String>,
         /// The *name* of the environment variable holding the key.
         api_key_env: EnvVarName,
+        /// `send_reasoning` (openai-compatible) and
+        /// `thinking_budget_tokens` (anthropic), checked for the kind.
+        options: ConnectOptions,
     },
 }
 
@@ -263,6 +266,8 @@ struct ProviderWire {
     calls: Option<Vec<Vec<ScriptItem>>>,
     base_url: Option<String>,
     api_key_env: Option<String>,
+    send_reasoning: Option<bool>,
+    thinking_budget_tokens: Option<u32>,
 }
 
 /// The largest scenario file `keel run` reads (16 MiB; `keel serve`
@@ -670,10 +675,22 @@ fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
             ),
         )
     })?;
+    let options = ConnectOptions {
+        send_reasoning: p.send_reasoning.unwrap_or(false),
+        thinking_budget_tokens: p.thinking_budget_tokens,
+    };
+    kind.check_options(&options).map_err(|e| {
+        let member = match &e {
+            ProviderConfigError::NotForKind { field, .. } => format!("provider.{field}"),
+            _ => "provider.thinking_budget_tokens".to_owned(),
+        };
+        rule(&member, e.to_string())
+    })?;
     Ok(ProviderSpec::Network {
         kind,
         base_url: p.base_url,
         api_key_env,
+        options,
     })
 }
 
@@ -681,6 +698,8 @@ fn check_scripted(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
     for (member, present) in [
         ("base_url", p.base_url.is_some()),
         ("api_key_env", p.api_key_env.is_some()),
+        ("send_reasoning", p.send_reasoning.is_some()),
+        ("thinking_budget_tokens", p.thinking_budget_tokens.is_some()),
     ] {
         if present {
             return Err(rule(
@@ -963,9 +982,31 @@ mod tests {
         .unwrap();
         assert!(matches!(
             s.provider,
-            ProviderSpec::Network { kind: ProviderKind::Anthropic, ref api_key_env, .. }
-                if api_key_env.as_str() == "_TEAM_KEY2"
+            ProviderSpec::Network { kind: ProviderKind::Anthropic, ref api_key_env, options, .. }
+                if api_key_env.as_str() == "_TEAM_KEY2" && options == ConnectOptions::default()
         ));
+        for (p, expected) in [
+            (
+                r#"{"type":"openai-compatible","base_url":"http://h/v1","api_key_env":"K","send_reasoning":true}"#,
+                ConnectOptions {
+                    send_reasoning: true,
+                    thinking_budget_tokens: None,
+                },
+            ),
+            (
+                r#"{"type":"anthropic","api_key_env":"K","thinking_budget_tokens":2048}"#,
+                ConnectOptions {
+                    send_reasoning: false,
+                    thinking_budget_tokens: Some(2048),
+                },
+            ),
+        ] {
+            let s = load_str(&provider(p)).unwrap();
+            assert!(
+                matches!(s.provider, ProviderSpec::Network { options, .. } if options == expected),
+                "{p}"
+            );
+        }
         for (p, member, rule) in [
             (
                 r#"{"type":"openai","api_key_env":"K"}"#,
@@ -981,6 +1022,26 @@ mod tests {
                 r#"{"type":"anthropic","api_key_env":"sk-live-secret"}"#,
                 "provider.api_key_env",
                 "env_var_name.charset",
+            ),
+            (
+                r#"{"type":"anthropic","api_key_env":"K","send_reasoning":true}"#,
+                "provider.send_reasoning",
+                "rule config.option_kind",
+            ),
+            (
+                r#"{"type":"openai-compatible","base_url":"http://h/v1","api_key_env":"K","thinking_budget_tokens":2048}"#,
+                "provider.thinking_budget_tokens",
+                "rule config.option_kind",
+            ),
+            (
+                r#"{"type":"anthropic","api_key_env":"K","thinking_budget_tokens":1000}"#,
+                "provider.thinking_budget_tokens",
+                "rule config.thinking_budget_tokens",
+            ),
+            (
+                r#"{"type":"scripted","calls":[],"send_reasoning":false}"#,
+                "provider.send_reasoning",
+                "takes no `send_reasoning`",
             ),
         ] {
             match load_str(&provider(p)) {

@@ -124,10 +124,12 @@ pub fn build_provider(spec: &ProviderSpec) -> Result<Arc<dyn ModelProvider>, Lau
             kind,
             base_url,
             api_key_env,
+            options,
         } => {
             let bad = |e: &dyn std::fmt::Display| LaunchError::Provider(e.to_string());
             let key = ApiKey::from_env(api_key_env).map_err(|e| bad(&e))?;
-            kind.connect(base_url.as_deref(), key).map_err(|e| bad(&e))
+            kind.connect_with(base_url.as_deref(), key, options)
+                .map_err(|e| bad(&e))
         }
     }
 }

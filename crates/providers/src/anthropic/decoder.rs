@@ -1,10 +1,12 @@
-//! The Messages stream state machine: content blocks to text deltas and
+//! The Messages stream state machine: content blocks to text deltas,
+//! reasoning (thinking deltas, their signature, redacted thinking) and
 //! tool calls, cumulative usage, and one terminal at `message_stop`.
 
 use super::ANTHROPIC_NAMESPACE;
 use super::errors::{ErrorBody, classify_stream_error};
 use crate::decode::{
-    arguments_or_empty, finish_with_calls, max_arguments_bytes, namespaced, push_text,
+    arguments_or_empty, finish_with_calls, max_arguments_bytes, namespaced, push_reasoning,
+    push_text,
 };
 use crate::key::ApiKey;
 use crate::problem::{bad_json, fail, protocol, too_many_calls};
@@ -74,6 +76,16 @@ enum BlockStart {
         #[serde(default)]
         input: Option<Value>,
     },
+    /// Streams start it with empty `thinking` and `signature`; both come
+    /// in deltas.
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+        #[serde(default)]
+        signature: String,
+    },
+    /// Comes whole: the opaque `data` is in the start event.
+    RedactedThinking { data: String },
     #[serde(other)]
     Other,
 }
@@ -86,6 +98,12 @@ enum BlockDelta {
     },
     InputJsonDelta {
         partial_json: String,
+    },
+    ThinkingDelta {
+        thinking: String,
+    },
+    SignatureDelta {
+        signature: String,
     },
     #[serde(other)]
     Other,
@@ -121,7 +139,11 @@ enum Block {
         start_input: Option<Value>,
         json: String,
     },
-    /// Thinking, redacted thinking, server tool blocks, anything unknown.
+    /// A thinking block: its deltas are reasoning, its signature closes
+    /// the reasoning part.
+    Thinking,
+    /// Redacted thinking (yielded whole at its start), server tool
+    /// blocks, anything unknown.
     Ignored,
 }
 
@@ -224,6 +246,21 @@ impl AnthropicDecoder {
                     json: String::new(),
                 }
             }
+            BlockStart::Thinking {
+                thinking,
+                signature,
+            } => {
+                push_reasoning(out, &thinking, self.limits.delta_bytes);
+                if !signature.is_empty() {
+                    out.push_back(RawItem::ReasoningSignature(signature));
+                }
+                Block::Thinking
+            }
+            BlockStart::RedactedThinking { data } => {
+                // Whole at its start; the validator checks the value.
+                out.push_back(RawItem::RedactedReasoning(data));
+                Block::Ignored
+            }
             BlockStart::Other => Block::Ignored,
         };
         self.blocks.insert(index, block);
@@ -248,7 +285,15 @@ impl AnthropicDecoder {
                 }
                 json.push_str(&partial_json);
             }
-            // Thinking, signatures, citations, deltas of ignored blocks.
+            (Block::Thinking, BlockDelta::ThinkingDelta { thinking }) => {
+                push_reasoning(out, &thinking, self.limits.delta_bytes);
+            }
+            (Block::Thinking, BlockDelta::SignatureDelta { signature }) => {
+                // Passed on as sent: the validator refuses a second one or
+                // one with no reasoning open, and checks the value.
+                out.push_back(RawItem::ReasoningSignature(signature));
+            }
+            // Citations, deltas of ignored blocks, mismatched deltas.
             _ => {}
         }
         Flow::More
@@ -360,5 +405,105 @@ impl Decoder for AnthropicDecoder {
                 true,
             ),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    /// The items these events yield after a `message_start`, up to the
+    /// terminal (left out), with `delta_bytes` of 8.
+    fn check(events: &[Value], expected: &[RawItem]) {
+        let limits = Limits {
+            delta_bytes: 8,
+            ..Limits::default()
+        };
+        let mut decoder = AnthropicDecoder::new(limits, None, None);
+        let start = json!({"type": "message_start", "message": {"id": "m", "model": "c"}});
+        let mut out = VecDeque::new();
+        for event in std::iter::once(&start).chain(events) {
+            decoder.event(None, &event.to_string(), &mut out);
+        }
+        let mut items: Vec<RawItem> = out.into_iter().collect();
+        assert!(items.pop().is_some_and(|i| i.is_terminal()), "{items:?}");
+        assert_eq!(items, expected, "{events:?}");
+    }
+
+    fn start(index: u64, block: Value) -> Value {
+        json!({"type": "content_block_start", "index": index, "content_block": block})
+    }
+
+    fn delta(index: u64, delta: Value) -> Value {
+        json!({"type": "content_block_delta", "index": index, "delta": delta})
+    }
+
+    #[test]
+    fn thinking_blocks_become_reasoning_items() {
+        let thinking = || {
+            start(
+                0,
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+            )
+        };
+        let think = |t: &str| delta(0, json!({"type": "thinking_delta", "thinking": t}));
+        let sign = |s: &str| delta(0, json!({"type": "signature_delta", "signature": s}));
+        let r = |t: &str| RawItem::ReasoningDelta(t.to_owned());
+        let signed = |s: &str| RawItem::ReasoningSignature(s.to_owned());
+        for (events, expected) in [
+            // Deltas split to delta_bytes at char boundaries, the
+            // signature passed on as sent.
+            (
+                vec![
+                    thinking(),
+                    think("Øystein thinks"),
+                    think(""),
+                    sign("Eq+/="),
+                ],
+                vec![r("Øystein"), r(" thinks"), signed("Eq+/=")],
+            ),
+            // A start that carries its text and signature (the
+            // non-streaming shape).
+            (
+                vec![start(
+                    0,
+                    json!({"type": "thinking", "thinking": "Hm.", "signature": "S1"}),
+                )],
+                vec![r("Hm."), signed("S1")],
+            ),
+            // Redacted thinking comes whole at its start.
+            (
+                vec![start(
+                    0,
+                    json!({"type": "redacted_thinking", "data": "EmwK/+=="}),
+                )],
+                vec![RawItem::RedactedReasoning("EmwK/+==".into())],
+            ),
+            // Deltas of another block's kind are ignored.
+            (
+                vec![
+                    start(0, json!({"type": "text", "text": ""})),
+                    sign("S2"),
+                    think("no"),
+                    delta(0, json!({"type": "text_delta", "text": "yes"})),
+                ],
+                vec![RawItem::text("yes")],
+            ),
+            (
+                vec![
+                    thinking(),
+                    delta(0, json!({"type": "text_delta", "text": "no"})),
+                ],
+                vec![],
+            ),
+        ] {
+            let mut events = events;
+            events.push(json!({"type": "content_block_stop", "index": 0}));
+            events.push(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}));
+            events.push(json!({"type": "message_stop"}));
+            check(&events, &expected);
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! error classification, stream decoding); the shell (`shell.rs`) does
 //! the rest.
 
+mod content;
 mod decoder;
 mod errors;
 mod request;
@@ -14,7 +15,7 @@ use crate::config::ProviderConfig;
 use crate::error::ProviderConfigError;
 use crate::key::ApiKey;
 use crate::shell::{Shell, Wire};
-use keel_message::{Limits, ModelRequest};
+use keel_message::{Limits, ModelRequest, ProviderTag};
 use keel_stream::{ModelProvider, RawProblem, StartFuture};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
@@ -33,6 +34,10 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// The default of [`AnthropicOptions::max_tokens`].
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
+/// The smallest [`AnthropicOptions::thinking_budget_tokens`] the API
+/// takes.
+pub const MIN_THINKING_BUDGET_TOKENS: u32 = 1024;
+
 /// How to reach the Anthropic Messages API (or a compatible server): the
 /// shared settings, and [`AnthropicOptions`] as its `wire`. Requests go to
 /// `{base_url}/messages`; the key is sent as `x-api-key`. Build it from
@@ -42,7 +47,10 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// ```
 /// use keel_providers::{AnthropicConfig, AnthropicOptions};
 /// let config = AnthropicConfig {
-///     wire: AnthropicOptions { max_tokens: 1024 },
+///     wire: AnthropicOptions {
+///         max_tokens: 8192,
+///         thinking_budget_tokens: Some(4096),
+///     },
 ///     ..AnthropicConfig::default()
 /// };
 /// assert_eq!(config.base_url, "https://api.anthropic.com/v1");
@@ -56,12 +64,20 @@ pub struct AnthropicOptions {
     /// The request's `max_tokens` (the API requires one; zero is refused).
     /// Default [`DEFAULT_MAX_TOKENS`].
     pub max_tokens: u32,
+    /// Extended thinking: when set, every request carries
+    /// `"thinking": {"type": "enabled", "budget_tokens": N}`. The API
+    /// takes at least [`MIN_THINKING_BUDGET_TOKENS`] and less than
+    /// `max_tokens`; anything else is refused when the provider is built
+    /// (rule `config.thinking_budget_tokens`). Default `None` (no
+    /// thinking).
+    pub thinking_budget_tokens: Option<u32>,
 }
 
 impl Default for AnthropicOptions {
     fn default() -> Self {
         AnthropicOptions {
             max_tokens: DEFAULT_MAX_TOKENS,
+            thinking_budget_tokens: None,
         }
     }
 }
@@ -106,6 +122,11 @@ impl ModelProvider for Anthropic {
     fn start(&self, request: ModelRequest) -> StartFuture {
         self.shell.start(request)
     }
+
+    /// `anthropic`: the reasoning parts this adapter sends back.
+    fn provider_tag(&self) -> ProviderTag {
+        ProviderTag::anthropic()
+    }
 }
 
 /// `x-api-key: {key}`.
@@ -126,7 +147,15 @@ impl Wire for AnthropicOptions {
                 field: "max_tokens",
             });
         }
-        Ok(())
+        match self.thinking_budget_tokens {
+            Some(budget) if budget < MIN_THINKING_BUDGET_TOKENS || budget >= self.max_tokens => {
+                Err(ProviderConfigError::ThinkingBudget {
+                    budget,
+                    max_tokens: self.max_tokens,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     fn auth(key: &ApiKey) -> Option<(HeaderName, HeaderValue)> {
@@ -141,7 +170,7 @@ impl Wire for AnthropicOptions {
     }
 
     fn body(&self, request: &ModelRequest) -> Value {
-        request_body(request, self.max_tokens)
+        request_body(request, self)
     }
 
     fn classify(status: u16, headers: &HeaderMap, body: &[u8]) -> RawProblem {

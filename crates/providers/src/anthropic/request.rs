@@ -1,15 +1,23 @@
-//! The Messages request body: system messages joined into `system`,
-//! content blocks for text, `tool_use` and `tool_result`, tools with their
-//! input schema.
+//! The Messages request body: system messages joined into `system`, the
+//! thinking configuration, the other messages as content blocks
+//! (`content.rs`), tools with their input schema.
 
-use keel_message::{Message, ModelRequest, Part, Role};
+use super::AnthropicOptions;
+use super::content::content_blocks;
+use keel_message::{Message, ModelRequest, Role};
 use serde_json::{Map, Value, json};
 
 /// The request body for `request`.
-pub(super) fn request_body(request: &ModelRequest, max_tokens: u32) -> Value {
+pub(super) fn request_body(request: &ModelRequest, options: &AnthropicOptions) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model().as_str()));
-    body.insert("max_tokens".into(), json!(max_tokens));
+    body.insert("max_tokens".into(), json!(options.max_tokens));
+    if let Some(budget) = options.thinking_budget_tokens {
+        body.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": budget}),
+        );
+    }
     let system: Vec<String> = request
         .history()
         .iter()
@@ -23,7 +31,7 @@ pub(super) fn request_body(request: &ModelRequest, max_tokens: u32) -> Value {
         .history()
         .iter()
         .filter(|m| m.role() != Role::System)
-        .map(message)
+        .filter_map(message)
         .collect();
     body.insert("messages".into(), Value::Array(messages));
     if !request.tools().is_empty() {
@@ -46,38 +54,15 @@ pub(super) fn request_body(request: &ModelRequest, max_tokens: u32) -> Value {
     Value::Object(body)
 }
 
-/// One Keel message (not a system one) as a Messages API message.
-fn message(message: &Message) -> Value {
+/// One Keel message (not a system one) as a Messages API message; `None`
+/// when nothing of it can be sent (an assistant message holding only
+/// reasoning another provider produced).
+fn message(message: &Message) -> Option<Value> {
     let role = match message.role() {
         Role::Assistant => "assistant",
         // Tool results travel in a user message.
         Role::User | Role::Tool | Role::System => "user",
     };
-    let content: Vec<Value> = message
-        .parts()
-        .iter()
-        .filter_map(|part| match part {
-            Part::Text(text) => Some(json!({"type": "text", "text": text.text()})),
-            Part::ToolCall(call) => Some(json!({
-                "type": "tool_use",
-                "id": call.call_id().as_str(),
-                "name": call.name().as_str(),
-                "input": call.arguments().to_value(),
-            })),
-            Part::ToolResult(result) => {
-                let mut block = Map::new();
-                block.insert("type".into(), json!("tool_result"));
-                block.insert("tool_use_id".into(), json!(result.call_id().as_str()));
-                block.insert("content".into(), json!(result.content()));
-                if result.is_error() {
-                    block.insert("is_error".into(), json!(true));
-                }
-                Some(Value::Object(block))
-            }
-            // Not sent yet: the providers branch of #34 maps reasoning,
-            // images and files to their Messages API blocks.
-            Part::Reasoning(_) | Part::Image(_) | Part::File(_) => None,
-        })
-        .collect();
-    json!({"role": role, "content": content})
+    let content = content_blocks(message.parts());
+    (!content.is_empty()).then(|| json!({"role": role, "content": content}))
 }

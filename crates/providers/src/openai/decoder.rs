@@ -1,11 +1,12 @@
-//! The Chat Completions stream state machine: chunks to text deltas,
-//! tool calls assembled by index, and one terminal at `[DONE]`.
+//! The Chat Completions stream state machine: chunks to text and
+//! reasoning deltas, tool calls assembled by index, and one terminal at
+//! `[DONE]`.
 
 use super::OPENAI_NAMESPACE;
 use super::errors::{ErrorBody, classify_stream_error};
 use crate::decode::{
     arguments_or_empty, finish_with_calls, is_json_object, max_arguments_bytes, namespaced,
-    push_text,
+    push_reasoning, push_text,
 };
 use crate::key::ApiKey;
 use crate::problem::{bad_json, fail, protocol, too_many_calls};
@@ -53,8 +54,26 @@ struct Delta {
     content: Option<String>,
     #[serde(default)]
     refusal: Option<String>,
+    /// DeepSeek, llama.cpp, LM Studio and older vLLM.
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    /// vLLM, Ollama, OpenRouter.
+    #[serde(default)]
+    reasoning: Option<String>,
     #[serde(default)]
     tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+impl Delta {
+    /// The chunk's reasoning: `reasoning_content` when it has text, else
+    /// `reasoning`. Servers that moved from one name to the other send
+    /// both with the same text in one chunk; taking one never doubles it.
+    fn reasoning(&self) -> Option<&str> {
+        self.reasoning_content
+            .as_deref()
+            .filter(|text| !text.is_empty())
+            .or(self.reasoning.as_deref())
+    }
 }
 
 #[derive(Deserialize)]
@@ -283,6 +302,9 @@ impl Decoder for OpenAiDecoder {
                 continue;
             }
             if let Some(delta) = choice.delta {
+                if let Some(reasoning) = delta.reasoning() {
+                    push_reasoning(out, reasoning, self.limits.delta_bytes);
+                }
                 for text in [delta.content, delta.refusal].into_iter().flatten() {
                     push_text(out, &text, self.limits.delta_bytes);
                 }
@@ -327,6 +349,72 @@ impl Decoder for OpenAiDecoder {
                     true,
                 ),
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    /// The items chunks with these deltas yield, then a `stop` and
+    /// `[DONE]`, up to the terminal (left out), with `delta_bytes` of 8.
+    fn check(deltas: &[Value], expected: &[RawItem]) {
+        let limits = Limits {
+            delta_bytes: 8,
+            ..Limits::default()
+        };
+        let mut decoder = OpenAiDecoder::new(limits, "op_1", None, None);
+        let mut out = VecDeque::new();
+        let chunks = deltas
+            .iter()
+            .map(|d| json!({"choices": [{"index": 0, "delta": d}]}).to_string())
+            .chain([
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                    .to_string(),
+                "[DONE]".to_owned(),
+            ]);
+        for chunk in chunks {
+            decoder.event(None, &chunk, &mut out);
+        }
+        let mut items: Vec<RawItem> = out.into_iter().collect();
+        assert!(items.pop().is_some_and(|i| i.is_terminal()), "{items:?}");
+        assert_eq!(items, expected, "{deltas:?}");
+    }
+
+    #[test]
+    fn reasoning_fields_become_reasoning_deltas() {
+        let r = |t: &str| RawItem::ReasoningDelta(t.to_owned());
+        for (delta, expected) in [
+            (
+                json!({"reasoning_content": "Ærlig talt"}),
+                vec![r("Ærlig t"), r("alt")],
+            ),
+            (json!({"reasoning": "Hm."}), vec![r("Hm.")]),
+            // Both names with the same text: taken once, from
+            // reasoning_content.
+            (
+                json!({"reasoning_content": "A", "reasoning": "A"}),
+                vec![r("A")],
+            ),
+            (
+                json!({"reasoning_content": "", "reasoning": "B"}),
+                vec![r("B")],
+            ),
+            (
+                json!({"reasoning_content": null, "reasoning": "C"}),
+                vec![r("C")],
+            ),
+            (json!({"reasoning_content": "", "reasoning": ""}), vec![]),
+            // Reasoning comes before the chunk's text.
+            (
+                json!({"content": "Hi", "reasoning_content": "first"}),
+                vec![r("first"), RawItem::text("Hi")],
+            ),
+        ] {
+            check(&[delta], &expected);
         }
     }
 }

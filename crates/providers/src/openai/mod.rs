@@ -3,6 +3,7 @@
 //! format only (request body, error classification, stream decoding); the
 //! shell (`shell.rs`) does the rest.
 
+mod content;
 mod decoder;
 mod errors;
 mod request;
@@ -15,7 +16,7 @@ use crate::config::ProviderConfig;
 use crate::error::ProviderConfigError;
 use crate::key::ApiKey;
 use crate::shell::{Shell, Wire};
-use keel_message::{Limits, ModelRequest};
+use keel_message::{Limits, ModelRequest, ProviderTag};
 use keel_stream::{ModelProvider, RawProblem, StartFuture};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
@@ -40,7 +41,10 @@ pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// let config = OpenAiConfig {
 ///     base_url: "http://127.0.0.1:11434/v1".into(),
 ///     idle_timeout: Duration::from_secs(60),
-///     wire: OpenAiOptions { max_completion_tokens: Some(512) },
+///     wire: OpenAiOptions {
+///         max_completion_tokens: Some(512),
+///         send_reasoning: false,
+///     },
 ///     ..OpenAiConfig::default()
 /// };
 /// assert!(config.api_key.is_none());
@@ -53,6 +57,12 @@ pub type OpenAiConfig = ProviderConfig<OpenAiOptions>;
 pub struct OpenAiOptions {
     /// Sent as `max_completion_tokens` when set. Default `None`.
     pub max_completion_tokens: Option<u32>,
+    /// Whether an assistant message's reasoning goes back to the server,
+    /// as its `reasoning_content`: only the text of reasoning this adapter
+    /// decoded (tagged `openai-compatible`). Default `false`: never sent,
+    /// because some servers (DeepSeek) refuse a request that carries it;
+    /// turn it on for a server whose chat template reads it.
+    pub send_reasoning: bool,
 }
 
 impl Default for OpenAiConfig {
@@ -95,6 +105,11 @@ impl ModelProvider for OpenAiCompatible {
     fn start(&self, request: ModelRequest) -> StartFuture {
         self.shell.start(request)
     }
+
+    /// `openai-compatible`: the reasoning parts this adapter may send back.
+    fn provider_tag(&self) -> ProviderTag {
+        ProviderTag::openai_compatible()
+    }
 }
 
 /// `Authorization: Bearer {key}`.
@@ -122,7 +137,7 @@ impl Wire for OpenAiOptions {
     }
 
     fn body(&self, request: &ModelRequest) -> Value {
-        request_body(request, self.max_completion_tokens)
+        request_body(request, self)
     }
 
     fn classify(status: u16, headers: &HeaderMap, body: &[u8]) -> RawProblem {

@@ -478,3 +478,112 @@ where
         .map(|e| format!("data: {}\n\n", e.as_ref()))
         .collect()
 }
+
+// ----------------------------------------------------------- reasoning ----
+
+/// The assistant message a host keeps from an observed stream, built by
+/// the engine's own [`AssistantDraft`](keel_eventlog::history::AssistantDraft)
+/// (reasoning parts tagged `tag`, closed by their signature, a redacted
+/// part, or any other item; text; tool calls), as turn 1 of `run_1`.
+pub fn assistant_message(seen: &keel_testkit::conformance::Observed, tag: &ProviderTag) -> Message {
+    use keel_stream::StreamItem;
+    let mut draft = keel_eventlog::history::AssistantDraft::default();
+    for item in &seen.items {
+        let reasoning = matches!(
+            item,
+            StreamItem::ReasoningDelta(_) | StreamItem::ReasoningSignature(_)
+        );
+        if !reasoning && draft.has_open_reasoning() {
+            draft.end_reasoning(tag.clone(), None);
+        }
+        match item {
+            StreamItem::TextDelta(d) => draft.push_text(d.text()),
+            StreamItem::ReasoningDelta(d) => draft.push_reasoning_delta(d.text()),
+            StreamItem::ReasoningSignature(s) => draft.end_reasoning(tag.clone(), Some(s.clone())),
+            StreamItem::RedactedReasoning(v) => draft.push_redacted(tag.clone(), v.clone()),
+            StreamItem::ToolCall(call) => draft.push_call(call.clone()),
+            _ => {}
+        }
+    }
+    draft
+        .to_message(&RunId::parse("run_1").unwrap(), 1, &Limits::default())
+        .unwrap()
+}
+
+/// The reasoning items of an observed stream, in order, as
+/// `("delta" | "signature" | "redacted", value)`.
+pub fn reasoning_items(seen: &keel_testkit::conformance::Observed) -> Vec<(&'static str, String)> {
+    use keel_stream::StreamItem;
+    seen.items
+        .iter()
+        .filter_map(|item| match item {
+            StreamItem::ReasoningDelta(d) => Some(("delta", d.text().to_owned())),
+            StreamItem::ReasoningSignature(s) => Some(("signature", s.as_str().to_owned())),
+            StreamItem::RedactedReasoning(v) => Some(("redacted", v.as_str().to_owned())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `history`, then `more`, as a request for `model` with `tools`.
+pub fn continued(request: &ModelRequest, more: Vec<Message>) -> ModelRequest {
+    let history: Arc<[Message]> = request.history().iter().cloned().chain(more).collect();
+    ModelRequest::new(
+        OperationIdIssuer::new().issue(),
+        request.model().clone(),
+        history,
+        request.tools().iter().cloned().collect(),
+    )
+    .unwrap()
+}
+
+/// The data payloads of an SSE body, parsed as JSON (`[DONE]` left out).
+pub fn sse_payloads(body: &str) -> Vec<serde_json::Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+/// A one-pixel PNG, and a minimal PDF.
+pub const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+pub const PDF: &[u8] = b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n";
+
+/// A user message with text, a PNG and a PDF.
+pub fn user_with_media(id: &str) -> Message {
+    let limits = Limits::default();
+    Message::new(
+        MessageId::parse(id).unwrap(),
+        Role::User,
+        vec![
+            Part::text("What is in these?").unwrap(),
+            Part::image(ImagePart::from_bytes_with(ImageMediaType::Png, PNG, &limits).unwrap()),
+            Part::file_with(FileMediaType::Pdf, "report.pdf", PDF, &limits).unwrap(),
+        ],
+    )
+    .unwrap()
+}
+
+/// A tool message whose one result carries `text` and a PNG.
+pub fn tool_result_with_image(call_id: &str, text: &str) -> Message {
+    let limits = Limits::default();
+    let image = ImagePart::from_bytes_with(ImageMediaType::Png, PNG, &limits).unwrap();
+    Message::new(
+        MessageId::parse("t1").unwrap(),
+        Role::Tool,
+        vec![
+            Part::tool_result_with_images(
+                CallId::parse(call_id).unwrap(),
+                text,
+                false,
+                vec![image],
+                &limits,
+            )
+            .unwrap(),
+        ],
+    )
+    .unwrap()
+}
