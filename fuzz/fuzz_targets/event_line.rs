@@ -17,8 +17,9 @@
 //!
 //! On failure: no panic, and the error message does not change when the
 //! letters and digits of content members (`text`, `output`, `arguments`,
-//! `message`, `content`, `description`) are rotated: it never echoes
-//! content.
+//! `message`, `content`, `description`, and the opaque `signature` and
+//! `redacted` values of `model.reasoning_end`) are rotated: it never
+//! echoes content.
 #![no_main]
 
 use keel_eventlog::Event;
@@ -34,6 +35,8 @@ const CONTENT: &[&str] = &[
     "message",
     "content",
     "description",
+    "signature",
+    "redacted",
 ];
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,9 @@
 //! Fuzzes `StreamValidator` over arbitrary raw item sequences, checked
 //! against a small model of the stream rules.
 //!
-//! Items are built from the input: text deltas, tool calls (ids, names and
+//! Items are built from the input: text deltas, reasoning deltas,
+//! signatures and redacted parts (opaque values from a valid and invalid
+//! vocabulary, or raw text), tool calls (ids, names and
 //! arguments drawn from valid and invalid vocabularies, or raw bytes),
 //! completions (every finish, usage, metadata from arbitrary JSON) and
 //! failures (every problem kind, arbitrary messages). Small limits are
@@ -10,8 +12,13 @@
 //! Properties:
 //! - once a terminal is accepted or a violation is reported, every later
 //!   item is refused with `AfterTerminal`, and `is_terminated` holds;
-//! - `position()` is `Partial` exactly when a text delta or tool call was
-//!   accepted;
+//! - `position()` is `Partial` exactly when a text delta, reasoning item
+//!   or tool call was accepted;
+//! - an accepted reasoning delta is the raw text, non-empty, within
+//!   `delta_bytes`; a signature is accepted only right after a reasoning
+//!   delta (else the violation says which rule: no open part, signed
+//!   twice, after a redacted part); an accepted signature or redacted value
+//!   is the raw value, printable ASCII, within `opaque_bytes`;
 //! - an accepted text delta is the raw text, non-empty, within
 //!   `delta_bytes`; an accepted tool call has a fresh call id, object
 //!   arguments that are the canonical form of the raw arguments, and the
@@ -71,6 +78,16 @@ const ARGUMENTS: &[&str] = &[
     r#"{"s":"\ud800"}"#,
     r#"{"nested":{"deep":[[[[{}]]]]}}"#,
 ];
+const OPAQUE: &[&str] = &[
+    "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxDYiZY",
+    "RWNyeXB0ZWQ=",
+    "s",
+    "",
+    "has space",
+    "tab\t",
+    "é",
+    "~!{}",
+];
 const METADATA: &[&str] = &[
     r#"{"openai":{"id":"chatcmpl-1","model":"gpt-4o"}}"#,
     r#"{"anthropic":{"id":"msg_1"},"other":{"x":1}}"#,
@@ -91,8 +108,11 @@ fn pick<'a>(u: &mut Unstructured<'_>, words: &[&'a str]) -> Result<String> {
 }
 
 fn item(u: &mut Unstructured<'_>) -> Result<RawItem> {
-    Ok(match u.int_in_range(0..=9u8)? {
+    Ok(match u.int_in_range(0..=13u8)? {
         0..=3 => RawItem::TextDelta(u.arbitrary()?),
+        10 | 11 => RawItem::ReasoningDelta(u.arbitrary()?),
+        12 => RawItem::ReasoningSignature(pick(u, OPAQUE)?),
+        13 => RawItem::RedactedReasoning(pick(u, OPAQUE)?),
         4..=6 => RawItem::ToolCall(RawToolCall {
             call_id: pick(u, IDS)?,
             name: pick(u, NAMES)?,
@@ -141,6 +161,7 @@ fn limits(u: &mut Unstructured<'_>) -> Result<Limits> {
         limits.json_depth = u.int_in_range(0..=4)?;
         limits.problem_message_bytes = u.int_in_range(16..=128)?;
         limits.metadata_bytes = u.int_in_range(2..=256)?;
+        limits.opaque_bytes = u.int_in_range(1..=48)?;
     }
     Ok(limits)
 }
@@ -149,6 +170,11 @@ fn limits(u: &mut Unstructured<'_>) -> Result<Limits> {
 fn rotated(item: &RawItem) -> RawItem {
     match item {
         RawItem::TextDelta(text) => RawItem::TextDelta(common::rotate_all(text)),
+        RawItem::ReasoningDelta(text) => RawItem::ReasoningDelta(common::rotate_all(text)),
+        RawItem::ReasoningSignature(value) => {
+            RawItem::ReasoningSignature(common::rotate_all(value))
+        }
+        RawItem::RedactedReasoning(value) => RawItem::RedactedReasoning(common::rotate_all(value)),
         RawItem::ToolCall(call) => RawItem::ToolCall(RawToolCall {
             arguments: common::rotate_string_values(&call.arguments, None),
             ..call.clone()
@@ -170,6 +196,7 @@ fuzz_target!(|data: &[u8]| {
     let mut ended = false;
     let mut partial = false;
     let mut call_ids: HashSet<String> = HashSet::new();
+    let mut reasoning = Reasoning::Closed;
 
     while !u.is_empty() {
         let Ok(raw) = item(&mut u) else { break };
@@ -184,7 +211,37 @@ fuzz_target!(|data: &[u8]| {
             );
             continue;
         }
+        let reasoning_before = reasoning;
+        reasoning = Reasoning::Closed;
+        if let RawItem::ReasoningSignature(_) = &raw {
+            check_signature_rule(reasoning_before, &result);
+        }
         match &result {
+            Ok(StreamItem::ReasoningDelta(delta)) => {
+                let RawItem::ReasoningDelta(text) = &raw else {
+                    panic!("a reasoning delta from {raw:?}")
+                };
+                assert_eq!(delta.text(), text);
+                assert!(!text.is_empty() && text.len() <= limits.delta_bytes);
+                reasoning = Reasoning::Open;
+                partial = true;
+            }
+            Ok(StreamItem::ReasoningSignature(value)) => {
+                let RawItem::ReasoningSignature(raw_value) = &raw else {
+                    panic!("a signature from {raw:?}")
+                };
+                check_opaque(value.as_str(), raw_value, &limits);
+                reasoning = Reasoning::Signed;
+                partial = true;
+            }
+            Ok(StreamItem::RedactedReasoning(value)) => {
+                let RawItem::RedactedReasoning(raw_value) = &raw else {
+                    panic!("a redacted part from {raw:?}")
+                };
+                check_opaque(value.as_str(), raw_value, &limits);
+                reasoning = Reasoning::Redacted;
+                partial = true;
+            }
             Ok(StreamItem::TextDelta(delta)) => {
                 let RawItem::TextDelta(text) = &raw else {
                     panic!("a text delta from {raw:?}")
@@ -239,7 +296,7 @@ fuzz_target!(|data: &[u8]| {
                     limits.clone(),
                     allowlist.clone(),
                 );
-                replay(&mut twin, &call_ids, partial);
+                replay(&mut twin, &call_ids, partial, reasoning_before);
                 if let Err(twin_violation) = twin.accept(twin_raw) {
                     assert_eq!(
                         violation.to_string(),
@@ -259,9 +316,50 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
+/// The model of where the stream is with reasoning: what the last accepted
+/// item did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reasoning {
+    Closed,
+    Open,
+    Signed,
+    Redacted,
+}
+
+/// A signature is accepted only for an open part; otherwise the violation
+/// names the rule the model expects.
+fn check_signature_rule(before: Reasoning, result: &std::result::Result<StreamItem, StreamViolation>) {
+    let expected = match before {
+        Reasoning::Open => return,
+        Reasoning::Closed => StreamViolation::SignatureWithoutReasoning,
+        Reasoning::Signed => StreamViolation::SignatureRepeated,
+        Reasoning::Redacted => StreamViolation::SignatureAfterRedacted,
+    };
+    assert_eq!(result.as_ref().err(), Some(&expected), "signature after {before:?}");
+}
+
+/// An accepted opaque value is the raw value, printable ASCII, within its
+/// bound.
+fn check_opaque(value: &str, raw: &str, limits: &Limits) {
+    assert_eq!(value, raw);
+    assert!(!raw.is_empty() && raw.len() <= limits.opaque_bytes);
+    assert!(raw.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+}
+
 /// Brings a fresh validator to the model's state: the same accepted call
-/// ids, and partial if text was accepted.
-fn replay(twin: &mut StreamValidator, call_ids: &HashSet<String>, partial: bool) {
+/// ids, partial if text was accepted, and the same reasoning state.
+fn replay(
+    twin: &mut StreamValidator,
+    call_ids: &HashSet<String>,
+    partial: bool,
+    reasoning: Reasoning,
+) {
+    let steps: &[RawItem] = &match reasoning {
+        Reasoning::Closed => vec![],
+        Reasoning::Open => vec![RawItem::reasoning("x")],
+        Reasoning::Signed => vec![RawItem::reasoning("x"), RawItem::reasoning_signature("s")],
+        Reasoning::Redacted => vec![RawItem::redacted_reasoning("v")],
+    };
     for id in call_ids {
         let accepted = twin.accept(RawItem::tool_call(id.clone(), "t", "{}"));
         assert!(
@@ -269,11 +367,15 @@ fn replay(twin: &mut StreamValidator, call_ids: &HashSet<String>, partial: bool)
             "replaying an accepted call id failed: {accepted:?}"
         );
     }
-    if partial && call_ids.is_empty() {
+    if partial && call_ids.is_empty() && steps.is_empty() {
         let accepted = twin.accept(RawItem::text("x"));
         assert!(
             accepted.is_ok(),
             "replaying a text delta failed: {accepted:?}"
         );
+    }
+    for step in steps {
+        let accepted = twin.accept(step.clone());
+        assert!(accepted.is_ok(), "replaying reasoning failed: {accepted:?}");
     }
 }

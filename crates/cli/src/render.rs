@@ -178,6 +178,9 @@ impl Transcript {
             | Payload::InteractionCancelled(_) => self.render_interaction(&mut out, payload),
             // The prelude already showed the input history.
             Payload::RunInput(_) | Payload::RunInputReference(_) => {}
+            // Reasoning is not shown here yet (#34: the transcript's
+            // reasoning view).
+            Payload::ReasoningDelta(_) | Payload::ReasoningEnd(_) => {}
             Payload::Extension { kind, .. } => {
                 let text = self.paint("2", &format!("· {kind}"));
                 self.line(&mut out, &text);

@@ -4,7 +4,7 @@
 //! with its outcome and retry; a [`ToolInvocation`] parses its arguments
 //! into the tool's own type without echoing input values.
 
-use keel_message::{CallId, CanonicalJson, RunId, ToolDefinition};
+use keel_message::{CallId, CanonicalJson, ImagePart, RunId, ToolDefinition};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -18,8 +18,14 @@ pub type ToolFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>>
 // counts are capped at it so they stay JSON-safe integers.
 use keel_message::canonical::MAX_SAFE_INTEGER as MAX_JSON_SAFE;
 
-/// What a tool returns: the result content for the model, and whether the
+/// What a tool returns: the result content for the model, the images it
+/// returned with it (an MCP server's image content, say), and whether the
 /// tool cut it (an MCP server's long answer, say).
+///
+/// The images are recorded in `tool.completed` (member `"images"`) and fed
+/// back in the tool result part; the result must fit the message bounds
+/// (`limits.image_bytes` per image, `limits.media_parts_per_message`),
+/// or the call is a `tool.failed` naming the bound.
 ///
 /// The engine records a cut in `tool.completed` as the member
 /// `"output_cut": {"original_bytes": N, "kept_bytes": M}`. A cut output is
@@ -37,6 +43,7 @@ use keel_message::canonical::MAX_SAFE_INTEGER as MAX_JSON_SAFE;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutput {
     content: String,
+    images: Vec<ImagePart>,
     cut: Option<OutputCut>,
 }
 
@@ -54,6 +61,7 @@ impl ToolOutput {
     pub fn new(content: impl Into<String>) -> Self {
         ToolOutput {
             content: content.into(),
+            images: Vec::new(),
             cut: None,
         }
     }
@@ -70,6 +78,7 @@ impl ToolOutput {
         let original_bytes = original_bytes.min(MAX_JSON_SAFE).max(kept_bytes);
         ToolOutput {
             content,
+            images: Vec::new(),
             cut: Some(OutputCut {
                 original_bytes,
                 kept_bytes,
@@ -77,9 +86,31 @@ impl ToolOutput {
         }
     }
 
+    /// This output with `images`, in order, after any it has. Validated
+    /// images are shared, not copied.
+    ///
+    /// ```
+    /// use keel_engine::ToolOutput;
+    /// use keel_message::{ImageMediaType, ImagePart, Limits};
+    /// let png = b"\x89PNG\r\n\x1a\n....";
+    /// let image = ImagePart::from_bytes_with(ImageMediaType::Png, png, &Limits::default())?;
+    /// let output = ToolOutput::from("a tiny image").with_images(vec![image.clone()]);
+    /// assert_eq!(output.images(), [image]);
+    /// # Ok::<(), keel_message::MessageError>(())
+    /// ```
+    pub fn with_images(mut self, images: Vec<ImagePart>) -> Self {
+        self.images.extend(images);
+        self
+    }
+
     /// The result content.
     pub fn content(&self) -> &str {
         &self.content
+    }
+
+    /// The images, in order (empty for a text-only result).
+    pub fn images(&self) -> &[ImagePart] {
+        &self.images
     }
 
     /// The cut, if the tool made one.

@@ -14,12 +14,14 @@ use crate::event::Event;
 use crate::payload::{ErrorText, Payload};
 use crate::reference::HistoryReference;
 
+mod assistant;
 mod chain;
+pub use assistant::AssistantDraft;
 pub use chain::{
     ChainError, HistoryStore, MAX_CHAIN_DEPTH, RebuiltChain, chain_runs, rebuild_chain,
 };
 use keel_message::{
-    CallId, Limits, Message, MessageError, MessageId, Part, Role, RunId, ToolCallPart,
+    CallId, ImagePart, Limits, Message, MessageError, MessageId, Part, Role, RunId, ToolCallPart,
 };
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -44,8 +46,25 @@ pub fn tool_result_part(
     is_error: bool,
     limits: &Limits,
 ) -> Result<Part, MessageError> {
-    Part::tool_result_with(call_id.clone(), content, is_error, limits)
-        .or_else(|_| Part::tool_result_with(call_id.clone(), OVERSIZED_RESULT, true, limits))
+    tool_result_part_with_images(call_id, content, is_error, Vec::new(), limits)
+}
+
+/// As [`tool_result_part`], with the images the tool returned (in order).
+/// A result that does not fit its bounds becomes the same short error
+/// result, without the images.
+pub fn tool_result_part_with_images(
+    call_id: &CallId,
+    content: &str,
+    is_error: bool,
+    images: Vec<ImagePart>,
+    limits: &Limits,
+) -> Result<Part, MessageError> {
+    let part = if images.is_empty() {
+        Part::tool_result_with(call_id.clone(), content, is_error, limits)
+    } else {
+        Part::tool_result_with_images(call_id.clone(), content, is_error, images, limits)
+    };
+    part.or_else(|_| Part::tool_result_with(call_id.clone(), OVERSIZED_RESULT, true, limits))
 }
 
 /// The id of the message a turn adds: the assistant's answer (`Role::Assistant`)
@@ -134,8 +153,8 @@ pub enum HistoryError {
 /// completed, the calls whose results are awaited.
 #[derive(Default)]
 struct TurnState {
-    text: String,
-    calls: Vec<ToolCallPart>,
+    /// The current model attempt's message, as its events arrive.
+    draft: AssistantDraft,
     /// The completed call's tool calls, in call order.
     awaited: Vec<ToolCallPart>,
     results: HashMap<CallId, Part>,
@@ -317,22 +336,23 @@ fn apply(
 ) {
     match payload {
         Payload::TurnStarted(_) => *turn = TurnState::default(),
-        Payload::ModelStarted(_) => {
-            turn.text.clear();
-            turn.calls.clear();
-        }
-        Payload::TextDelta(p) => turn.text.push_str(&p.text),
+        Payload::ModelStarted(_) => turn.draft = AssistantDraft::default(),
+        Payload::TextDelta(p) => turn.draft.push_text(&p.text),
+        Payload::ReasoningDelta(p) => turn.draft.push_reasoning_delta(&p.text),
+        Payload::ReasoningEnd(p) => match p.redacted {
+            Some(value) => turn.draft.push_redacted(p.provider, value),
+            None => turn.draft.end_reasoning(p.provider, p.signature),
+        },
         Payload::ToolCall(p) => {
             if let Ok(call) = ToolCallPart::new_with(p.call_id, p.name, p.arguments, limits) {
-                turn.calls.push(call);
+                turn.draft.push_call(call);
             }
         }
         Payload::ModelCompleted(p) => {
-            let calls = std::mem::take(&mut turn.calls);
-            let text = std::mem::take(&mut turn.text);
-            if let Ok(message) = assistant_message(run_id, p.turn, &text, &calls, limits) {
+            let draft = std::mem::take(&mut turn.draft);
+            if let Ok(message) = draft.to_message(run_id, p.turn, limits) {
                 history.push(message);
-                turn.awaited = calls;
+                turn.awaited = draft.calls().cloned().collect();
             }
         }
         Payload::InteractionStarted(p) => {
@@ -348,7 +368,13 @@ fn apply(
             let text = approval_failed_result(&p.error);
             record(turn, p.interaction_id.as_str(), &text, limits);
         }
-        Payload::ToolCompleted(p) => result(turn, &p.call_id, &p.output, false, limits),
+        Payload::ToolCompleted(p) => {
+            if let Ok(part) =
+                tool_result_part_with_images(&p.call_id, &p.output, false, p.images, limits)
+            {
+                turn.results.insert(p.call_id, part);
+            }
+        }
         Payload::ToolFailed(p) => result(turn, &p.call_id, p.error.as_str(), true, limits),
         Payload::TurnCompleted(p) => {
             if let Some(message) = tool_message(run_id, p.turn, turn, limits) {
@@ -372,10 +398,11 @@ fn result(turn: &mut TurnState, call_id: &CallId, content: &str, is_error: bool,
     }
 }
 
-/// The assistant message of a completed model call: its text (if any),
-/// then its tool calls. The engine builds it with this function, so a
-/// message it could not build (the turn failed on the message rule) is
-/// not rebuilt either.
+/// The assistant message of a completed model call without reasoning:
+/// its text (if any), then its tool calls. The engine builds every
+/// assistant message through an [`AssistantDraft`], as the rebuild does,
+/// so a message it could not build (the turn failed on the message rule)
+/// is not rebuilt either; this is the draft of `text` and `calls`.
 pub fn assistant_message(
     run_id: &RunId,
     turn: u64,
@@ -383,13 +410,12 @@ pub fn assistant_message(
     calls: &[ToolCallPart],
     limits: &Limits,
 ) -> Result<Message, MessageError> {
-    let mut parts = Vec::with_capacity(calls.len() + 1);
-    if !text.is_empty() {
-        parts.push(Part::text_with(text, limits)?);
+    let mut draft = AssistantDraft::default();
+    draft.push_text(text);
+    for call in calls {
+        draft.push_call(call.clone());
     }
-    parts.extend(calls.iter().cloned().map(Part::ToolCall));
-    let id = turn_message_id(run_id, turn, Role::Assistant)?;
-    Message::new_with(id, Role::Assistant, parts, limits)
+    draft.to_message(run_id, turn, limits)
 }
 
 /// The message of a turn's tool results, in call order.

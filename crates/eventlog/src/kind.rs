@@ -103,6 +103,12 @@ pub enum EventKind {
     TextDelta,
     /// `model.tool_call`: a finalized tool call from the model.
     ToolCall,
+    /// `model.reasoning_delta`: a piece of model reasoning text (the one
+    /// durable reasoning token stream).
+    ReasoningDelta,
+    /// `model.reasoning_end`: a reasoning part closed, with its provider
+    /// and signature, or a redacted part, whole.
+    ReasoningEnd,
     /// `run.input`: one message of the run's input history, recorded in
     /// order after `run.started` and before the first turn.
     RunInput,
@@ -154,6 +160,8 @@ impl EventKind {
         match name {
             "model.text_delta" => return Ok(EventKind::TextDelta),
             "model.tool_call" => return Ok(EventKind::ToolCall),
+            "model.reasoning_delta" => return Ok(EventKind::ReasoningDelta),
+            "model.reasoning_end" => return Ok(EventKind::ReasoningEnd),
             "run.input" => return Ok(EventKind::RunInput),
             _ => {}
         }
@@ -182,6 +190,8 @@ impl EventKind {
         match self {
             EventKind::TextDelta => Cow::Borrowed("model.text_delta"),
             EventKind::ToolCall => Cow::Borrowed("model.tool_call"),
+            EventKind::ReasoningDelta => Cow::Borrowed("model.reasoning_delta"),
+            EventKind::ReasoningEnd => Cow::Borrowed("model.reasoning_end"),
             EventKind::RunInput => Cow::Borrowed("run.input"),
             EventKind::Lifecycle(scope, phase) => Cow::Borrowed(lifecycle_name(*scope, *phase)),
             EventKind::Extension(name) => Cow::Owned(name.to_string()),

@@ -12,7 +12,8 @@ pub use crate::reference::RunInputReference;
 use crate::scope::{ScopeKey, Transition};
 use keel_message::canonical::MAX_SAFE_INTEGER as MAX_SAFE;
 use keel_message::{
-    CallId, CanonicalJson, InteractionId, Message, ModelName, OperationId, RunId, ToolName,
+    CallId, CanonicalJson, ImagePart, InteractionId, Message, ModelName, OpaqueValue, OperationId,
+    ProviderTag, RunId, ToolName,
 };
 use keel_stream::{
     FinishReason, ProblemKind, ProviderMetadata, ProviderProblem, RetryPosition, Usage,
@@ -20,6 +21,9 @@ use keel_stream::{
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+
+mod media_line;
+use media_line::MediaPayload;
 
 /// Members a payload does not know, kept for a byte-identical round trip.
 pub type Extra = BTreeMap<String, serde_json::Value>;
@@ -343,6 +347,10 @@ pub struct ToolCompleted {
     pub tool: ToolName,
     /// The result content fed back to the model.
     pub output: String,
+    /// The images the tool returned with it, in order (member omitted when
+    /// none). Their bytes count against the log's event bound.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePart>,
     /// Unknown members.
     #[serde(flatten)]
     pub extra: Extra,
@@ -478,6 +486,46 @@ pub struct TextDelta {
     pub extra: Extra,
 }
 
+/// `model.reasoning_delta`: the one durable reasoning token stream (no
+/// live mirror, as for `model.text_delta`). Its deltas, in order, are the
+/// text of the reasoning part the next `model.reasoning_end` closes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReasoningDelta {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The model call it belongs to.
+    pub operation_id: OperationId,
+    /// The reasoning text, never empty.
+    pub text: String,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `model.reasoning_end`: closes the reasoning part whose deltas came
+/// since the model call started or the last `model.reasoning_end`, with
+/// the provider it came from and its `signature` (when the provider
+/// signed it); or, with `redacted` and no deltas before it, a redacted
+/// part, whole. It holds no text: the text is stored once, in the deltas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReasoningEnd {
+    /// The enclosing turn.
+    pub turn: u64,
+    /// The model call it belongs to.
+    pub operation_id: OperationId,
+    /// The provider the part came from (its signature is only valid there).
+    pub provider: ProviderTag,
+    /// The provider's signature of the part, when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<OpaqueValue>,
+    /// A redacted part's opaque value (then there is no signature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<OpaqueValue>,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// `model.tool_call`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
@@ -522,6 +570,8 @@ pub enum Payload {
     InteractionCancelled(InteractionRef),
     TextDelta(TextDelta),
     ToolCall(ToolCall),
+    ReasoningDelta(ReasoningDelta),
+    ReasoningEnd(ReasoningEnd),
     RunInput(RunInput),
     /// `run.input` in its reference form: the history of the run this one
     /// continues (see [`RunInputReference`]).
@@ -557,6 +607,15 @@ pub enum PayloadError {
     /// A text delta with no text.
     #[error("model.text_delta has empty text (rule payload.text_nonempty)")]
     EmptyText,
+    /// A reasoning delta with no text.
+    #[error("model.reasoning_delta has empty text (rule payload.reasoning_nonempty)")]
+    EmptyReasoning,
+    /// A `model.reasoning_end` with both a `signature` and a `redacted`
+    /// value: a redacted part is only its opaque value.
+    #[error(
+        "model.reasoning_end holds both a signature and a redacted value (rule payload.reasoning_end_one_form)"
+    )]
+    ReasoningEndForms,
     /// A turn number of 0 (turns count from 1).
     #[error("{kind} has turn 0 (rule payload.turn_from_1)")]
     TurnZero {
@@ -681,6 +740,8 @@ payload_table! {
     InteractionCancelled => EventKind::Lifecycle(Scope::Interaction, Ended(Cancelled)),
     TextDelta => EventKind::TextDelta,
     ToolCall => EventKind::ToolCall,
+    ReasoningDelta => EventKind::ReasoningDelta,
+    ReasoningEnd => EventKind::ReasoningEnd,
     RunInput => EventKind::RunInput,
 }
 
@@ -758,6 +819,8 @@ impl Payload {
             P::InteractionCancelled(p) => interaction(p.turn, &p.interaction_id),
             P::TextDelta(p) => return Transition::Within(model(p.turn, &p.operation_id)),
             P::ToolCall(p) => return Transition::Within(model(p.turn, &p.operation_id)),
+            P::ReasoningDelta(p) => return Transition::Within(model(p.turn, &p.operation_id)),
+            P::ReasoningEnd(p) => return Transition::Within(model(p.turn, &p.operation_id)),
             P::RunInput(_) | P::RunInputReference(_) => {
                 return Transition::Within(ScopeKey::Run);
             }
@@ -808,8 +871,15 @@ impl Payload {
         {
             return Err(PayloadError::EmptyText);
         }
-        if let Payload::RunInputReference(p) = self {
-            check_reference(p)?;
+        match self {
+            Payload::ReasoningDelta(p) if p.text.is_empty() => {
+                return Err(PayloadError::EmptyReasoning);
+            }
+            Payload::ReasoningEnd(p) if p.signature.is_some() && p.redacted.is_some() => {
+                return Err(PayloadError::ReasoningEndForms);
+            }
+            Payload::RunInputReference(p) => check_reference(p)?,
+            _ => {}
         }
         if let Payload::Extension { kind, payload } = self {
             if !matches!(kind, EventKind::Extension(_)) {
@@ -879,11 +949,17 @@ impl Payload {
         {
             return Ok(Encoded::TextDelta(p));
         }
+        // Images are base64-encoded once, straight into the line.
+        if let Payload::ToolCompleted(p) = self
+            && !p.images.is_empty()
+        {
+            return MediaPayload::new(p).map(Encoded::Media);
+        }
         self.canonical_generic().map(Encoded::Text)
     }
 
     /// The canonical text through an intermediate JSON value.
-    fn canonical_generic(&self) -> Result<String, PayloadError> {
+    pub(crate) fn canonical_generic(&self) -> Result<String, PayloadError> {
         let kind = self.kind();
         let value = self.to_json().map_err(|e| PayloadError::Schema {
             kind: kind.to_string(),
@@ -914,6 +990,8 @@ fn check_reference(p: &RunInputReference) -> Result<(), PayloadError> {
 pub(crate) enum Encoded<'a> {
     /// A text delta without unknown members, written directly.
     TextDelta(&'a TextDelta),
+    /// A `tool.completed` with images, their base64 written directly.
+    Media(MediaPayload<'a>),
     /// Any other payload's canonical text.
     Text(String),
 }
@@ -931,6 +1009,7 @@ impl Encoded<'_> {
                     + canonical_str_len(&p.text)
                     + crate::decimal::digits(p.turn)
             }
+            Encoded::Media(p) => p.len(),
             Encoded::Text(text) => text.len(),
         }
     }
@@ -947,6 +1026,7 @@ impl Encoded<'_> {
                 crate::decimal::push_u64(out, p.turn);
                 out.push('}');
             }
+            Encoded::Media(p) => p.write(out),
             Encoded::Text(text) => out.push_str(text),
         }
     }
@@ -955,7 +1035,7 @@ impl Encoded<'_> {
 /// The length of `s` as an RFC 8785 string, quotes included: `"` and `\`
 /// and the five control characters with a short form take two bytes, the
 /// other control characters six (`\u00xx`), everything else itself.
-fn canonical_str_len(s: &str) -> usize {
+pub(crate) fn canonical_str_len(s: &str) -> usize {
     let escaped = |b: &u8| *b < 0x20 || *b == b'"' || *b == b'\\';
     // Most texts have nothing to escape: a count the compiler vectorizes.
     if s.bytes().filter(escaped).count() == 0 {

@@ -1,6 +1,7 @@
 //! What `history::rebuild` makes of a run's events, one rule per row
 //! through one `check` helper: the assistant message of the model call
-//! that completed (its text, then its calls), the tool results in call
+//! that completed (its text, then its calls; reasoning parts in their
+//! stream places), the tool results (with their images) in call
 //! order (a denial, a failed approval, an oversized result), the ids the
 //! engine mints, and the fold handing messages out as they complete.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -9,7 +10,10 @@ mod common;
 use common::*;
 use keel_eventlog::history::{self, HistoryError, HistoryFold};
 use keel_eventlog::*;
-use keel_message::{CanonicalJson, ID_MAX_BYTES, Limits, Message, MessageId, Part, Role, RunId};
+use keel_message::{
+    CanonicalJson, ID_MAX_BYTES, ImageMediaType, ImagePart, Limits, Message, MessageId,
+    OpaqueValue, Part, ProviderTag, Role, RunId,
+};
 
 fn user(id: &str, text: &str) -> Message {
     Message::text(MessageId::parse(id).unwrap(), Role::User, text).unwrap()
@@ -80,6 +84,7 @@ fn tool_output(turn: u64, c: &str, output: &str) -> Payload {
         call_id: call(c),
         tool: tool_name("get_weather"),
         output: output.into(),
+        images: Vec::new(),
         extra: Extra::new(),
     })
 }
@@ -621,5 +626,203 @@ fn a_continuation_without_new_messages_inherits_the_history() {
             seq: 2,
             parent: RunId::parse("run_0").unwrap()
         })
+    );
+}
+
+fn thinking(turn: u64, o: &str, t: &str) -> Payload {
+    Payload::ReasoningDelta(ReasoningDelta {
+        turn,
+        operation_id: op(o),
+        text: t.into(),
+        extra: Extra::new(),
+    })
+}
+
+fn reasoning_end(turn: u64, o: &str, signature: Option<&str>, redacted: Option<&str>) -> Payload {
+    Payload::ReasoningEnd(ReasoningEnd {
+        turn,
+        operation_id: op(o),
+        provider: ProviderTag::anthropic(),
+        signature: signature.map(|s| OpaqueValue::new(s).unwrap()),
+        redacted: redacted.map(|v| OpaqueValue::new(v).unwrap()),
+        extra: Extra::new(),
+    })
+}
+
+fn reasoning(t: &str, signature: Option<&str>) -> Part {
+    let signature = signature.map(|s| OpaqueValue::new(s).unwrap());
+    Part::reasoning(ProviderTag::anthropic(), t, signature).unwrap()
+}
+
+fn redacted(v: &str) -> Part {
+    Part::redacted_reasoning(ProviderTag::anthropic(), OpaqueValue::new(v).unwrap())
+}
+
+fn png(byte: u8) -> ImagePart {
+    let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+    bytes.push(byte);
+    ImagePart::from_bytes_with(ImageMediaType::Png, &bytes, &Limits::default()).unwrap()
+}
+
+fn tool_output_with_images(turn: u64, c: &str, output: &str, images: Vec<ImagePart>) -> Payload {
+    let Payload::ToolCompleted(mut p) = tool_output(turn, c, output) else {
+        unreachable!()
+    };
+    p.images = images;
+    Payload::ToolCompleted(p)
+}
+
+/// Reasoning parts keep their place in the stream relative to text and tool
+/// calls; text still joins before the calls of its segment; tool results
+/// keep their images.
+#[test]
+fn reasoning_and_images() {
+    let limits = Limits::default();
+    let rows: Vec<(&str, Vec<Payload>, Vec<Message>)> = vec![
+        (
+            "a signed part, then text and a call; the result with its images",
+            vec![
+                turn_started(1),
+                model_started(1, "o1"),
+                thinking(1, "o1", "The user "),
+                thinking(1, "o1", "wants weather."),
+                reasoning_end(1, "o1", Some("EqQBsig"), None),
+                delta(1, "o1", "Checking."),
+                tool_call(1, "o1", "c1"),
+                model_completed(1, "o1"),
+                tool_started(1, "c1"),
+                tool_output_with_images(1, "c1", "a map", vec![png(1), png(2)]),
+                turn_completed(1),
+            ],
+            vec![
+                assistant(
+                    1,
+                    vec![
+                        reasoning("The user wants weather.", Some("EqQBsig")),
+                        text("Checking."),
+                        call_part("c1"),
+                    ],
+                ),
+                results(
+                    1,
+                    vec![
+                        Part::tool_result_with_images(
+                            call("c1"),
+                            "a map",
+                            false,
+                            vec![png(1), png(2)],
+                            &limits,
+                        )
+                        .unwrap(),
+                    ],
+                ),
+            ],
+        ),
+        (
+            "interleaved: reasoning, call, redacted, reasoning unsigned, call",
+            vec![
+                turn_started(1),
+                model_started(1, "o1"),
+                thinking(1, "o1", "first"),
+                reasoning_end(1, "o1", Some("s1"), None),
+                tool_call(1, "o1", "c1"),
+                reasoning_end(1, "o1", None, Some("opaque")),
+                thinking(1, "o1", "second"),
+                reasoning_end(1, "o1", None, None),
+                tool_call(1, "o1", "c2"),
+                model_completed(1, "o1"),
+            ],
+            vec![assistant(
+                1,
+                vec![
+                    reasoning("first", Some("s1")),
+                    call_part("c1"),
+                    redacted("opaque"),
+                    reasoning("second", None),
+                    call_part("c2"),
+                ],
+            )],
+        ),
+        (
+            "text, reasoning, text: the reasoning splits the text",
+            vec![
+                turn_started(1),
+                model_started(1, "o1"),
+                delta(1, "o1", "a"),
+                thinking(1, "o1", "hm"),
+                reasoning_end(1, "o1", None, None),
+                delta(1, "o1", "b"),
+                model_completed(1, "o1"),
+            ],
+            vec![assistant(
+                1,
+                vec![text("a"), reasoning("hm", None), text("b")],
+            )],
+        ),
+        (
+            "without reasoning, text after a call still joins before it (as before)",
+            vec![
+                turn_started(1),
+                model_started(1, "o1"),
+                tool_call(1, "o1", "c1"),
+                delta(1, "o1", "after"),
+                model_completed(1, "o1"),
+            ],
+            vec![assistant(1, vec![text("after"), call_part("c1")])],
+        ),
+        (
+            "a retried call forgets the failed attempt's reasoning",
+            vec![
+                turn_started(1),
+                model_started(1, "o1"),
+                thinking(1, "o1", "stale"),
+                model_started(1, "o2"),
+                thinking(1, "o2", "fresh"),
+                reasoning_end(1, "o2", Some("s"), None),
+                delta(1, "o2", "ok"),
+                model_completed(1, "o2"),
+            ],
+            vec![assistant(
+                1,
+                vec![reasoning("fresh", Some("s")), text("ok")],
+            )],
+        ),
+        (
+            "deltas no part closed are left out",
+            vec![
+                turn_started(1),
+                model_started(1, "o1"),
+                delta(1, "o1", "ok"),
+                thinking(1, "o1", "dangling"),
+                model_completed(1, "o1"),
+            ],
+            vec![assistant(1, vec![text("ok")])],
+        ),
+    ];
+    for (row, body, expected) in rows {
+        check(row, body, expected, &limits);
+    }
+}
+
+/// A reasoning part over `part_bytes` fails the message, as text does: the
+/// engine fails the turn on it, and the rebuild leaves it out the same way.
+#[test]
+fn reasoning_over_part_bytes_is_not_rebuilt() {
+    let limits = Limits {
+        part_bytes: 8,
+        ..Limits::default()
+    };
+    check(
+        "oversized reasoning",
+        vec![
+            turn_started(1),
+            model_started(1, "o1"),
+            thinking(1, "o1", "123456789"),
+            reasoning_end(1, "o1", None, None),
+            delta(1, "o1", "ok"),
+            model_completed(1, "o1"),
+        ],
+        vec![],
+        &limits,
     );
 }

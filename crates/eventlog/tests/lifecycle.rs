@@ -276,6 +276,33 @@ fn lifecycle_rules() {
             None,
         ),
         (
+            "reasoning delta outside its model call",
+            vec![run_started(), turn_started(1), thinking(1, "op_1")],
+            Some("lifecycle.in_open_scope"),
+        ),
+        (
+            "reasoning end after its model call ended",
+            vec![
+                run_started(),
+                turn_started(1),
+                model_started(1, "op_1"),
+                model_completed(1, "op_1"),
+                reasoning_end(1, "op_1"),
+            ],
+            Some("lifecycle.in_open_scope"),
+        ),
+        (
+            "reasoning inside its model call",
+            vec![
+                run_started(),
+                turn_started(1),
+                model_started(1, "op_1"),
+                thinking(1, "op_1"),
+                reasoning_end(1, "op_1"),
+            ],
+            None,
+        ),
+        (
             "too many open scopes",
             vec![
                 run_started(),
@@ -844,4 +871,24 @@ fn from_events_is_the_snapshot_of_a_log_that_evicted_nothing() {
         matches!(err, ImportError::OtherRun { line: 1, .. }),
         "{err}"
     );
+}
+
+fn thinking(turn: u64, o: &str) -> Payload {
+    Payload::ReasoningDelta(ReasoningDelta {
+        turn,
+        operation_id: op(o),
+        text: "hm".into(),
+        extra: Extra::new(),
+    })
+}
+
+fn reasoning_end(turn: u64, o: &str) -> Payload {
+    Payload::ReasoningEnd(ReasoningEnd {
+        turn,
+        operation_id: op(o),
+        provider: keel_message::ProviderTag::scripted(),
+        signature: None,
+        redacted: None,
+        extra: Extra::new(),
+    })
 }

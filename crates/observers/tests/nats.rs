@@ -777,6 +777,7 @@ async fn a_run_whose_owner_is_alive_is_not_touched() {
             call_id: CallId::parse("call_1").unwrap(),
             tool: ToolName::parse("probe").unwrap(),
             output: "ok".to_owned(),
+            images: Vec::new(),
             extra: Extra::new(),
         })),
         run.commit(Payload::TurnCompleted(TurnRef {

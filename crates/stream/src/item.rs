@@ -4,7 +4,7 @@ use crate::failure::ModelFailure;
 use crate::metadata::ProviderMetadata;
 use crate::usage::Usage;
 use crate::violation::StreamViolation;
-use keel_message::{Bound, CallId, CanonicalJson, Limits, ToolCallPart, ToolName};
+use keel_message::{Bound, CallId, CanonicalJson, Limits, OpaqueValue, ToolCallPart, ToolName};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
@@ -162,12 +162,18 @@ impl<'de> Deserialize<'de> for Completion {
 
 /// One validated item of a model stream: a strict tagged union.
 ///
-/// A well-formed stream is any number of text deltas and tool calls, then
-/// exactly one terminal: a [`Completion`] or a [`ModelFailure`]. Only the
+/// A well-formed stream is any number of text deltas, reasoning items and
+/// tool calls, then exactly one terminal: a [`Completion`] or a
+/// [`ModelFailure`]. A reasoning part is one or more reasoning deltas,
+/// closed by its signature or by any other item; a redacted reasoning
+/// part comes whole, as one item. Only the
 /// [`StreamValidator`](crate::StreamValidator) decides that a raw item
 /// belongs in a stream; the constructors of the parts check only the parts.
 ///
 /// Wire shape (tag `type`): `{"type":"text_delta","text"}`,
+/// `{"type":"reasoning_delta","text"}`,
+/// `{"type":"reasoning_signature","signature"}`,
+/// `{"type":"redacted_reasoning","redacted"}`,
 /// `{"type":"tool_call","call_id","name","arguments"}`,
 /// `{"type":"completion","finish","usage"?,"metadata"?}`,
 /// `{"type":"failure","problem","position"}`.
@@ -175,6 +181,13 @@ impl<'de> Deserialize<'de> for Completion {
 pub enum StreamItem {
     /// Visible text.
     TextDelta(DeltaText),
+    /// A piece of reasoning text: it opens a reasoning part or continues
+    /// the open one.
+    ReasoningDelta(DeltaText),
+    /// The signature of the open reasoning part, which it closes.
+    ReasoningSignature(OpaqueValue),
+    /// A redacted reasoning part, whole.
+    RedactedReasoning(OpaqueValue),
     /// A finalized tool call.
     ToolCall(ToolCallPart),
     /// The normal end.
@@ -189,10 +202,15 @@ impl StreamItem {
         matches!(self, StreamItem::Completion(_) | StreamItem::Failure(_))
     }
 
-    /// The wire tag: `text_delta`, `tool_call`, `completion` or `failure`.
+    /// The wire tag: `text_delta`, `reasoning_delta`,
+    /// `reasoning_signature`, `redacted_reasoning`, `tool_call`,
+    /// `completion` or `failure`.
     pub fn type_name(&self) -> &'static str {
         match self {
             StreamItem::TextDelta(_) => "text_delta",
+            StreamItem::ReasoningDelta(_) => "reasoning_delta",
+            StreamItem::ReasoningSignature(_) => "reasoning_signature",
+            StreamItem::RedactedReasoning(_) => "redacted_reasoning",
             StreamItem::ToolCall(_) => "tool_call",
             StreamItem::Completion(_) => "completion",
             StreamItem::Failure(_) => "failure",
@@ -205,6 +223,15 @@ impl StreamItem {
 enum ItemOut<'a> {
     TextDelta {
         text: &'a DeltaText,
+    },
+    ReasoningDelta {
+        text: &'a DeltaText,
+    },
+    ReasoningSignature {
+        signature: &'a OpaqueValue,
+    },
+    RedactedReasoning {
+        redacted: &'a OpaqueValue,
     },
     ToolCall {
         call_id: &'a CallId,
@@ -221,6 +248,15 @@ enum ItemWire {
     TextDelta {
         text: DeltaText,
     },
+    ReasoningDelta {
+        text: DeltaText,
+    },
+    ReasoningSignature {
+        signature: OpaqueValue,
+    },
+    RedactedReasoning {
+        redacted: OpaqueValue,
+    },
     ToolCall {
         call_id: CallId,
         name: ToolName,
@@ -234,6 +270,9 @@ impl Serialize for StreamItem {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             StreamItem::TextDelta(text) => ItemOut::TextDelta { text },
+            StreamItem::ReasoningDelta(text) => ItemOut::ReasoningDelta { text },
+            StreamItem::ReasoningSignature(signature) => ItemOut::ReasoningSignature { signature },
+            StreamItem::RedactedReasoning(redacted) => ItemOut::RedactedReasoning { redacted },
             StreamItem::ToolCall(c) => ItemOut::ToolCall {
                 call_id: c.call_id(),
                 name: c.name(),
@@ -252,6 +291,9 @@ impl<'de> Deserialize<'de> for StreamItem {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Ok(match ItemWire::deserialize(d)? {
             ItemWire::TextDelta { text } => StreamItem::TextDelta(text),
+            ItemWire::ReasoningDelta { text } => StreamItem::ReasoningDelta(text),
+            ItemWire::ReasoningSignature { signature } => StreamItem::ReasoningSignature(signature),
+            ItemWire::RedactedReasoning { redacted } => StreamItem::RedactedReasoning(redacted),
             ItemWire::ToolCall {
                 call_id,
                 name,

@@ -3,7 +3,8 @@
 //! This crate defines what a model call produces and checks that a
 //! provider produced exactly that. It owns:
 //!
-//! - [`StreamItem`], a strict tagged union: a [`DeltaText`], a finalized
+//! - [`StreamItem`], a strict tagged union: a [`DeltaText`], a reasoning
+//!   delta, signature or redacted part, a finalized
 //!   tool call ([`keel_message::ToolCallPart`]), a [`Completion`] (finish
 //!   reason, [`Usage`], [`ProviderMetadata`]) or a [`ModelFailure`] (a typed
 //!   [`ProviderProblem`] and its [`RetryPosition`]);
@@ -23,7 +24,8 @@
 //! Decisions worth knowing:
 //!
 //! - **Retry position is the host's.** It is `partial` once a valid text
-//!   delta or tool call has been accepted, else `pristine`; a start failure
+//!   delta, reasoning item or tool call has been accepted (reasoning is
+//!   observed output too), else `pristine`; a start failure
 //!   is always `pristine`. No raw type has a field that could claim a
 //!   position.
 //! - **A violation is a failure, not a panic or an error channel.** The

@@ -5,7 +5,7 @@ use crate::item::StreamItem;
 use crate::raw::{RawItem, RawProblem};
 use crate::validator::StreamValidator;
 use futures_core::{FusedStream, Stream};
-use keel_message::ModelRequest;
+use keel_message::{ModelRequest, ProviderTag};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -40,6 +40,15 @@ pub type StartFuture =
 pub trait ModelProvider: Send + Sync + 'static {
     /// Starts one model call.
     fn start(&self, request: ModelRequest) -> StartFuture;
+
+    /// Which provider the reasoning parts of this provider's streams come
+    /// from: the host records it with each part, and an adapter sends a
+    /// part back only to a provider of the same tag (a signature is only
+    /// valid where it was made). Cheap: called once per model call.
+    /// Default [`ProviderTag::custom`].
+    fn provider_tag(&self) -> ProviderTag {
+        ProviderTag::custom()
+    }
 }
 
 /// Wraps a raw stream in `validator`. See [`ValidatedStream`].

@@ -14,7 +14,7 @@ use crate::usage::Usage;
 use crate::violation::StreamViolation;
 use crate::wire_value::WireEnum;
 use keel_message::{
-    Bound, CallId, CanonicalJson, Limits, MessageErrorKind, ToolCallPart, ToolName,
+    Bound, CallId, CanonicalJson, Limits, MessageErrorKind, OpaqueValue, ToolCallPart, ToolName,
 };
 use std::collections::HashSet;
 
@@ -56,6 +56,20 @@ enum State {
     Terminated,
 }
 
+/// Where the stream is with reasoning: what the last accepted item did to
+/// it. A signature is only valid right after a reasoning delta.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reasoning {
+    /// No reasoning part open: the last item was not reasoning.
+    Closed,
+    /// A reasoning delta opened (or continued) a part.
+    Open,
+    /// A signature closed the part.
+    Signed,
+    /// A redacted part came (whole).
+    Redacted,
+}
+
 /// Validates one model stream, item by item, and computes its retry
 /// position.
 ///
@@ -66,9 +80,15 @@ enum State {
 /// - [`end_of_stream`](Self::end_of_stream) reports a stream that ended
 ///   with no terminal ([`StreamViolation::NoTerminal`]).
 /// - [`position`](Self::position) is [`RetryPosition::Partial`] once a
-///   valid text delta or tool call has been accepted. A provider failure
+///   valid text delta, reasoning item or tool call has been accepted. A
+///   provider failure
 ///   item gets this position whatever the adapter believes; adapters have
 ///   no way to state one.
+/// - Reasoning: a reasoning delta opens a part (or continues the open
+///   one); a signature is valid only for the open part and closes it
+///   (rules `stream.signature_open_part`, `stream.signature_once`,
+///   `stream.redacted_whole`); any other item closes it unsigned. A
+///   redacted part is one item, valid whenever the stream is open.
 ///
 /// Completion metadata is reduced to the allowlisted namespaces *before*
 /// it is validated ([`ProviderMetadata::from_value_allowed`]): what is
@@ -91,6 +111,7 @@ pub struct StreamValidator {
     call_ids: HashSet<CallId>,
     valid_items: u64,
     state: State,
+    reasoning: Reasoning,
 }
 
 impl StreamValidator {
@@ -103,6 +124,7 @@ impl StreamValidator {
             call_ids: HashSet::new(),
             valid_items: 0,
             state: State::Open,
+            reasoning: Reasoning::Closed,
         }
     }
 
@@ -111,8 +133,9 @@ impl StreamValidator {
         &self.limits
     }
 
-    /// [`RetryPosition::Partial`] once a valid text delta or tool call has
-    /// been accepted, else [`RetryPosition::Pristine`].
+    /// [`RetryPosition::Partial`] once a valid text delta, reasoning item
+    /// or tool call has been accepted (all of them are observed output),
+    /// else [`RetryPosition::Pristine`].
     pub fn position(&self) -> RetryPosition {
         if self.valid_items > 0 {
             RetryPosition::Partial
@@ -136,11 +159,15 @@ impl StreamValidator {
             return Err(StreamViolation::AfterTerminal);
         }
         let result = self.check(raw);
+        self.reasoning = match &result {
+            Ok(StreamItem::ReasoningDelta(_)) => Reasoning::Open,
+            Ok(StreamItem::ReasoningSignature(_)) => Reasoning::Signed,
+            Ok(StreamItem::RedactedReasoning(_)) => Reasoning::Redacted,
+            _ => Reasoning::Closed,
+        };
         match &result {
-            Ok(StreamItem::TextDelta(_) | StreamItem::ToolCall(_)) => self.valid_items += 1,
-            Ok(StreamItem::Completion(_) | StreamItem::Failure(_)) | Err(_) => {
-                self.state = State::Terminated;
-            }
+            Ok(item) if !item.is_terminal() => self.valid_items += 1,
+            Ok(_) | Err(_) => self.state = State::Terminated,
         }
         result
     }
@@ -164,6 +191,28 @@ impl StreamValidator {
                 text,
                 &self.limits,
             )?)),
+            RawItem::ReasoningDelta(text) => {
+                if text.is_empty() {
+                    return Err(StreamViolation::EmptyReasoningDelta);
+                }
+                Ok(StreamItem::ReasoningDelta(DeltaText::new_with(
+                    text,
+                    &self.limits,
+                )?))
+            }
+            RawItem::ReasoningSignature(signature) => {
+                match self.reasoning {
+                    Reasoning::Open => {}
+                    Reasoning::Signed => return Err(StreamViolation::SignatureRepeated),
+                    Reasoning::Redacted => return Err(StreamViolation::SignatureAfterRedacted),
+                    Reasoning::Closed => return Err(StreamViolation::SignatureWithoutReasoning),
+                }
+                self.opaque("reasoning signature", &signature)
+                    .map(StreamItem::ReasoningSignature)
+            }
+            RawItem::RedactedReasoning(value) => self
+                .opaque("redacted reasoning", &value)
+                .map(StreamItem::RedactedReasoning),
             RawItem::ToolCall(call) => self.tool_call(call).map(StreamItem::ToolCall),
             RawItem::Completion(c) => self.completion(c).map(StreamItem::Completion),
             RawItem::Failure(problem) => {
@@ -174,6 +223,20 @@ impl StreamValidator {
                 )))
             }
         }
+    }
+
+    /// A signature or redacted value: an [`OpaqueValue`] within
+    /// `limits.opaque_bytes`. Its error keeps the rule and the length,
+    /// never the value.
+    fn opaque(&self, what: &'static str, raw: &str) -> Result<OpaqueValue, StreamViolation> {
+        OpaqueValue::new_with(raw, &self.limits).map_err(|e| match e.kind() {
+            MessageErrorKind::Limit(limit) => StreamViolation::OverBound(*limit),
+            kind => StreamViolation::InvalidOpaque {
+                what,
+                rule: kind.rule(),
+                len: raw.len(),
+            },
+        })
     }
 
     fn tool_call(&mut self, raw: RawToolCall) -> Result<ToolCallPart, StreamViolation> {

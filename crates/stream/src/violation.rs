@@ -16,7 +16,33 @@ pub enum StreamViolation {
     /// A text delta with no text.
     #[error("empty text delta (rule stream.delta_nonempty)")]
     EmptyDelta,
-    /// An item over its bound: `delta_bytes`, `tool_calls_per_stream`,
+    /// A reasoning delta with no text.
+    #[error("empty reasoning delta (rule stream.reasoning_nonempty)")]
+    EmptyReasoningDelta,
+    /// A reasoning signature with no reasoning part open (none was
+    /// started, or another item closed it).
+    #[error("reasoning signature with no open reasoning part (rule stream.signature_open_part)")]
+    SignatureWithoutReasoning,
+    /// A second signature for the reasoning part its first one closed.
+    #[error("reasoning part signed twice (rule stream.signature_once)")]
+    SignatureRepeated,
+    /// A signature after a redacted reasoning part, which comes whole.
+    #[error("reasoning signature after a redacted reasoning part (rule stream.redacted_whole)")]
+    SignatureAfterRedacted,
+    /// A signature or redacted value that is not an opaque value (empty, or
+    /// not printable ASCII). Only the rule and the length are kept: the
+    /// value itself is a provider secret.
+    #[error("{what} is not a valid opaque value ({rule}; {len} bytes) (rule stream.opaque_value)")]
+    InvalidOpaque {
+        /// `reasoning signature` or `redacted reasoning`.
+        what: &'static str,
+        /// The message rule it broke ([`keel_message::MessageErrorKind::rule`]).
+        rule: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// An item over its bound: `delta_bytes` (text and reasoning deltas),
+    /// `opaque_bytes` (signatures, redacted values), `tool_calls_per_stream`,
     /// `json_bytes` or `part_bytes` (tool-call arguments).
     #[error("item over its bound: {0}")]
     OverBound(#[from] LimitExceeded),

@@ -133,6 +133,15 @@ fn over(bound: Bound) -> Matcher {
                 })
             )
         },
+        Bound::OpaqueBytes => |e| {
+            matches!(
+                e,
+                StreamViolation::OverBound(LimitExceeded {
+                    bound: Bound::OpaqueBytes,
+                    ..
+                })
+            )
+        },
         Bound::JsonDepth => |e| {
             matches!(
                 e,
@@ -153,6 +162,7 @@ fn small_limits() -> Limits {
         json_bytes: 64,
         json_depth: 3,
         part_bytes: 48,
+        opaque_bytes: 16,
         ..Limits::default()
     }
 }
@@ -314,6 +324,180 @@ fn tool_calls() {
 }
 
 #[test]
+fn reasoning() {
+    let make = || validator(ValidatorConfig::default(), small_limits(), &[]);
+    let check = |name: &str, items: Vec<RawItem>, expect: Expect| {
+        run_row("reasoning", name, &make, items, expect)
+    };
+    let think = |t: &str| RawItem::reasoning(t);
+    let sign = |s: &str| RawItem::reasoning_signature(s);
+    let redact = |v: &str| RawItem::redacted_reasoning(v);
+    let without = |e: &StreamViolation| *e == StreamViolation::SignatureWithoutReasoning;
+    let twice = |e: &StreamViolation| *e == StreamViolation::SignatureRepeated;
+    let after_redacted = |e: &StreamViolation| *e == StreamViolation::SignatureAfterRedacted;
+    let invalid = |e: &StreamViolation| {
+        matches!(
+            e,
+            StreamViolation::InvalidOpaque {
+                rule: "message.opaque_value",
+                ..
+            }
+        )
+    };
+
+    check("one delta", vec![think("a")], Valid);
+    check("exactly delta_bytes", vec![think("12345678")], Valid);
+    check(
+        "deltas then signature",
+        vec![think("a"), think("b"), sign("sig")],
+        Valid,
+    );
+    check(
+        "signature at opaque_bytes",
+        vec![think("a"), sign(&"s".repeat(16))],
+        Valid,
+    );
+    check(
+        "unsigned part closed by text",
+        vec![think("a"), text("b")],
+        Valid,
+    );
+    check(
+        "signed part, then a new part signed",
+        vec![think("a"), sign("s1"), think("b"), sign("s2")],
+        Valid,
+    );
+    check("redacted alone", vec![redact("opaque")], Valid);
+    check(
+        "redacted closes an open part",
+        vec![think("a"), redact("v")],
+        Valid,
+    );
+    check(
+        "redacted after a signed part",
+        vec![think("a"), sign("s"), redact("v")],
+        Valid,
+    );
+    check("redacted twice", vec![redact("v1"), redact("v2")], Valid);
+    check(
+        "reasoning between calls",
+        vec![think("a"), call("c1", "t", "{}"), think("b"), sign("s")],
+        Valid,
+    );
+    check(
+        "reasoning after text",
+        vec![text("a"), think("b"), sign("s")],
+        Valid,
+    );
+
+    check(
+        "empty reasoning delta",
+        vec![think("")],
+        Violation(|e| *e == StreamViolation::EmptyReasoningDelta),
+    );
+    check(
+        "empty reasoning delta in an open part",
+        vec![think("a"), think("")],
+        Violation(|e| *e == StreamViolation::EmptyReasoningDelta),
+    );
+    check(
+        "reasoning delta over delta_bytes",
+        vec![think("123456789")],
+        Violation(over(Bound::DeltaBytes)),
+    );
+    check("signature first", vec![sign("s")], Violation(without));
+    check(
+        "signature after text",
+        vec![text("a"), sign("s")],
+        Violation(without),
+    );
+    check(
+        "signature after a part closed by text",
+        vec![think("a"), text("b"), sign("s")],
+        Violation(without),
+    );
+    check(
+        "signature after a tool call",
+        vec![think("a"), call("c1", "t", "{}"), sign("s")],
+        Violation(without),
+    );
+    check(
+        "signature twice",
+        vec![think("a"), sign("s"), sign("s")],
+        Violation(twice),
+    );
+    check(
+        "signature after redacted",
+        vec![redact("v"), sign("s")],
+        Violation(after_redacted),
+    );
+    check(
+        "signature after a part closed by a redacted one",
+        vec![think("a"), redact("v"), sign("s")],
+        Violation(after_redacted),
+    );
+    check(
+        "signature over opaque_bytes",
+        vec![think("a"), sign(&"s".repeat(17))],
+        Violation(over(Bound::OpaqueBytes)),
+    );
+    check(
+        "redacted over opaque_bytes",
+        vec![redact(&"v".repeat(17))],
+        Violation(over(Bound::OpaqueBytes)),
+    );
+    check(
+        "empty signature",
+        vec![think("a"), sign("")],
+        Violation(invalid),
+    );
+    check(
+        "signature with a space",
+        vec![think("a"), sign("a b")],
+        Violation(invalid),
+    );
+    check("redacted not ASCII", vec![redact("vå")], Violation(invalid));
+    check("empty redacted", vec![redact("")], Violation(invalid));
+    check(
+        "after terminal",
+        vec![complete(FinishReason::Stop), think("a")],
+        Violation(|e| *e == StreamViolation::AfterTerminal),
+    );
+    check(
+        "signature after terminal",
+        vec![think("a"), complete(FinishReason::Stop), sign("s")],
+        Violation(|e| *e == StreamViolation::AfterTerminal),
+    );
+
+    // Each violation names its rule and never echoes the value.
+    let secret = "sk-ant-hunter2";
+    for (items, rule) in [
+        (vec![sign(secret)], "stream.signature_open_part"),
+        (
+            vec![think("a"), sign(secret), sign(secret)],
+            "stream.signature_once",
+        ),
+        (vec![redact(secret), sign(secret)], "stream.redacted_whole"),
+        (vec![think("")], "stream.reasoning_nonempty"),
+        (vec![redact(&format!("{secret} x"))], "stream.opaque_value"),
+    ] {
+        let mut v = default_validator();
+        let last = items.len() - 1;
+        let mut result = Ok(());
+        for (i, item) in items.into_iter().enumerate() {
+            let r = v.accept(item).map(|_| ());
+            if i == last {
+                result = r;
+            }
+        }
+        let e = result.unwrap_err();
+        let shown = format!("{e} {e:?}");
+        assert!(shown.contains(rule), "{shown}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+}
+
+#[test]
 fn after_terminal() {
     let make = default_validator;
     let check = |name: &str, items: Vec<RawItem>, expect: Expect| {
@@ -326,6 +510,9 @@ fn after_terminal() {
     ];
     let followers = [
         ("text", text("late")),
+        ("reasoning", RawItem::reasoning("late")),
+        ("signature", RawItem::reasoning_signature("late")),
+        ("redacted", RawItem::redacted_reasoning("late")),
         ("empty text", text("")),
         ("tool call", call("c9", "t", "{}")),
         ("completion", complete(FinishReason::Stop)),
@@ -662,6 +849,19 @@ fn retry_position() {
     check(
         "after one call",
         vec![call("c1", "t", "{}"), fail(ProblemKind::Timeout)],
+        Partial,
+    );
+    check(
+        "after a reasoning delta",
+        vec![RawItem::reasoning("a"), fail(ProblemKind::Overloaded)],
+        Partial,
+    );
+    check(
+        "after a redacted part",
+        vec![
+            RawItem::redacted_reasoning("v"),
+            fail(ProblemKind::Overloaded),
+        ],
         Partial,
     );
     check(

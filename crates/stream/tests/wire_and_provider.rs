@@ -68,6 +68,48 @@ fn stream_items_have_tagged_snake_case_wire_shapes() {
 }
 
 #[test]
+fn reasoning_items_have_their_wire_shapes() {
+    let items = accept_all(vec![
+        RawItem::reasoning("Let me think."),
+        RawItem::reasoning_signature("EqQBCgIYAhIM"),
+        RawItem::redacted_reasoning("RWNyeXB0ZWQ="),
+    ]);
+    let lines: Vec<String> = items
+        .iter()
+        .map(|i| serde_json::to_string(i).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            r#"{"type":"reasoning_delta","text":"Let me think."}"#,
+            r#"{"type":"reasoning_signature","signature":"EqQBCgIYAhIM"}"#,
+            r#"{"type":"redacted_reasoning","redacted":"RWNyeXB0ZWQ="}"#,
+        ]
+    );
+    let names: Vec<_> = items.iter().map(StreamItem::type_name).collect();
+    assert_eq!(
+        names,
+        [
+            "reasoning_delta",
+            "reasoning_signature",
+            "redacted_reasoning"
+        ]
+    );
+    for (item, line) in items.iter().zip(&lines) {
+        assert_eq!(&serde_json::from_str::<StreamItem>(line).unwrap(), item);
+        assert!(!item.is_terminal());
+    }
+    for bad in [
+        r#"{"type":"reasoning_delta","text":""}"#,
+        r#"{"type":"reasoning_signature","signature":""}"#,
+        r#"{"type":"reasoning_signature","signature":"a b"}"#,
+        r#"{"type":"redacted_reasoning","redacted":"x","extra":1}"#,
+    ] {
+        assert!(serde_json::from_str::<StreamItem>(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn enums_use_snake_case_names() {
     let s = |v: &dyn erased::Ser| v.json();
     assert_eq!(s(&FinishReason::ContentFilter), r#""content_filter""#);
@@ -266,6 +308,8 @@ fn providers_are_dyn_and_dropping_the_stream_stops_them() {
         items: vec![text("a"), complete(FinishReason::Stop), text("never read")],
         dropped: Arc::clone(&dropped),
     });
+    // A provider that does not name itself is `custom`.
+    assert_eq!(provider.provider_tag().as_str(), "custom");
     let raw = ready(provider.start(request("scripted-1"))).unwrap();
     let mut stream = validate(raw, default_validator());
     let mut cx = Context::from_waker(Waker::noop());

@@ -367,6 +367,10 @@ impl Observed {
             StreamItem::ToolCall(call) => self.tool_calls.push(call.clone()),
             StreamItem::Completion(done) => self.completion = Some(done.clone()),
             StreamItem::Failure(failure) => self.failure = Some(failure.clone()),
+            // Reasoning is compared as items (`items`), not summarized.
+            StreamItem::ReasoningDelta(_)
+            | StreamItem::ReasoningSignature(_)
+            | StreamItem::RedactedReasoning(_) => {}
         }
         self.items.push(item);
     }
@@ -397,7 +401,8 @@ pub enum ConformanceFailure {
     /// The provider yielded an item after its terminal.
     #[error("the stream yielded a {item} item after its terminal; it must end there")]
     ItemAfterTerminal {
-        /// The raw item's kind (`text`, `tool_call`, `completion`, `failure`).
+        /// The raw item's kind (`text`, `reasoning`, `reasoning_signature`,
+        /// `redacted_reasoning`, `tool_call`, `completion`, `failure`).
         item: &'static str,
     },
     /// [`check_drop_mid_stream`] could not drop mid-stream: the stream
@@ -412,6 +417,9 @@ pub enum ConformanceFailure {
 fn raw_kind(item: &RawItem) -> &'static str {
     match item {
         RawItem::TextDelta(_) => "text",
+        RawItem::ReasoningDelta(_) => "reasoning",
+        RawItem::ReasoningSignature(_) => "reasoning_signature",
+        RawItem::RedactedReasoning(_) => "redacted_reasoning",
         RawItem::ToolCall(_) => "tool_call",
         RawItem::Completion(_) => "completion",
         RawItem::Failure(_) => "failure",

@@ -3,7 +3,7 @@
 use crate::script::{ScriptFail, ScriptItem};
 use crate::sync::{Signal, lock, scripted_panic};
 use futures_core::Stream;
-use keel_message::ModelRequest;
+use keel_message::{ModelRequest, ProviderTag};
 use keel_stream::{ModelProvider, ProblemKind, RawItem, RawProblem, RawStream, StartFuture};
 use std::collections::VecDeque;
 use std::future::Future as _;
@@ -239,6 +239,12 @@ impl ScriptedProvider {
 }
 
 impl ModelProvider for ScriptedProvider {
+    /// `scripted`: its reasoning parts are sent back only to a scripted
+    /// provider.
+    fn provider_tag(&self) -> ProviderTag {
+        ProviderTag::scripted()
+    }
+
     fn start(&self, request: ModelRequest) -> StartFuture {
         let script = match self.take_call(request) {
             Ok(script) => script,

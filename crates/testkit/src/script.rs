@@ -14,6 +14,9 @@ use std::time::Duration;
 /// | JSON | variant |
 /// | --- | --- |
 /// | `{"text": "..."}` | [`Text`](Self::Text) |
+/// | `{"reasoning": "..."}` | [`Reasoning`](Self::Reasoning): a reasoning delta |
+/// | `{"reasoning_signature": "..."}` | [`ReasoningSignature`](Self::ReasoningSignature): closes the open reasoning part |
+/// | `{"redacted_reasoning": "..."}` | [`RedactedReasoning`](Self::RedactedReasoning): an opaque part, whole |
 /// | `{"tool_call": {"call_id", "name", "arguments"}}` (or `"arguments_raw": "<text>"`) | [`ToolCall`](Self::ToolCall) |
 /// | `{"complete": {"finish", "usage"?, "metadata"?}}` | [`Complete`](Self::Complete) |
 /// | `{"fail": {"kind", "message", "retryable", "retry_after_ms"?}}` | [`Fail`](Self::Fail) |
@@ -25,7 +28,9 @@ use std::time::Duration;
 /// has no JSON form on purpose: a scenario file cannot make the host
 /// panic, and serializing a script that holds one is an error. What the loader
 /// does **not** reject is a script that is malformed as a *stream*: an
-/// empty text, an invalid call id or tool name, arguments that are not a
+/// empty text or reasoning delta, a signature with no reasoning part open
+/// (or a second one), an opaque value that is not printable ASCII, an
+/// invalid call id or tool name, arguments that are not a
 /// JSON object (or, with `arguments_raw`, not JSON at all), a duplicate
 /// `call_id`, items after `complete`, a missing terminal. Those reach the
 /// host exactly as a misbehaving provider would send them, and the host's
@@ -62,6 +67,12 @@ use std::time::Duration;
 pub enum ScriptItem {
     /// A text delta (may be empty, on purpose).
     Text(String),
+    /// A reasoning delta (may be empty, on purpose).
+    Reasoning(String),
+    /// The signature of the open reasoning part (any text, on purpose).
+    ReasoningSignature(String),
+    /// A redacted reasoning part's opaque value (any text, on purpose).
+    RedactedReasoning(String),
     /// A finalized tool call.
     ToolCall(ScriptToolCall),
     /// The normal end of the stream.
@@ -277,6 +288,21 @@ impl ScriptItem {
         ScriptItem::Text(text.into())
     }
 
+    /// `{"reasoning": text}`.
+    pub fn reasoning(text: impl Into<String>) -> ScriptItem {
+        ScriptItem::Reasoning(text.into())
+    }
+
+    /// `{"reasoning_signature": signature}`.
+    pub fn reasoning_signature(signature: impl Into<String>) -> ScriptItem {
+        ScriptItem::ReasoningSignature(signature.into())
+    }
+
+    /// `{"redacted_reasoning": value}`.
+    pub fn redacted_reasoning(value: impl Into<String>) -> ScriptItem {
+        ScriptItem::RedactedReasoning(value.into())
+    }
+
     /// `{"tool_call": {"call_id", "name", "arguments"}}` with JSON
     /// arguments (normally an object).
     pub fn tool_call(
@@ -364,6 +390,9 @@ impl ScriptItem {
     pub fn to_raw(&self) -> Option<RawItem> {
         Some(match self {
             ScriptItem::Text(text) => RawItem::TextDelta(text.clone()),
+            ScriptItem::Reasoning(text) => RawItem::ReasoningDelta(text.clone()),
+            ScriptItem::ReasoningSignature(s) => RawItem::ReasoningSignature(s.clone()),
+            ScriptItem::RedactedReasoning(v) => RawItem::RedactedReasoning(v.clone()),
             ScriptItem::ToolCall(call) => RawItem::ToolCall(RawToolCall {
                 call_id: call.call_id.clone(),
                 name: call.name.clone(),
@@ -401,6 +430,9 @@ impl ScriptItem {
     pub fn from_raw(raw: &RawItem) -> ScriptItem {
         match raw {
             RawItem::TextDelta(text) => ScriptItem::Text(text.clone()),
+            RawItem::ReasoningDelta(text) => ScriptItem::Reasoning(text.clone()),
+            RawItem::ReasoningSignature(s) => ScriptItem::ReasoningSignature(s.clone()),
+            RawItem::RedactedReasoning(v) => ScriptItem::RedactedReasoning(v.clone()),
             RawItem::ToolCall(call) => {
                 let arguments = match serde_json::from_str::<Value>(&call.arguments) {
                     Ok(value)
@@ -460,6 +492,9 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 #[serde(rename_all = "snake_case")]
 enum ItemWire {
     Text(String),
+    Reasoning(String),
+    ReasoningSignature(String),
+    RedactedReasoning(String),
     ToolCall(ScriptToolCall),
     Complete(ScriptComplete),
     Fail(ScriptFail),
@@ -498,6 +533,9 @@ impl TryFrom<ItemWire> for ScriptItem {
     fn try_from(wire: ItemWire) -> Result<ScriptItem, ShapeError> {
         Ok(match wire {
             ItemWire::Text(text) => ScriptItem::Text(text),
+            ItemWire::Reasoning(text) => ScriptItem::Reasoning(text),
+            ItemWire::ReasoningSignature(s) => ScriptItem::ReasoningSignature(s),
+            ItemWire::RedactedReasoning(v) => ScriptItem::RedactedReasoning(v),
             ItemWire::ToolCall(call) => ScriptItem::ToolCall(call),
             ItemWire::Complete(done) => ScriptItem::Complete(done),
             ItemWire::Fail(fail) => ScriptItem::Fail(fail),
@@ -518,6 +556,9 @@ impl TryFrom<&ScriptItem> for ItemWire {
     fn try_from(item: &ScriptItem) -> Result<ItemWire, ShapeError> {
         Ok(match item {
             ScriptItem::Text(text) => ItemWire::Text(text.clone()),
+            ScriptItem::Reasoning(text) => ItemWire::Reasoning(text.clone()),
+            ScriptItem::ReasoningSignature(s) => ItemWire::ReasoningSignature(s.clone()),
+            ScriptItem::RedactedReasoning(v) => ItemWire::RedactedReasoning(v.clone()),
             ScriptItem::ToolCall(call) => ItemWire::ToolCall(call.clone()),
             ScriptItem::Complete(done) => ItemWire::Complete(done.clone()),
             ScriptItem::Fail(fail) => ItemWire::Fail(fail.clone()),

@@ -473,7 +473,8 @@ pub const SCRIPTED_RUN_TOOLS: [&str; 3] = ["alpha", "beta", "gamma"];
 /// (an engine that retries consumes it; one that doesn't fails the run).
 /// Calls may start with a delay. Each tool's script has one step per call
 /// to it: mostly `ok`, some typed errors, some delayed, and rarely a
-/// `panic` or a `hang`.
+/// `panic` or a `hang`. Some calls start with reasoning: a part signed,
+/// unsigned (closed by the next item) or redacted.
 ///
 /// Whatever an engine's limits, policies and cancellation do with it, the
 /// resulting log must be lifecycle-valid: that is the property to test.
@@ -491,24 +492,29 @@ pub fn scripted_run() -> impl Strategy<Value = ScriptedRun> {
         prop_oneof![12 => Just(0u8), 4 => Just(1u8), 4 => Just(2u8), 1 => Just(3u8), 1 => Just(4u8)],
         0u64..500,
     );
+    let reasoning = || option::weighted(0.4, (vec(text(), 1..3), 0u8..3));
     let turn = (
         prop::bool::weighted(0.15),
         option::weighted(0.3, 0u64..300),
+        reasoning(),
         vec(text(), 0..3),
         vec(call, 1..4),
     );
     (
         vec(turn, 0..3),
         option::weighted(0.3, 0u64..300),
+        reasoning(),
         vec(text(), 1..3),
     )
-        .prop_map(|(turns, last_delay, last_texts)| {
+        .prop_map(|(turns, last_delay, last_reasoning, last_texts)| {
             let mut calls = Vec::new();
             let mut tools: Vec<(String, Vec<ToolStep>)> = SCRIPTED_RUN_TOOLS
                 .iter()
                 .map(|n| ((*n).to_owned(), Vec::new()))
                 .collect();
-            for (t, (fail_first, delay, texts, tool_calls)) in turns.into_iter().enumerate() {
+            for (t, (fail_first, delay, thinking, texts, tool_calls)) in
+                turns.into_iter().enumerate()
+            {
                 if fail_first {
                     calls.push(vec![ScriptItem::fail(
                         ProblemKind::Overloaded,
@@ -518,6 +524,7 @@ pub fn scripted_run() -> impl Strategy<Value = ScriptedRun> {
                 }
                 let mut items: Vec<ScriptItem> =
                     delay.map(ScriptItem::DelayMs).into_iter().collect();
+                items.extend(reasoning_items(thinking));
                 items.extend(texts.into_iter().map(ScriptItem::Text));
                 for (n, (tool, step, ms)) in tool_calls.into_iter().enumerate() {
                     let name = SCRIPTED_RUN_TOOLS[tool % SCRIPTED_RUN_TOOLS.len()];
@@ -550,11 +557,28 @@ pub fn scripted_run() -> impl Strategy<Value = ScriptedRun> {
             }
             let mut last: Vec<ScriptItem> =
                 last_delay.map(ScriptItem::DelayMs).into_iter().collect();
+            last.extend(reasoning_items(last_reasoning));
             last.extend(last_texts.into_iter().map(ScriptItem::Text));
             last.push(ScriptItem::complete_with_usage(FinishReason::Stop, 10, 5));
             calls.push(last);
             ScriptedRun { calls, tools }
         })
+}
+
+/// A call's reasoning: deltas then a signature (`0`), deltas left open
+/// for the next item to close (`1`), or a redacted part (`2`).
+fn reasoning_items(reasoning: Option<(Vec<String>, u8)>) -> Vec<ScriptItem> {
+    let Some((texts, form)) = reasoning else {
+        return Vec::new();
+    };
+    if form == 2 {
+        return vec![ScriptItem::redacted_reasoning("cmVkYWN0ZWQ=")];
+    }
+    let mut items: Vec<ScriptItem> = texts.into_iter().map(ScriptItem::Reasoning).collect();
+    if form == 0 {
+        items.push(ScriptItem::reasoning_signature("EqQBCgIYAhIMsig"));
+    }
+    items
 }
 
 /// A random [`Fault`] for a [`FaultyObserver`](crate::FaultyObserver):
@@ -1240,6 +1264,7 @@ impl Builder {
                     call_id,
                     tool: name,
                     output: format!("result {ci}"),
+                    images: Vec::new(),
                     extra: Extra::new(),
                 }));
             }

@@ -439,3 +439,44 @@ async fn with_start_panic_panics_synchronously_on_the_nth_start() {
     drop(first);
     assert_eq!(handle.dropped(), 1, "only the abandoned first stream");
 }
+
+#[tokio::test]
+async fn scripted_reasoning_is_tagged_scripted_and_validated() {
+    let provider = ScriptedProvider::new(vec![
+        vec![
+            ScriptItem::reasoning("hm"),
+            ScriptItem::reasoning_signature("sig"),
+            ScriptItem::redacted_reasoning("opaque"),
+            ScriptItem::text("ok"),
+            ScriptItem::complete(FinishReason::Stop),
+        ],
+        vec![
+            ScriptItem::reasoning_signature("sig"),
+            ScriptItem::complete(FinishReason::Stop),
+        ],
+    ]);
+    assert_eq!(provider.provider_tag().as_str(), "scripted");
+    let items = validated(&provider, 1).await;
+    let names: Vec<_> = items.iter().map(StreamItem::type_name).collect();
+    assert_eq!(
+        names,
+        [
+            "reasoning_delta",
+            "reasoning_signature",
+            "redacted_reasoning",
+            "text_delta",
+            "completion"
+        ]
+    );
+    // A signature with no part open reaches the host, whose validator
+    // refuses it.
+    let items = validated(&provider, 2).await;
+    let [StreamItem::Failure(f)] = items.as_slice() else {
+        panic!("{items:?}")
+    };
+    assert!(
+        f.problem()
+            .message()
+            .contains("rule stream.signature_open_part")
+    );
+}

@@ -61,6 +61,9 @@ fn every_item_shape_round_trips_through_json() {
     let items = [
         r#"{"text":"héllo"}"#,
         r#"{"text":""}"#,
+        r#"{"reasoning":"Let me think."}"#,
+        r#"{"reasoning_signature":"EqQBCgIYAhIM"}"#,
+        r#"{"redacted_reasoning":"RWNyeXB0ZWQ="}"#,
         r#"{"tool_call":{"call_id":"c1","name":"f","arguments":{"a":[1,2]}}}"#,
         r#"{"tool_call":{"call_id":"c1","name":"f","arguments_raw":"{not json"}}"#,
         r#"{"tool_call":{"call_id":"c1","name":"f","arguments":null}}"#,
@@ -94,6 +97,10 @@ fn loader_refuses_shape_errors_but_not_stream_errors() {
         r#"{"fail": {"kind": "busy", "message": "busy", "retryable": true}}"#,
         r#"{"delay_ms": -1}"#,
         r#"{"disconnect": false}"#,
+        r#"{"reasoning": 5}"#,
+        r#"{"reasoning_signature": null}"#,
+        r#"{"redacted_reasoning": {"data": "x"}}"#,
+        r#"{"reasoning": "a", "text": "b"}"#,
         r#"{}"#,
         r#"[]"#,
     ];
@@ -110,6 +117,9 @@ fn loader_refuses_shape_errors_but_not_stream_errors() {
         r#"{"tool_call": {"call_id": "c1", "name": "f", "arguments_raw": "{\"a\":1,\"a\":2}"}}"#,
         r#"{"complete": {"finish": "tool_calls", "usage": {"input_tokens": 18446744073709551615, "output_tokens": 1}}}"#,
         r#"{"complete": {"finish": "stop", "metadata": "not an object"}}"#,
+        r#"{"reasoning": ""}"#,
+        r#"{"reasoning_signature": "not printable ASCII: é"}"#,
+        r#"{"redacted_reasoning": ""}"#,
     ];
     for text in accepted {
         serde_json::from_str::<ScriptItem>(text).unwrap_or_else(|e| panic!("{text}: {e}"));
@@ -136,6 +146,10 @@ fn raw_items_convert_both_ways() {
         RawItem::tool_call("c1", "f", "{not json"),
         RawItem::complete(FinishReason::Stop),
         RawItem::fail(ProblemKind::Timeout, "slow", true),
+        RawItem::reasoning("hm"),
+        RawItem::reasoning(""),
+        RawItem::reasoning_signature("sig"),
+        RawItem::redacted_reasoning("opaque"),
     ];
     for raw in raws {
         let item = ScriptItem::from(raw.clone());

@@ -10,11 +10,12 @@ use crate::config::PartialRetry;
 use crate::error::FailureCause;
 use crate::guard::guarded;
 use futures_util::{FutureExt, StreamExt};
+use keel_eventlog::history::AssistantDraft;
 use keel_eventlog::{
     Cause, ErrorText, Extra, ModelCompleted, ModelFailed, ModelStarted, Payload, ProblemRecord,
-    TextDelta, ToolCall,
+    ReasoningDelta, ReasoningEnd, TextDelta, ToolCall,
 };
-use keel_message::{ModelRequest, OperationId, ToolCallPart};
+use keel_message::{ModelRequest, OpaqueValue, OperationId, ProviderTag, ToolCallPart};
 use keel_stream::{
     Completion, ModelFailure, ProblemKind, ProviderProblem, RawStream, RetryPosition, StreamItem,
     StreamValidator,
@@ -23,12 +24,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// What a completed model call said.
-#[derive(Default)]
-pub(super) struct ModelOutput {
-    pub(super) text: String,
-    pub(super) calls: Vec<ToolCallPart>,
-}
+/// What a completed model call said: its assistant message in stream
+/// order, built as `history::rebuild` builds it from the events.
+pub(super) type ModelOutput = AssistantDraft;
 
 /// How one model attempt ended.
 enum AttemptEnd {
@@ -44,6 +42,8 @@ struct Attempt<'a> {
     turn: u64,
     operation_id: &'a OperationId,
     deadline: Instant,
+    /// The provider's tag, recorded with each reasoning part it sends.
+    provider: ProviderTag,
 }
 
 impl Runner {
@@ -112,6 +112,7 @@ impl Runner {
             turn,
             operation_id,
             deadline: Instant::now() + self.ctx.limits.model_call_timeout,
+            provider: self.ctx.provider.provider_tag(),
         };
         let provider = Arc::clone(&self.ctx.provider);
         let started =
@@ -163,58 +164,120 @@ impl Runner {
             let polled = AssertUnwindSafe(items.next()).catch_unwind();
             let next = tokio::time::timeout_at(at.deadline, polled).await;
             let position = items.position();
-            let item = match next {
-                Err(_) => {
-                    drop(items);
-                    let failure = ModelFailure::new(self.timeout_problem(), position);
-                    return self.model_failed(at, failure).await;
-                }
-                Ok(Err(_panic)) => {
-                    drop(items);
-                    let problem = panic_problem("the provider stream panicked");
-                    let failure = ModelFailure::new(problem, position);
-                    return self.model_failed(at, failure).await;
-                }
-                Ok(Ok(None)) => {
-                    // ValidatedStream always ends with a terminal; reaching
-                    // here means it did not, which the log must still close.
-                    let problem = ProviderProblem::new(
-                        ProblemKind::Protocol,
-                        "stream ended without a terminal",
-                        false,
-                    );
-                    let failure = ModelFailure::new(problem, position);
-                    return self.model_failed(at, failure).await;
-                }
-                Ok(Ok(Some(item))) => item,
-            };
-            match item {
-                StreamItem::TextDelta(delta) => {
-                    self.rec
-                        .record(Payload::TextDelta(TextDelta {
-                            turn: at.turn,
-                            operation_id: at.operation_id.clone(),
-                            text: delta.text().to_owned(),
-                            extra: Extra::new(),
-                        }))
-                        .await?;
-                    output.text.push_str(delta.text());
-                }
-                StreamItem::ToolCall(call) => {
-                    if let Some(end) = self.tool_call_item(at, call, before, &mut output).await? {
-                        return Ok(end);
+            let problem = match next {
+                Ok(Ok(Some(item))) => {
+                    match self.item(at, item, before, position, &mut output).await? {
+                        Some(end) => return Ok(end),
+                        None => continue,
                     }
                 }
-                StreamItem::Completion(done) => {
-                    drop(items);
-                    return self.completed(at, done, output, position).await;
-                }
-                StreamItem::Failure(failure) => {
-                    drop(items);
-                    return self.model_failed(at, failure).await;
-                }
-            }
+                Err(_) => self.timeout_problem(),
+                Ok(Err(_panic)) => panic_problem("the provider stream panicked"),
+                // ValidatedStream always ends with a terminal; reaching
+                // here means it did not, which the log must still close.
+                Ok(Ok(None)) => ProviderProblem::new(
+                    ProblemKind::Protocol,
+                    "stream ended without a terminal",
+                    false,
+                ),
+            };
+            drop(items);
+            self.close_reasoning(at, &mut output).await?;
+            return self
+                .model_failed(at, ModelFailure::new(problem, position))
+                .await;
         }
+    }
+
+    /// Records one validated item; `Some` when it ended the attempt. A
+    /// reasoning part still open is closed (`model.reasoning_end`, unsigned)
+    /// before any item that is not its signature or another delta.
+    async fn item(
+        &self,
+        at: &Attempt<'_>,
+        item: StreamItem,
+        before: RetryPosition,
+        position: RetryPosition,
+        output: &mut ModelOutput,
+    ) -> Step<Option<AttemptEnd>> {
+        match item {
+            StreamItem::ReasoningDelta(delta) => {
+                self.rec
+                    .record(Payload::ReasoningDelta(ReasoningDelta {
+                        turn: at.turn,
+                        operation_id: at.operation_id.clone(),
+                        text: delta.text().to_owned(),
+                        extra: Extra::new(),
+                    }))
+                    .await?;
+                output.push_reasoning_delta(delta.text());
+                return Ok(None);
+            }
+            StreamItem::ReasoningSignature(signature) => {
+                self.reasoning_end(at, Some(signature.clone()), None)
+                    .await?;
+                output.end_reasoning(at.provider.clone(), Some(signature));
+                return Ok(None);
+            }
+            _ => {}
+        }
+        self.close_reasoning(at, output).await?;
+        match item {
+            StreamItem::TextDelta(delta) => {
+                self.rec
+                    .record(Payload::TextDelta(TextDelta {
+                        turn: at.turn,
+                        operation_id: at.operation_id.clone(),
+                        text: delta.text().to_owned(),
+                        extra: Extra::new(),
+                    }))
+                    .await?;
+                output.push_text(delta.text());
+            }
+            StreamItem::RedactedReasoning(value) => {
+                self.reasoning_end(at, None, Some(value.clone())).await?;
+                output.push_redacted(at.provider.clone(), value);
+            }
+            StreamItem::ToolCall(call) => {
+                return self.tool_call_item(at, call, before, output).await;
+            }
+            StreamItem::Completion(done) => {
+                let output = std::mem::take(output);
+                return self.completed(at, done, output, position).await.map(Some);
+            }
+            StreamItem::Failure(failure) => return self.model_failed(at, failure).await.map(Some),
+            // Handled above.
+            StreamItem::ReasoningDelta(_) | StreamItem::ReasoningSignature(_) => {}
+        }
+        Ok(None)
+    }
+
+    /// Records `model.reasoning_end` for the part still open, unsigned.
+    async fn close_reasoning(&self, at: &Attempt<'_>, output: &mut ModelOutput) -> Step<()> {
+        if output.has_open_reasoning() {
+            self.reasoning_end(at, None, None).await?;
+            output.end_reasoning(at.provider.clone(), None);
+        }
+        Ok(())
+    }
+
+    async fn reasoning_end(
+        &self,
+        at: &Attempt<'_>,
+        signature: Option<OpaqueValue>,
+        redacted: Option<OpaqueValue>,
+    ) -> Step<()> {
+        self.rec
+            .record(Payload::ReasoningEnd(ReasoningEnd {
+                turn: at.turn,
+                operation_id: at.operation_id.clone(),
+                provider: at.provider.clone(),
+                signature,
+                redacted,
+                extra: Extra::new(),
+            }))
+            .await?;
+        Ok(())
     }
 
     /// Records a tool call, unless its id was used by an earlier call of
@@ -251,7 +314,7 @@ impl Runner {
                 extra: Extra::new(),
             }))
             .await?;
-        output.calls.push(call);
+        output.push_call(call);
         Ok(None)
     }
 
@@ -269,7 +332,7 @@ impl Runner {
         if let Some(u) = &usage {
             self.state().usage.add(u);
         }
-        if output.text.is_empty() && output.calls.is_empty() {
+        if !output.has_answer() {
             let problem = ProviderProblem::new(
                 ProblemKind::Protocol,
                 "the model completed with no text and no tool calls (rule model.nonempty_completion)",
@@ -293,7 +356,7 @@ impl Runner {
             .await?;
         let mut st = self.state();
         st.call_ids
-            .extend(output.calls.iter().map(|c| c.call_id().clone()));
+            .extend(output.calls().map(|c| c.call_id().clone()));
         Ok(AttemptEnd::Completed(output))
     }
 

@@ -20,7 +20,7 @@ use keel_eventlog::{
     Cause, CommitError, ErrorText, Extra, InteractionCompleted, InteractionFailed,
     InteractionStarted, Payload, ToolCompleted, ToolFailed, ToolOutcome, ToolRef, ToolRetry,
 };
-use keel_message::{CallId, InteractionId, MessageError, Part, ToolCallPart, ToolName};
+use keel_message::{CallId, ImagePart, InteractionId, MessageError, Part, ToolCallPart, ToolName};
 use std::sync::Arc;
 
 /// A tool failure whose policy ends the run.
@@ -155,8 +155,18 @@ impl Runner {
     }
 
     fn result_part(&self, call: &ToolCallPart, content: &str, is_error: bool) -> Step<Part> {
+        self.result_part_with_images(call, content, is_error, Vec::new())
+    }
+
+    fn result_part_with_images(
+        &self,
+        call: &ToolCallPart,
+        content: &str,
+        is_error: bool,
+        images: Vec<ImagePart>,
+    ) -> Step<Part> {
         let limits = &self.env.message_limits;
-        history::tool_result_part(call.call_id(), content, is_error, limits)
+        history::tool_result_part_with_images(call.call_id(), content, is_error, images, limits)
             .map_err(Interrupt::Message)
     }
 
@@ -303,7 +313,25 @@ impl Runner {
                     ToolRetry::NotRetryable,
                 ))
             }
-            Ok(Ok(Ok(output))) => Ok(output),
+            Ok(Ok(Ok(output))) => {
+                // The images must fit the result part's bounds, which name
+                // themselves (`limits.image_bytes`, …).
+                let limits = &self.env.message_limits;
+                let images = output.images().to_vec();
+                match Part::tool_result_with_images(
+                    call.call_id().clone(),
+                    "",
+                    false,
+                    images,
+                    limits,
+                ) {
+                    Ok(_) => Ok(output),
+                    Err(e) => Err(CallFailure::uncertain(
+                        format!("tool output images: {e}"),
+                        ToolRetry::NotRetryable,
+                    )),
+                }
+            }
         }
     }
 
@@ -319,14 +347,17 @@ impl Runner {
         let failure = match result {
             Ok(output) => {
                 let cut = output.output_cut();
+                // Images are shared (reference-counted), not copied.
+                let images = output.images().to_vec();
                 let output = output.into_content();
                 // The result part copies the output; the payload then takes it.
-                let part = self.result_part(call, &output, false)?;
+                let part = self.result_part_with_images(call, &output, false, images.clone())?;
                 let completed = Payload::ToolCompleted(ToolCompleted {
                     turn,
                     call_id: call.call_id().clone(),
                     tool: call.name().clone(),
                     output,
+                    images,
                     extra: cut.map(cut_extra).unwrap_or_default(),
                 });
                 match self.rec.record(completed).await {

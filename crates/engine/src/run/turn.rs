@@ -225,8 +225,9 @@ impl Runner {
         }
     }
 
-    /// After a completed model call: the assistant message joins the
-    /// history (built as `history::assistant_message` rebuilds it), then
+    /// After a completed model call: the assistant message (reasoning parts
+    /// included, so the next request carries them) joins the history,
+    /// built as `history::rebuild` rebuilds it, then
     /// the run finishes, or runs the tools and continues.
     async fn after_model(
         &self,
@@ -236,12 +237,11 @@ impl Runner {
     ) -> Step<TurnEnd> {
         let limits = &self.ctx.limits;
         let message_limits = &self.env.message_limits;
-        let ModelOutput { text, calls } = output;
-        let message =
-            match history::assistant_message(&self.run_id, turn, &text, &calls, message_limits) {
-                Ok(m) => m,
-                Err(e) => return Ok(TurnEnd::Failed(Box::new(TurnFailure::message_rule(&e)))),
-            };
+        let message = match output.to_message(&self.run_id, turn, message_limits) {
+            Ok(m) => m,
+            Err(e) => return Ok(TurnEnd::Failed(Box::new(TurnFailure::message_rule(&e)))),
+        };
+        let calls: Vec<_> = output.calls().cloned().collect();
         self.state().history.push(message.clone());
         if calls.len() > limits.max_tool_calls_per_turn {
             return Ok(TurnEnd::Failed(Box::new(TurnFailure::limit(
