@@ -8,6 +8,8 @@
 //!    provider's `calls` and the tools' `script`s use `keel-testkit`'s
 //!    [`ScriptItem`] and [`ToolStep`], which do the same). A syntax error
 //!    names the line and column; a shape error names the JSON path too.
+//!    Each message is `{"role", "text"}` or `{"role", "parts": [...]}`
+//!    with text, image, file and reasoning parts ([`crate::messages`]).
 //! 2. **Rules.** Names, ids, messages, tool definitions, metadata
 //!    namespaces and limits are checked with the constructors of
 //!    `keel-message`, `keel-stream` and `keel-engine`, and an error names
@@ -19,9 +21,7 @@
 //! provider's output would, and end up in the log as typed failures.
 
 use keel_engine::{EngineLimits, LimitField, OnToolFailure, PartialRetry, RetryPolicy, ToolPolicy};
-use keel_message::{
-    CanonicalJson, EnvVarName, Message, MessageId, ModelName, RunId, ToolDefinition, ToolName,
-};
+use keel_message::{CanonicalJson, EnvVarName, Limits, ModelName, RunId, ToolDefinition, ToolName};
 use keel_providers::ProviderKind;
 use keel_stream::MetadataAllowlist;
 use keel_testkit::{ScriptItem, ToolStep};
@@ -102,7 +102,7 @@ pub struct Scenario {
     /// The model name passed to the provider.
     pub model: ModelName,
     /// The starting history (ids `m1`, `m2`, … in order).
-    pub messages: Vec<Message>,
+    pub messages: Vec<keel_message::Message>,
     /// Provider metadata namespaces allowed into events.
     pub allow_metadata: MetadataAllowlist,
     /// The namespaces, as written (for display).
@@ -183,7 +183,7 @@ struct ScenarioWire {
     #[serde(default)]
     run_id: Option<String>,
     model: String,
-    messages: Vec<MessageWire>,
+    messages: Vec<crate::messages::MessageWire>,
     #[serde(default)]
     allow_metadata: Vec<String>,
     #[serde(default)]
@@ -194,13 +194,6 @@ struct ScenarioWire {
     /// Checked by `crate::mcp` (its entries' own shape).
     #[serde(default)]
     mcp_servers: Vec<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MessageWire {
-    role: keel_message::Role,
-    text: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -400,11 +393,8 @@ fn check(file: &Path, w: ScenarioWire) -> Result<Scenario, ScenarioError> {
     }
     let mut messages = Vec::with_capacity(w.messages.len());
     for (i, m) in w.messages.iter().enumerate() {
-        let path = format!("messages[{i}]");
-        let id =
-            MessageId::parse(&format!("m{}", i + 1)).map_err(|e| invalid(&path, e.to_string()))?;
-        let message =
-            Message::text(id, m.role, &m.text).map_err(|e| invalid(&path, e.kind().to_string()))?;
+        let message = crate::messages::check_message(i, m, Limits::default_ref())
+            .map_err(|e| invalid(&e.path, e.message))?;
         messages.push(message);
     }
     let allow_metadata = MetadataAllowlist::new(&w.allow_metadata).map_err(|e| {

@@ -41,5 +41,6 @@ pub mod file;
 pub mod launch;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+pub mod messages;
 
 pub use file::{ProviderSpec, Scenario, ScenarioError, ToolEntry};
