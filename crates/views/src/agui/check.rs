@@ -116,3 +116,89 @@ pub fn check_stream(events: &[Value]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A stream of `(type, id member, id)` events, stamped, and whether
+    /// `check_stream` refuses it (the error containing `refusal`).
+    fn check(events: &[(&str, &str, &str)], refusal: Option<&str>) {
+        let mut stream =
+            vec![json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r", "rawEvent": {}})];
+        for (ty, member, id) in events {
+            let mut e = json!({"type": ty, "rawEvent": {}, "delta": "x", "role": "reasoning",
+                               "subtype": "message", "encryptedValue": "v", "entityId": id});
+            e[*member] = json!(id);
+            stream.push(e);
+        }
+        stream.push(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "rawEvent": {}}));
+        match (check_stream(&stream), refusal) {
+            (Ok(()), None) => {}
+            (Err(e), Some(want)) => assert!(e.contains(want), "{e} lacks {want}"),
+            (got, want) => panic!("{events:?}: got {got:?}, wanted a refusal {want:?}"),
+        }
+    }
+
+    #[test]
+    fn reasoning_scopes_pair_like_messages() {
+        let m = "messageId";
+        let span = [
+            ("REASONING_START", m, "a"),
+            ("REASONING_MESSAGE_START", m, "a"),
+            ("REASONING_MESSAGE_CONTENT", m, "a"),
+            ("REASONING_ENCRYPTED_VALUE", m, "a"),
+            ("REASONING_MESSAGE_END", m, "a"),
+            ("REASONING_END", m, "a"),
+        ];
+        check(&span, None);
+        // Content outside its message, an end without its start, a start
+        // of an open id, and a span or message left open at the finish.
+        check(
+            &[("REASONING_MESSAGE_CONTENT", m, "a")],
+            Some("which is not open"),
+        );
+        check(&[("REASONING_END", m, "a")], Some("does not pair"));
+        check(&[("REASONING_MESSAGE_END", m, "a")], Some("does not pair"));
+        check(
+            &[("REASONING_START", m, "a"), ("REASONING_START", m, "a")],
+            Some("does not pair"),
+        );
+        check(&[("REASONING_START", m, "a")], Some("scopes open"));
+        check(&[("REASONING_MESSAGE_START", m, "a")], Some("scopes open"));
+        check(&[("REASONING_ENCRYPTED_VALUE", "entityId", "")], None);
+    }
+
+    #[test]
+    fn reasoning_events_need_their_members() {
+        for (event, refusal) in [
+            (
+                json!({"type": "REASONING_START", "rawEvent": {}}),
+                "REASONING_START.messageId",
+            ),
+            (
+                json!({"type": "REASONING_MESSAGE_START", "messageId": "a", "rawEvent": {}}),
+                "REASONING_MESSAGE_START.role",
+            ),
+            (
+                json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": "a", "rawEvent": {}}),
+                "REASONING_MESSAGE_CONTENT.delta",
+            ),
+            (
+                json!({"type": "REASONING_ENCRYPTED_VALUE", "subtype": "message", "entityId": "a", "rawEvent": {}}),
+                "REASONING_ENCRYPTED_VALUE.encryptedValue",
+            ),
+            (
+                json!({"type": "TOOL_CALL_RESULT", "messageId": "m", "toolCallId": "c", "content": 3, "rawEvent": {}}),
+                "neither a string nor parts",
+            ),
+        ] {
+            let err = check_event(&event).expect_err("refused");
+            assert!(err.contains(refusal), "{err} lacks {refusal}");
+        }
+        let parts = json!({"type": "TOOL_CALL_RESULT", "messageId": "m", "toolCallId": "c",
+                           "content": [{"type": "text", "text": "x"}], "rawEvent": {}});
+        assert_eq!(check_event(&parts), Ok(()));
+    }
+}

@@ -892,3 +892,50 @@ fn a_users_image_and_file_are_content_parts() {
         ])
     );
 }
+
+/// Reasoning after text in the same model call ends the text message
+/// first (so the parts keep their order), and text after it re-opens
+/// the call's message; a redacted part does the same.
+#[test]
+fn reasoning_between_text_ends_the_text_message() {
+    check(
+        &run(&[
+            started(),
+            turn("turn.started", 1),
+            model_started("op_1"),
+            delta("op_1", "A"),
+            reasoning("op_1", "R"),
+            reasoning_end("op_1", json!({})),
+            delta("op_1", "B"),
+            reasoning_end("op_1", json!({"redacted": "opaque"})),
+            model_completed("op_1", "stop"),
+            turn("turn.completed", 1),
+            ("run.completed", json!({})),
+        ]),
+        &[
+            "RUN_STARTED",
+            "STEP_STARTED",
+            "CUSTOM keel.model.started",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_ENCRYPTED_VALUE",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+            "CUSTOM keel.model.completed",
+            "CUSTOM keel.usage",
+            "STEP_FINISHED",
+            "RUN_FINISHED",
+        ],
+    );
+}
