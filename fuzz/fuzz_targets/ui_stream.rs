@@ -47,6 +47,10 @@ fn members(kind: &str) -> Option<Members> {
         "start-step" | "finish-step" => m(&[], &[]),
         "text-start" | "text-end" => m(&["id"], &[]),
         "text-delta" => m(&["id", "delta"], &[]),
+        "reasoning-start" => m(&["id"], &[]),
+        "reasoning-end" => m(&["id"], &["providerMetadata"]),
+        "reasoning-delta" => m(&["id", "delta"], &[]),
+        "file" => m(&["url", "mediaType"], &[]),
         "tool-input-available" => m(&["toolCallId", "toolName", "input"], &[]),
         "tool-approval-request" => m(&["approvalId", "toolCallId"], &[]),
         "tool-output-available" => m(&["toolCallId", "output"], &[]),
@@ -70,6 +74,8 @@ const STRINGS: &[&str] = &[
     "approvalId",
     "errorText",
     "reason",
+    "url",
+    "mediaType",
 ];
 
 const FINISH_REASONS: &[&str] = &[
@@ -112,7 +118,7 @@ fn checked(json: &str) -> Value {
             "finishReason outside the SDK's vocabulary: {json}"
         );
     }
-    for name in ["data", "messageMetadata"] {
+    for name in ["data", "messageMetadata", "providerMetadata"] {
         if let Some(value) = object.get(name) {
             assert!(value.is_object(), "{name} is not an object: {json}");
         }
@@ -127,6 +133,7 @@ struct Pairing {
     strict: bool,
     open_text: Option<String>,
     used_text: BTreeSet<String>,
+    open_reasoning: Option<String>,
     calls: BTreeSet<String>,
     step_open: bool,
     finished: bool,
@@ -145,8 +152,33 @@ impl Pairing {
                     self.open_text.is_none(),
                     "{chunk} while a text part is open"
                 );
+                assert!(self.open_reasoning.is_none(), "{chunk} inside reasoning");
                 assert!(self.used_text.insert(id("id")), "{chunk} reuses an id");
                 self.open_text = Some(id("id"));
+            }
+            "reasoning-start" => {
+                assert!(self.open_reasoning.is_none(), "{chunk} inside reasoning");
+                assert!(self.open_text.is_none(), "{chunk} inside a text part");
+                assert!(self.used_text.insert(id("id")), "{chunk} reuses an id");
+                self.open_reasoning = Some(id("id"));
+            }
+            "reasoning-delta" => {
+                assert_eq!(self.open_reasoning, Some(id("id")), "{chunk} outside its part")
+            }
+            "reasoning-end" => {
+                assert_eq!(
+                    self.open_reasoning.take(),
+                    Some(id("id")),
+                    "{chunk} of no open part"
+                );
+            }
+            "file" => {
+                let url = chunk["url"].as_str().unwrap_or_default();
+                let media = chunk["mediaType"].as_str().unwrap_or_default();
+                assert!(
+                    url.starts_with(&format!("data:{media};base64,")) || url.starts_with("https://"),
+                    "{chunk}: a file that is neither its data nor an https URL"
+                );
             }
             "text-delta" => assert_eq!(self.open_text, Some(id("id")), "{chunk} outside its part"),
             "text-end" => {
@@ -183,10 +215,12 @@ impl Pairing {
             "finish-step" => {
                 assert!(self.step_open, "{chunk} outside a step");
                 assert!(self.open_text.is_none(), "a text part open at {chunk}");
+                assert!(self.open_reasoning.is_none(), "reasoning open at {chunk}");
                 self.step_open = false;
             }
             "finish" | "abort" => {
                 assert!(self.open_text.is_none(), "a text part open at {chunk}");
+                assert!(self.open_reasoning.is_none(), "reasoning open at {chunk}");
                 self.finished = true;
             }
             _ => {}
@@ -320,6 +354,7 @@ fn check_whole(plan: &Plan) -> Vec<Step> {
         }
         if plan.strict && step.paused {
             assert!(pairing.open_text.is_none(), "a text part open at a pause");
+            assert!(pairing.open_reasoning.is_none(), "reasoning open at a pause");
         }
         ended |= step.ended;
     }

@@ -3,11 +3,15 @@
 //! [`Transcript::render`] turns one event into the text to print: model
 //! text as it streams, `→` tool calls, `←` results, `✗` failures, `↻`
 //! retries, `?` approvals, and a final summary with usage and the outcome.
+//! Reasoning streams on lines of its own marked `thinking:` (dimmed when
+//! colour is on); images and files are one-line summaries
+//! (`[image image/png 1.2 KiB]`), never their bytes.
 //! It is fed from the run's subscription, so everything it shows is in
 //! the log: there is no second channel. It also says what the run is
 //! waiting on ([`Transcript::waiting`]), for the spinner.
 
 use keel_eventlog::{Event, Payload, ToolRetry};
+use keel_message::{ImageData, ImagePart, Message, Part};
 use keel_stream::FinishReason;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -23,6 +27,7 @@ pub struct Transcript {
     color: bool,
     at_line_start: bool,
     in_text: bool,
+    in_reasoning: bool,
     waiting: Option<String>,
     open_tools: HashMap<String, String>,
     call_names: HashMap<String, String>,
@@ -67,6 +72,7 @@ impl Transcript {
             color,
             at_line_start: true,
             in_text: false,
+            in_reasoning: false,
             waiting: None,
             open_tools: HashMap::new(),
             call_names: HashMap::new(),
@@ -120,6 +126,7 @@ impl Transcript {
         out.push('\n');
         self.at_line_start = true;
         self.in_text = false;
+        self.in_reasoning = false;
     }
 
     /// Text to print before the events: the scenario's messages.
@@ -178,9 +185,15 @@ impl Transcript {
             | Payload::InteractionCancelled(_) => self.render_interaction(&mut out, payload),
             // The prelude already showed the input history.
             Payload::RunInput(_) | Payload::RunInputReference(_) => {}
-            // Reasoning is not shown here yet (#34: the transcript's
-            // reasoning view).
-            Payload::ReasoningDelta(_) | Payload::ReasoningEnd(_) => {}
+            Payload::ReasoningDelta(p) => self.reasoning_text(&mut out, &p.text),
+            Payload::ReasoningEnd(p) => {
+                if p.redacted.is_some() {
+                    let text = self.paint("2", "thinking: [redacted]");
+                    self.line(&mut out, &text);
+                } else {
+                    self.end_reasoning(&mut out);
+                }
+            }
             Payload::Extension { kind, .. } => {
                 let text = self.paint("2", &format!("· {kind}"));
                 self.line(&mut out, &text);
@@ -277,6 +290,7 @@ impl Transcript {
                     self.stats.output_tokens += u.output_tokens();
                     self.stats.usage_reported = true;
                 }
+                self.end_reasoning(out);
                 if self.in_text && !self.at_line_start {
                     out.push('\n');
                     self.at_line_start = true;
@@ -321,19 +335,39 @@ impl Transcript {
     /// A text delta, as it streams in.
     fn model_text(&mut self, out: &mut String, text: &str) {
         self.waiting = None;
+        self.end_reasoning(out);
         if !self.in_text && !self.at_line_start {
             out.push('\n');
         }
-        // Model text is untrusted: an escape sequence or carriage return
-        // could rewrite the terminal, so control characters other than
-        // newline and tab are shown as U+FFFD.
-        out.extend(text.chars().map(|c| match c {
-            '\n' | '\t' => c,
-            c if c.is_control() => '\u{FFFD}',
-            c => c,
-        }));
+        out.push_str(&terminal_safe(text));
         self.in_text = true;
         self.at_line_start = text.ends_with('\n');
+    }
+
+    /// A reasoning delta: on lines of its own, the first marked
+    /// `thinking:`, later lines indented, all dimmed when colour is on.
+    fn reasoning_text(&mut self, out: &mut String, text: &str) {
+        self.waiting = None;
+        if !self.in_reasoning {
+            if !self.at_line_start {
+                out.push('\n');
+            }
+            out.push_str(&self.paint("2", "thinking: "));
+            self.in_reasoning = true;
+            self.in_text = false;
+        }
+        let text = terminal_safe(text).replace('\n', "\n  ");
+        out.push_str(&self.paint("2", &text));
+        self.at_line_start = false;
+    }
+
+    /// Ends the reasoning being streamed, if any, with its line.
+    fn end_reasoning(&mut self, out: &mut String) {
+        if self.in_reasoning {
+            out.push('\n');
+            self.at_line_start = true;
+            self.in_reasoning = false;
+        }
     }
 
     /// A tool call's scope.
@@ -351,6 +385,10 @@ impl Transcript {
                 let label = self.result_label(p.tool.as_str(), p.call_id.as_str());
                 let text = self.paint("32", &format!("← {label}{}", shorten(&p.output)));
                 self.line(out, &text);
+                for image in &p.images {
+                    let text = self.paint("2", &format!("  {}", image_summary(image)));
+                    self.line(out, &text);
+                }
             }
             Payload::ToolFailed(p) => {
                 self.stats.tool_failures += 1;
@@ -510,6 +548,74 @@ pub fn shorten(text: &str) -> String {
     format!("{}… ({} bytes)", &flat[..cut], text.len())
 }
 
+/// Model or tool text made safe for a terminal: an escape sequence or
+/// carriage return could rewrite the terminal, so control characters
+/// other than newline and tab are shown as U+FFFD.
+fn terminal_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            c if c.is_control() => '\u{FFFD}',
+            c => c,
+        })
+        .collect()
+}
+
+/// A size for people: `68 B`, `1.2 KiB`, `3.0 MiB`.
+pub fn human_size(bytes: usize) -> String {
+    const KIB: f64 = 1024.0;
+    // Display only: the precision of a float is plenty for one decimal.
+    #[allow(clippy::cast_precision_loss)]
+    let b = bytes as f64;
+    if bytes < 1024 {
+        format!("{bytes} B")
+    } else if b < KIB * KIB {
+        format!("{:.1} KiB", b / KIB)
+    } else {
+        format!("{:.1} MiB", b / (KIB * KIB))
+    }
+}
+
+/// One line for an image: `[image image/png 1.2 KiB]`, or its URL (cut
+/// like any shown text) with its type when it names one.
+pub fn image_summary(image: &ImagePart) -> String {
+    let media = image.media_type().map(|t| t.as_str());
+    match image.data() {
+        ImageData::Bytes(bytes) => format!(
+            "[image {} {}]",
+            media.unwrap_or("image/*"),
+            human_size(bytes.len())
+        ),
+        ImageData::Url(url) => match media {
+            Some(t) => format!("[image {t} {}]", shorten(url.as_str())),
+            None => format!("[image {}]", shorten(url.as_str())),
+        },
+    }
+}
+
+/// What the transcript shows of a message before the run: its text, then
+/// a summary line per image or file (`[file application/pdf a.pdf 2 KiB]`).
+pub fn message_text(message: &Message) -> String {
+    let mut text = message.joined_text();
+    for part in message.parts() {
+        let line = match part {
+            Part::Image(image) => image_summary(image),
+            Part::File(file) => format!(
+                "[file {} {} {}]",
+                file.media_type().as_str(),
+                shorten(file.name().as_str()),
+                human_size(file.bytes().len())
+            ),
+            _ => continue,
+        };
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&line);
+    }
+    text
+}
+
 /// Spinner frames.
 pub const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -644,6 +750,129 @@ mod tests {
         ] {
             assert!(out.contains(shown), "{shown:?} not in {out:?}");
         }
+    }
+
+    /// A one-pixel PNG, base64 (70 bytes).
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+    /// The transcript of `events` (kind, payload) from seq 1, with or
+    /// without colour.
+    fn transcript(color: bool, events: &[(&str, &str)]) -> String {
+        let mut t = Transcript::new(color);
+        let mut out = String::new();
+        for (i, (kind, payload)) in events.iter().enumerate() {
+            out.push_str(&t.render(&ev(i as u64 + 1, kind, payload)));
+        }
+        out
+    }
+
+    fn reasoning_events(images: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("run.started", r#"{"model":"m"}"#.to_owned()),
+            ("turn.started", r#"{"turn":1}"#.to_owned()),
+            (
+                "model.reasoning_delta",
+                r#"{"operation_id":"op_1","text":"Let me\nthink.\u001b[2J","turn":1}"#.to_owned(),
+            ),
+            (
+                "model.reasoning_delta",
+                r#"{"operation_id":"op_1","text":" Done.","turn":1}"#.to_owned(),
+            ),
+            (
+                "model.reasoning_end",
+                r#"{"operation_id":"op_1","provider":"anthropic","signature":"c2ln","turn":1}"#
+                    .to_owned(),
+            ),
+            (
+                "model.reasoning_end",
+                r#"{"operation_id":"op_1","provider":"anthropic","redacted":"b3BhcXVl","turn":1}"#
+                    .to_owned(),
+            ),
+            (
+                "model.text_delta",
+                r#"{"operation_id":"op_1","text":"Answer.","turn":1}"#.to_owned(),
+            ),
+            (
+                "model.tool_call",
+                r#"{"arguments":{},"call_id":"c1","name":"snap","operation_id":"op_1","turn":1}"#
+                    .to_owned(),
+            ),
+            (
+                "tool.completed",
+                format!(r#"{{"call_id":"c1",{images}"output":"ok","tool":"snap","turn":1}}"#),
+            ),
+            (
+                "model.reasoning_delta",
+                r#"{"operation_id":"op_2","text":"Hm","turn":1}"#.to_owned(),
+            ),
+            (
+                "model.completed",
+                r#"{"finish":"stop","operation_id":"op_2","turn":1}"#.to_owned(),
+            ),
+        ]
+    }
+
+    /// Reasoning is on lines of its own, marked `thinking:`, control
+    /// characters blanked, dimmed only with colour; a redacted part is a
+    /// marked line; the signature and redacted value are never shown; a
+    /// tool's images are one-line summaries, never their bytes.
+    #[test]
+    fn reasoning_is_marked_and_images_are_summaries() {
+        let images = format!(
+            r#""images":[{{"base64":"{PNG}","media_type":"image/png"}},{{"url":"https://example.com/a.gif"}}],"#
+        );
+        let events = reasoning_events(&images);
+        let events: Vec<(&str, &str)> = events.iter().map(|(k, p)| (*k, p.as_str())).collect();
+        let plain = transcript(false, &events);
+        assert_eq!(
+            plain,
+            "● run run_1 · model m\n\
+             thinking: Let me\n  think.\u{FFFD}[2J Done.\n\
+             thinking: [redacted]\n\
+             Answer.\n\
+             → snap {}\n\
+             ← ok\n\
+             \x20 [image image/png 70 B]\n\
+             \x20 [image https://example.com/a.gif]\n\
+             thinking: Hm\n"
+        );
+        let colored = transcript(true, &events);
+        assert!(
+            colored.contains("\x1b[2mthinking: \x1b[0m\x1b[2mLet me"),
+            "{colored:?}"
+        );
+        assert!(
+            colored.contains("\x1b[2mthinking: [redacted]\x1b[0m"),
+            "{colored:?}"
+        );
+        for secret in ["c2ln", "b3BhcXVl", PNG] {
+            assert!(
+                !plain.contains(secret) && !colored.contains(secret),
+                "{secret}"
+            );
+        }
+    }
+
+    #[test]
+    fn sizes_and_messages_are_summarised() {
+        for (bytes, shown) in [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.0 KiB"),
+            (1229, "1.2 KiB"),
+            (1024 * 1024, "1.0 MiB"),
+            (3 * 1024 * 1024 + 1, "3.0 MiB"),
+        ] {
+            assert_eq!(human_size(bytes), shown, "{bytes}");
+        }
+        let message = Message::from_json_with(&format!(
+            r#"{{"id":"m1","role":"user","parts":[{{"type":"text","text":"See"}},{{"type":"image","media_type":"image/png","base64":"{PNG}"}},{{"type":"file","media_type":"application/pdf","name":"a<script>.pdf","base64":"JVBERi0xLjQK"}}]}}"#
+        ), &keel_message::Limits::default())
+        .unwrap();
+        assert_eq!(
+            message_text(&message),
+            "See\n[image image/png 70 B]\n[file application/pdf a<script>.pdf 9 B]"
+        );
     }
 
     #[test]

@@ -285,3 +285,136 @@ async fn live_finished_and_joined_streams_verify() {
         assert_eq!(r.headers()["content-type"], "application/problem+json");
     }
 }
+
+/// The seq of the first reasoning delta with `text`.
+async fn seq_of_reasoning(c: &reqwest::Client, d: &Daemon, run: &str, text: &str) -> u64 {
+    seq_where(c, d, run, text, |v| {
+        v["kind"] == "model.reasoning_delta" && v["payload"]["text"] == text
+    })
+    .await
+}
+
+/// A run that reasons: a signed part and a redacted one before a tool
+/// call, then an unsigned part before the answer.
+fn reasoning_scenario(run_id: &str) -> String {
+    json!({
+        "run_id": run_id,
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "Weather in Oslo?"}],
+        "tools": [{"name": "get_weather", "description": "Weather.", "parameters": {"type": "object"},
+                   "script": [{"ok": {"temp_c": 3}}]}],
+        "provider": {"type": "scripted", "calls": [
+            [{"reasoning": "The user "}, {"reasoning": "wants weather."},
+             {"reasoning_signature": "c2lnLTE="}, {"redacted_reasoning": "b3BhcXVl"},
+             {"text": "Checking."},
+             {"tool_call": {"call_id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"}}},
+             {"complete": {"finish": "tool_calls"}}],
+            [{"reasoning": "It is "}, {"reasoning": "cold."}, {"text": "3 °C."},
+             {"complete": {"finish": "stop"}}]
+        ]}
+    })
+    .to_string()
+}
+
+/// A run with reasoning, whole and joined inside each reasoning part (the
+/// prelude re-opens it) and after the first turn (the snapshot holds the
+/// reasoning messages with their encrypted values), passes the pinned
+/// `verifyEvents` and `ag-ui-validate`.
+#[tokio::test]
+async fn reasoning_streams_and_joins_inside_it_verify() {
+    let test = "reasoning_streams_and_joins_inside_it_verify";
+    let Some(_modules) = frontends::node_modules(test) else {
+        return;
+    };
+    let Some(validate) = frontends::venv_bin(test, "ag-ui-validate") else {
+        return;
+    };
+    let d = Serve::new().start();
+    let c = client();
+    let run = "run_think";
+    assert_eq!(
+        post(&c, &d, "/v1/runs", reasoning_scenario(run))
+            .await
+            .status(),
+        201
+    );
+    let in_first = seq_of_reasoning(&c, &d, run, "The user ").await;
+    let in_second = seq_of_reasoning(&c, &d, run, "It is ").await;
+    let after_turn = seq_where(&c, &d, run, "turn.started 2", |v| {
+        v["kind"] == "turn.started" && v["payload"]["turn"] == 2
+    })
+    .await;
+    let mut status = get_json(&c, &d, &format!("/v1/runs/{run}")).await;
+    for _ in 0..200 {
+        if status["live"] == false {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        status = get_json(&c, &d, &format!("/v1/runs/{run}")).await;
+    }
+    assert_eq!(status["status"], "completed", "{status}");
+
+    let mut streams = Vec::new();
+    for (name, cursor) in [
+        ("whole", None),
+        ("in_first", Some(in_first)),
+        ("in_second", Some(in_second)),
+        ("after_turn", Some(after_turn)),
+    ] {
+        let body = agui(&c, &d, run, cursor).await;
+        validate_capture(&validate, name, &body);
+        let messages = parse_sse(&body);
+        check_ids(&messages, cursor.unwrap_or(0));
+        streams.push(messages.into_iter().map(|m| m.data).collect::<Vec<_>>());
+    }
+    let types = |s: &[Value]| -> Vec<String> {
+        s.iter()
+            .map(|e| e["type"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let whole = types(&streams[0]);
+    for ty in [
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+        "REASONING_ENCRYPTED_VALUE",
+    ] {
+        assert!(whole.contains(&ty.to_owned()), "{ty} missing: {whole:?}");
+    }
+    let encrypted: Vec<&Value> = streams[0]
+        .iter()
+        .filter(|e| e["type"] == "REASONING_ENCRYPTED_VALUE")
+        .map(|e| &e["encryptedValue"])
+        .collect();
+    assert_eq!(encrypted, [&json!("c2lnLTE="), &json!("b3BhcXVl")]);
+    // A join inside reasoning re-opens it with the text so far.
+    for (stream, text) in [(&streams[1], "The user "), (&streams[2], "It is ")] {
+        assert_eq!(
+            types(&stream[..6]),
+            [
+                "RUN_STARTED",
+                "MESSAGES_SNAPSHOT",
+                "STEP_STARTED",
+                "REASONING_START",
+                "REASONING_MESSAGE_START",
+                "REASONING_MESSAGE_CONTENT"
+            ]
+        );
+        assert_eq!(stream[5]["delta"], text);
+    }
+    // The snapshot after turn 1 holds its reasoning messages.
+    let snapshot = &streams[3][1]["messages"];
+    let reasoning: Vec<&Value> = snapshot
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "reasoning")
+        .collect();
+    assert_eq!(reasoning.len(), 2, "{snapshot}");
+    assert_eq!(reasoning[0]["content"], "The user wants weather.");
+    assert_eq!(reasoning[0]["encryptedValue"], "c2lnLTE=");
+    assert_eq!(reasoning[1]["encryptedValue"], "b3BhcXVl");
+    verify_with_client(&streams);
+}

@@ -148,6 +148,123 @@ async fn text_tools_and_a_discarded_retry_assemble_in_the_sdk() {
     assert_eq!(message["metadata"]["keel"]["outcome"], "completed");
 }
 
+/// Reasoning (signed, redacted, unsigned) assembles into the SDK's
+/// reasoning parts, in order with the text and the tool, each closed
+/// (`state: done`), the opaque values never sent.
+#[tokio::test]
+async fn reasoning_assembles_into_reasoning_parts() {
+    if frontends::node_modules("ai_sdk reasoning").is_none() {
+        return;
+    }
+    let d = chat_daemon("reasoning.json");
+    let sse = chat(&d, body("think", vec![user("Weather in Oslo?")])).await;
+    assert!(
+        !sse.contains("c2lnLTE=") && !sse.contains("b3BhcXVl"),
+        "{sse}"
+    );
+    let (message, types) = assemble(&sse, None);
+    let reasoning = parts_of(&message, "reasoning");
+    let texts_of: Vec<&str> = reasoning
+        .iter()
+        .map(|p| p["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts_of,
+        ["The user wants the weather.", "", "It is cold."],
+        "{message}"
+    );
+    assert!(reasoning.iter().all(|p| p["state"] == "done"), "{message}");
+    let keel = |i: usize| reasoning[i]["providerMetadata"]["keel"].clone();
+    assert_eq!(keel(0), json!({"provider": "scripted", "signed": true}));
+    assert_eq!(keel(1), json!({"provider": "scripted", "redacted": true}));
+    assert_eq!(keel(2), json!({"provider": "scripted", "signed": false}));
+    let order: Vec<&str> = message["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["type"].as_str().unwrap())
+        .filter(|t| *t != "step-start")
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "reasoning",
+            "reasoning",
+            "text",
+            "tool-lookup",
+            "reasoning",
+            "text"
+        ]
+    );
+    assert_eq!(texts(&message), ["Let me look.", "Oslo is 3 °C."]);
+    assert!(types.contains(&"reasoning-delta".to_owned()));
+}
+
+/// A one-pixel PNG, base64.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+/// A tool's images, mapped by the view, assemble into the SDK's file
+/// parts (a `data:` URL of the bytes, or the https URL). The scripted
+/// tools return no images, so the run's events are written here and
+/// mapped with `keel_views::ui_stream` as the daemon maps them.
+#[test]
+fn tool_images_assemble_into_file_parts() {
+    if frontends::node_modules("ai_sdk files").is_none() {
+        return;
+    }
+    let payloads = [
+        ("run.started", json!({})),
+        ("turn.started", json!({"turn": 1})),
+        (
+            "model.started",
+            json!({"turn": 1, "operation_id": "op_1", "model": "m", "attempt": 1}),
+        ),
+        (
+            "model.tool_call",
+            json!({"turn": 1, "operation_id": "op_1", "call_id": "c1", "name": "snap", "arguments": {}}),
+        ),
+        (
+            "model.completed",
+            json!({"turn": 1, "operation_id": "op_1", "finish": "tool_calls"}),
+        ),
+        (
+            "tool.started",
+            json!({"turn": 1, "call_id": "c1", "tool": "snap"}),
+        ),
+        (
+            "tool.completed",
+            json!({"turn": 1, "call_id": "c1", "tool": "snap", "output": "a pixel",
+            "images": [{"media_type": "image/png", "base64": PNG},
+                       {"url": "https://example.com/a.webp", "media_type": "image/webp"}]}),
+        ),
+        ("turn.completed", json!({"turn": 1})),
+        ("run.completed", json!({})),
+    ];
+    let mut view = keel_views::ui_stream::UiStream::new();
+    let mut sse = format!(
+        "data: {}\n\n",
+        keel_views::ui_stream::UiStream::start("run_1").to_json()
+    );
+    for (i, (kind, payload)) in payloads.iter().enumerate() {
+        let line =
+            json!({"kind": kind, "payload": payload, "run_id": "run_1", "seq": i + 1, "ts": i + 1});
+        let event = keel_eventlog::Event::decode(&line.to_string()).unwrap();
+        for chunk in view.feed(&event).unwrap() {
+            sse.push_str(&format!("data: {}\n\n", chunk.to_json()));
+        }
+    }
+    sse.push_str("data: [DONE]\n\n");
+    let (message, types) = assemble(&sse, None);
+    let files = parts_of(&message, "file");
+    assert_eq!(files.len(), 2, "{message}");
+    assert_eq!(files[0]["mediaType"], "image/png");
+    assert_eq!(files[0]["url"], format!("data:image/png;base64,{PNG}"));
+    assert_eq!(files[1]["mediaType"], "image/webp");
+    assert_eq!(files[1]["url"], "https://example.com/a.webp");
+    assert_eq!(parts_of(&message, "tool-snap")[0]["output"], "a pixel");
+    assert_eq!(types.iter().filter(|t| *t == "file").count(), 2);
+}
+
 #[tokio::test]
 async fn a_later_message_continues_the_conversation() {
     if frontends::node_modules("ai_sdk continue").is_none() {

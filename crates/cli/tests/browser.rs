@@ -635,6 +635,111 @@ async fn model_text_is_shown_as_text() {
     b.close().await;
 }
 
+/// A one-pixel PNG, base64.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+/// A file name that would run script if rendered as HTML.
+const HOSTILE_NAME: &str = "<img src=f onerror=\"window.__pwned=7\">.txt";
+
+/// A user message with an image and a hostile file name; a model that
+/// reasons (signed, then a redacted part) before it answers.
+fn media_and_reasoning() -> String {
+    json!({
+        "model": "scripted-1",
+        "messages": [{"role": "user", "parts": [
+            {"text": "What is this?"},
+            {"image": {"media_type": "image/png", "base64": PNG}},
+            {"file": {"media_type": "text/plain", "name": HOSTILE_NAME, "base64": "aGVsbG8="}}
+        ]}],
+        "provider": {"type": "scripted", "calls": [
+            [{"reasoning": "A pixel. "}, {"reasoning": SCRIPT_TEXT}, {"reasoning_signature": "c2ln"},
+             {"redacted_reasoning": "b3BhcXVl"},
+             {"text": "A single pixel."}, {"complete": {"finish": "stop"}}]
+        ]}
+    })
+    .to_string()
+}
+
+/// Reasoning is shown collapsed and marked; the user's image is shown
+/// from its bytes through a blob: URL (which the CSP allows, `data:` it
+/// does not); the file is listed with type and size, its hostile name as
+/// text; nothing a run holds becomes markup.
+#[tokio::test(flavor = "multi_thread")]
+async fn reasoning_images_and_files_are_shown_safely() {
+    let Some(tools) = tools("reasoning_images_and_files_are_shown_safely") else {
+        return;
+    };
+    let daemon = start_daemon(&[], &[]);
+    let run = daemon.create(&media_and_reasoning(), None).await;
+    assert_eq!(daemon.wait_ended(&run, None).await["status"], "completed");
+    let b = Browser::start(&tools).await;
+    b.goto(&daemon.url(&format!("/runs/{run}"))).await;
+    wait_run_status(&b, "completed", SECS_20).await;
+
+    let states = b
+        .js(
+            "return Array.from(document.querySelectorAll('#transcript details.reasoning'))\
+             .map(d => [d.open, d.dataset.state, d.querySelector('summary').textContent]);",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        states,
+        json!([
+            [false, "signed", "reasoning · signed"],
+            [false, "redacted", "reasoning · redacted"]
+        ])
+    );
+    let reasoning = b
+        .texts("#transcript details.reasoning .reasoning-text")
+        .await;
+    assert_eq!(
+        reasoning,
+        [
+            format!("A pixel. {SCRIPT_TEXT}"),
+            "redacted by the provider".to_owned()
+        ]
+    );
+    assert!(!b.texts("#transcript").await.concat().contains("b3BhcXVl"));
+    assert_eq!(assistant_text(&b).await, "A single pixel.");
+
+    let image = b
+        .wait_js(
+            "the image to load",
+            SECS_10,
+            "const i = document.querySelector('#transcript img.media-image');\
+             return i && i.complete && i.naturalWidth > 0 ? [i.src, i.naturalWidth, i.alt] : null;",
+        )
+        .await;
+    assert!(image[0].as_str().unwrap().starts_with("blob:"), "{image}");
+    assert_eq!(image[1], 1, "the pixel decoded");
+    assert_eq!(image[2], "image image/png 70 B");
+
+    assert_eq!(
+        b.texts("#transcript .file .file-name").await,
+        [HOSTILE_NAME]
+    );
+    assert_eq!(
+        b.texts("#transcript .file .file-type").await,
+        ["text/plain"]
+    );
+    assert_eq!(b.texts("#transcript .file .file-size").await, ["5 B"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pwned = b
+        .js(
+            "return typeof window.__pwned === 'undefined' ? null : window.__pwned;",
+            vec![],
+        )
+        .await;
+    assert_eq!(pwned, Value::Null, "a script ran");
+    assert_eq!(
+        b.count("#transcript img").await,
+        1,
+        "an <img> made from content"
+    );
+    assert_eq!(b.count("#transcript script").await, 0);
+    b.close().await;
+}
+
 /// The same scenario the cross-site pages try to start.
 fn drive_by() -> String {
     json!({

@@ -33,9 +33,11 @@ const APP_CSS: &str = include_str!("../assets/viewer/app.css");
 
 /// The Content-Security-Policy of every viewer response: scripts, styles
 /// and API requests from this origin only, no inline script or style, no
-/// plugins, frames, forms or base rewriting.
+/// plugins, frames, forms or base rewriting. Images only from `blob:` URLs
+/// the page made from a run's bytes (never `data:`, never a URL a run
+/// names, never SVG: the script only makes blobs of raster types).
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
-    style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
+    style-src 'self'; connect-src 'self'; img-src blob:; base-uri 'none'; \
     form-action 'none'; frame-ancestors 'none'";
 
 /// The viewer's routes: `GET /`, `GET /runs/{id}`, `GET /ui/app.js` and
@@ -150,7 +152,7 @@ mod tests {
             "script-src 'self'",
             "style-src 'self'",
             "connect-src 'self'",
-            "img-src 'self' data:",
+            "img-src blob:",
             "base-uri 'none'",
             "form-action 'none'",
             "frame-ancestors 'none'",
@@ -158,6 +160,7 @@ mod tests {
             assert!(directives.contains(&expected), "missing {expected}");
         }
         assert!(!CONTENT_SECURITY_POLICY.contains("unsafe"));
+        assert!(!CONTENT_SECURITY_POLICY.contains("data:"));
         assert!(!CONTENT_SECURITY_POLICY.contains('*'));
         assert!(HeaderValue::from_str(CONTENT_SECURITY_POLICY).is_ok());
     }

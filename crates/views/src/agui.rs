@@ -125,6 +125,10 @@ pub struct AguiMapper {
     last_seq: u64,
     step: Option<u64>,
     text: Option<OpenText>,
+    /// The open reasoning message (kept as a text message is).
+    reasoning: Option<OpenText>,
+    /// The reasoning messages of the open model call, in order.
+    attempt_reasoning: Vec<String>,
     calls: Vec<OpenCall>,
 }
 
@@ -225,6 +229,11 @@ impl AguiMapper {
                 self.close_step(out);
                 out.push(custom(kind, body.clone()));
             }
+            Payload::ModelStarted(_) => self.attempt_reasoning.clear(),
+            Payload::ReasoningDelta(p) => {
+                self.reasoning_delta(p.operation_id.as_str(), &p.text, line, out);
+            }
+            Payload::ReasoningEnd(p) => self.reasoning_end(p, line, out),
             Payload::TextDelta(p) => self.text_delta(p.operation_id.as_str(), &p.text, line, out),
             Payload::ToolCall(p) => self.tool_call(p, line, out)?,
             Payload::ModelCompleted(_) => {
@@ -248,12 +257,14 @@ impl AguiMapper {
             Payload::ToolCompleted(p) => {
                 let id = p.call_id.as_str();
                 self.close_call(id, out);
-                out.push(self.tool_result(id, &p.output, None));
+                let content = message::tool_content(&p.output, &p.images);
+                out.push(self.tool_result(id, content, None));
             }
             Payload::ToolFailed(p) => {
                 let id = p.call_id.as_str();
                 self.close_call(id, out);
-                out.push(self.tool_result(id, p.error.as_str(), Some(p.error.as_str())));
+                let content = Content::Text(p.error.as_str().to_owned());
+                out.push(self.tool_result(id, content, Some(p.error.as_str())));
                 out.push(custom(kind, body.clone()));
             }
             Payload::RunCompleted(_) | Payload::RunCancelled(_) | Payload::RunFailed(_) => {
@@ -313,6 +324,7 @@ impl AguiMapper {
     }
 
     fn text_delta(&mut self, operation_id: &str, text: &str, line: &str, out: &mut Vec<AguiEvent>) {
+        self.close_reasoning(None, out);
         if self
             .text
             .as_ref()
@@ -334,11 +346,7 @@ impl AguiMapper {
                 elided: 0,
             }
         });
-        if open.elided == 0 && open.text.len() + text.len() <= MAX_TEXT_BYTES {
-            open.text.push_str(text);
-        } else {
-            open.elided += text.len();
-        }
+        open.keep(text);
         out.push(AguiEvent::TextMessageContent {
             message_id: open.message_id.clone(),
             delta: text.to_owned(),
@@ -357,6 +365,7 @@ impl AguiMapper {
                 max: MAX_OPEN_CALLS,
             });
         }
+        self.close_reasoning(None, out);
         let call = OpenCall {
             call_id: p.call_id.as_str().to_owned(),
             name: p.name.as_str().to_owned(),
@@ -373,20 +382,21 @@ impl AguiMapper {
     /// What a failed or cancelled model call leaves behind: its text
     /// message and tool calls, no longer part of the answer.
     fn discarded(&self) -> Option<Discarded> {
-        if self.text.is_none() && self.calls.is_empty() {
+        if self.text.is_none() && self.calls.is_empty() && self.attempt_reasoning.is_empty() {
             return None;
         }
         Some(Discarded {
             message_id: self.text.as_ref().map(|t| t.message_id.clone()),
             tool_call_ids: self.calls.iter().map(|c| c.call_id.clone()).collect(),
+            reasoning_message_ids: self.attempt_reasoning.clone(),
         })
     }
 
-    fn tool_result(&self, call_id: &str, content: &str, error: Option<&str>) -> AguiEvent {
+    fn tool_result(&self, call_id: &str, content: Content, error: Option<&str>) -> AguiEvent {
         AguiEvent::ToolCallResult {
             message_id: format!("{}.{call_id}.result", self.run_id),
             tool_call_id: call_id.to_owned(),
-            content: content.to_owned(),
+            content,
             role: ToolRole::Tool,
             error: error.map(str::to_owned),
         }
@@ -410,6 +420,7 @@ impl AguiMapper {
     }
 
     fn close_model(&mut self, out: &mut Vec<AguiEvent>) {
+        self.close_reasoning(None, out);
         self.close_text(out);
         for call in std::mem::take(&mut self.calls) {
             out.push(AguiEvent::ToolCallEnd {
@@ -438,6 +449,10 @@ impl AguiMapper {
             };
             out.push(Stamped::new(step, at.clone()));
         }
+        if let Some(r) = &self.reasoning {
+            let stamp = Stamp::of_line(&r.line);
+            out.extend(r.reopen_reasoning().map(|e| Stamped::new(e, stamp.clone())));
+        }
         if let Some(t) = &self.text {
             let stamp = Stamp::of_line(&t.line);
             let mut events = vec![
@@ -450,15 +465,7 @@ impl AguiMapper {
                     delta: t.text.clone(),
                 },
             ];
-            if t.elided > 0 {
-                events.push(AguiEvent::Custom {
-                    name: "keel.text_elided".to_owned(),
-                    value: CustomValue::TextElided(TextElided {
-                        message_id: t.message_id.clone(),
-                        bytes: t.elided,
-                    }),
-                });
-            }
+            events.extend(t.elided_event());
             out.extend(events.into_iter().map(|e| Stamped::new(e, stamp.clone())));
         }
         for call in &self.calls {
@@ -466,6 +473,29 @@ impl AguiMapper {
             out.extend(call.start().map(|e| Stamped::new(e, stamp.clone())));
         }
         out
+    }
+}
+
+impl OpenText {
+    /// Keeps `text` for a later prelude, up to [`MAX_TEXT_BYTES`]; what is
+    /// beyond is counted.
+    fn keep(&mut self, text: &str) {
+        if self.elided == 0 && self.text.len() + text.len() <= MAX_TEXT_BYTES {
+            self.text.push_str(text);
+        } else {
+            self.elided += text.len();
+        }
+    }
+
+    /// `keel.text_elided`, when part of the text was not kept.
+    fn elided_event(&self) -> Option<AguiEvent> {
+        (self.elided > 0).then(|| AguiEvent::Custom {
+            name: "keel.text_elided".to_owned(),
+            value: CustomValue::TextElided(TextElided {
+                message_id: self.message_id.clone(),
+                bytes: self.elided,
+            }),
+        })
     }
 }
 
@@ -490,13 +520,14 @@ mod check;
 mod event;
 mod message;
 mod prelude;
+mod reasoning;
 #[cfg(test)]
 mod tests;
 
 pub use check::{check_event, check_stream};
 pub use event::{
-    AguiEvent, CustomValue, Discarded, RunOutcome, Stamp, Stamped, TextElided, TextRole,
-    TokenUsage, ToolRole,
+    AguiEvent, Content, CustomValue, Discarded, EncryptedSubtype, ReasoningRole, RunOutcome, Stamp,
+    Stamped, TextElided, TextRole, TokenUsage, ToolRole,
 };
 pub use message::{AguiMessage, AguiToolCall, FunctionCall};
 pub use prelude::{Prelude, PreludeFold, SNAPSHOT_OPEN, SnapshotWriter, prelude};

@@ -22,4 +22,5 @@
 #![deny(missing_docs)]
 
 pub mod agui;
+mod media;
 pub mod ui_stream;

@@ -10,15 +10,17 @@
 //! | --- | --- |
 //! | (stream opens) | `start` {messageId} |
 //! | `turn.started` | `start-step` |
-//! | `model.text_delta` | `text-start` (first delta of a text part), `text-delta` |
-//! | `model.tool_call` | `text-end` (if open), `tool-input-available` |
-//! | `model.completed` | `text-end` (if open) |
-//! | `model.failed` | `text-end` (if open); when the attempt had streamed output (`partial`), `data-keel-discarded` naming its text parts and tool calls |
-//! | `model.cancelled` | `text-end` (if open) |
+//! | `model.reasoning_delta` | `text-end` (if open), `reasoning-start` (first delta of a reasoning part), `reasoning-delta` |
+//! | `model.reasoning_end` | `reasoning-end` {providerMetadata.keel: provider, signed}; a redacted part: `reasoning-start`, `reasoning-end` {providerMetadata.keel: provider, redacted} |
+//! | `model.text_delta` | `reasoning-end` (if open), `text-start` (first delta of a text part), `text-delta` |
+//! | `model.tool_call` | `reasoning-end`/`text-end` (if open), `tool-input-available` |
+//! | `model.completed` | `reasoning-end`/`text-end` (if open) |
+//! | `model.failed` | `reasoning-end`/`text-end` (if open); when the attempt had streamed output (`partial`), `data-keel-discarded` naming its text parts (and `reasoning_ids`, when it had reasoning) and tool calls |
+//! | `model.cancelled` | `reasoning-end`/`text-end` (if open) |
 //! | `interaction.started` (approval) | `tool-approval-request` {approvalId = interaction id} |
 //! | `interaction.completed` denied | `tool-output-denied` |
 //! | `interaction.failed` | `tool-output-error` |
-//! | `tool.completed` | `tool-output-available` (the output string) |
+//! | `tool.completed` | `tool-output-available` (the output string), then a `file` {mediaType, url} per image the tool returned: a `data:` URL of the bytes, or the image's `https` URL (`image/*` when it names no type) |
 //! | `tool.failed` | `tool-output-error`, plus `data-keel-tool-failed` with `outcome`/`retry` when typed |
 //! | `turn.completed` / `failed` / `cancelled` | `finish-step` |
 //! | `run.completed` | `finish` {finishReason of the last model call, messageMetadata.keel} |
@@ -41,6 +43,14 @@
 //! tool call of the turn without a result has a pending approval and no
 //! model call is open. The daemon ends a chat response there (the client
 //! answers with its next request), as the SDK's own servers do.
+//!
+//! Reasoning parts are ids `reasoning-<n>`, counted across the run as text
+//! parts are (`text-<n>`), so each id names one part. A signature or a
+//! redacted value is never sent: the SDK client has nothing to do with it
+//! (the daemon keeps the history), so `providerMetadata.keel` says only
+//! whether there was one. The stream is the run's assistant message, so a
+//! user's images and files (in `run.input`) are not in it: the client sent
+//! them.
 
 use keel_eventlog::{Event, EventDecodeError, Payload};
 use serde::Serialize;
@@ -71,6 +81,20 @@ pub enum Chunk {
     TextDelta { id: String, delta: String },
     /// A text part ends.
     TextEnd { id: String },
+    /// A reasoning part begins.
+    ReasoningStart { id: String },
+    /// Text of an open reasoning part.
+    ReasoningDelta { id: String, delta: String },
+    /// A reasoning part ends; `provider_metadata.keel` says which provider
+    /// it came from and whether it was signed or redacted.
+    ReasoningEnd {
+        id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        provider_metadata: Option<Value>,
+    },
+    /// A file the message holds (a tool's image): `url` is a `data:` URL
+    /// of the bytes or an `https` URL.
+    File { url: String, media_type: String },
     /// A tool call the model made, with its arguments.
     ToolInputAvailable {
         tool_call_id: String,
@@ -172,8 +196,11 @@ pub struct UiStream {
     last_seq: u64,
     texts: u64,
     open_text: Option<String>,
-    /// Text parts and tool calls of the open model call.
+    reasonings: u64,
+    open_reasoning: Option<String>,
+    /// Text and reasoning parts and tool calls of the open model call.
     attempt_texts: Vec<String>,
+    attempt_reasonings: Vec<String>,
     attempt_calls: Vec<String>,
     model_open: bool,
     /// The turn's tool calls without a result.
@@ -234,9 +261,56 @@ impl UiStream {
         self.last_seq
     }
 
+    /// Closes the open text part and the open reasoning part (a model
+    /// call's part ends when another item comes).
     fn close_text(&mut self, out: &mut Vec<Chunk>) {
         if let Some(id) = self.open_text.take() {
             out.push(Chunk::TextEnd { id });
+        }
+        self.close_reasoning(None, out);
+    }
+
+    fn close_reasoning(&mut self, metadata: Option<Value>, out: &mut Vec<Chunk>) {
+        if let Some(id) = self.open_reasoning.take() {
+            out.push(Chunk::ReasoningEnd {
+                id,
+                provider_metadata: metadata,
+            });
+        }
+    }
+
+    fn open_reasoning(&mut self, out: &mut Vec<Chunk>) -> String {
+        if let Some(id) = &self.open_reasoning {
+            return id.clone();
+        }
+        self.reasonings += 1;
+        let id = format!("reasoning-{}", self.reasonings);
+        self.attempt_reasonings.push(id.clone());
+        self.open_reasoning = Some(id.clone());
+        out.push(Chunk::ReasoningStart { id: id.clone() });
+        id
+    }
+
+    fn reasoning_delta(&mut self, text: String, out: &mut Vec<Chunk>) {
+        if let Some(id) = self.open_text.take() {
+            out.push(Chunk::TextEnd { id });
+        }
+        let id = self.open_reasoning(out);
+        out.push(Chunk::ReasoningDelta { id, delta: text });
+    }
+
+    /// The end of a reasoning part: the open one, or a redacted part
+    /// whole (it has no deltas). The opaque value itself is not sent.
+    fn reasoning_end(&mut self, p: &keel_eventlog::ReasoningEnd, out: &mut Vec<Chunk>) {
+        let provider = p.provider.as_str();
+        if p.redacted.is_some() {
+            self.close_text(out);
+            self.open_reasoning(out);
+            let keel = json!({"keel": {"provider": provider, "redacted": true}});
+            self.close_reasoning(Some(keel), out);
+        } else {
+            let keel = json!({"keel": {"provider": provider, "signed": p.signature.is_some()}});
+            self.close_reasoning(Some(keel), out);
         }
     }
 
@@ -268,8 +342,11 @@ impl UiStream {
             Payload::ModelStarted(_) => {
                 self.model_open = true;
                 self.attempt_texts.clear();
+                self.attempt_reasonings.clear();
                 self.attempt_calls.clear();
             }
+            Payload::ReasoningDelta(p) => self.reasoning_delta(p.text, &mut out),
+            Payload::ReasoningEnd(p) => self.reasoning_end(&p, &mut out),
             Payload::TextDelta(p) => self.text(p.text, &mut out),
             Payload::ToolCall(p) => {
                 self.close_text(&mut out);
@@ -308,6 +385,7 @@ impl UiStream {
     }
 
     fn text(&mut self, text: String, out: &mut Vec<Chunk>) {
+        self.close_reasoning(None, out);
         let id = match &self.open_text {
             Some(id) => id.clone(),
             None => {
@@ -328,15 +406,22 @@ impl UiStream {
         for call in &self.attempt_calls {
             self.unfinished.remove(call);
         }
+        let mut data = json!({
+            "operation_id": p.operation_id.as_str(),
+            "text_ids": std::mem::take(&mut self.attempt_texts),
+            "tool_call_ids": std::mem::take(&mut self.attempt_calls),
+            "problem": {"kind": p.problem.kind.as_str(), "retryable": p.problem.retryable},
+            "position": p.position.as_str(),
+        });
+        // Named only when there was reasoning, so a run without any maps
+        // as it did before reasoning existed.
+        let reasoning = std::mem::take(&mut self.attempt_reasonings);
+        if let (false, Some(members)) = (reasoning.is_empty(), data.as_object_mut()) {
+            members.insert("reasoning_ids".to_owned(), json!(reasoning));
+        }
         Chunk::Discarded {
             id: p.operation_id.as_str().to_owned(),
-            data: json!({
-                "operation_id": p.operation_id.as_str(),
-                "text_ids": std::mem::take(&mut self.attempt_texts),
-                "tool_call_ids": std::mem::take(&mut self.attempt_calls),
-                "problem": {"kind": p.problem.kind.as_str(), "retryable": p.problem.retryable},
-                "position": p.position.as_str(),
-            }),
+            data,
         }
     }
 
@@ -378,6 +463,10 @@ impl UiStream {
                     tool_call_id: p.call_id.as_str().to_owned(),
                     output: Value::String(p.output),
                 });
+                out.extend(p.images.iter().map(|image| Chunk::File {
+                    url: crate::media::image_url(image),
+                    media_type: crate::media::image_media_type(image).to_owned(),
+                }));
             }
             Payload::ToolFailed(p) => self.tool_failed(&p, out),
             Payload::ToolCancelled(p) => {
@@ -786,6 +875,157 @@ mod tests {
                     r#"{"type":"tool-output-error","toolCallId":"c2","errorText":"busy"}"#,
                     r#"{"type":"data-keel-tool-failed","id":"c2","data":{"call_id":"c2","outcome":null,"retry":"retryable","tool":"t"}}"#,
                 ],
+            ],
+            false,
+        )
+    }
+
+    /// A one-pixel PNG, base64.
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+    /// Reasoning parts (signed, unsigned and redacted) become reasoning
+    /// chunks with ids of their own, closed before the text that follows;
+    /// a tool's images become `file` chunks after its output.
+    #[test]
+    fn reasoning_and_tool_images_become_parts() -> TestResult {
+        let images = format!(
+            r#"{{"call_id":"c1","images":[{{"base64":"{PNG}","media_type":"image/png"}},{{"url":"https://example.com/a.webp"}}],"output":"seen","tool":"w","turn":1}}"#
+        );
+        check(
+            &[
+                ("run.started", r#"{}"#),
+                ("turn.started", r#"{"turn":1}"#),
+                (
+                    "model.started",
+                    r#"{"attempt":1,"model":"m","operation_id":"op_1","turn":1}"#,
+                ),
+                (
+                    "model.reasoning_delta",
+                    r#"{"operation_id":"op_1","text":"Think ","turn":1}"#,
+                ),
+                (
+                    "model.reasoning_delta",
+                    r#"{"operation_id":"op_1","text":"more.","turn":1}"#,
+                ),
+                (
+                    "model.reasoning_end",
+                    r#"{"operation_id":"op_1","provider":"anthropic","signature":"sig","turn":1}"#,
+                ),
+                (
+                    "model.reasoning_end",
+                    r#"{"operation_id":"op_1","provider":"anthropic","redacted":"opaque","turn":1}"#,
+                ),
+                (
+                    "model.reasoning_delta",
+                    r#"{"operation_id":"op_1","text":"Again.","turn":1}"#,
+                ),
+                (
+                    "model.text_delta",
+                    r#"{"operation_id":"op_1","text":"Hi","turn":1}"#,
+                ),
+                (
+                    "model.tool_call",
+                    r#"{"arguments":{},"call_id":"c1","name":"w","operation_id":"op_1","turn":1}"#,
+                ),
+                (
+                    "model.completed",
+                    r#"{"finish":"tool_calls","operation_id":"op_1","turn":1}"#,
+                ),
+                ("tool.completed", &images),
+            ],
+            &[
+                &[],
+                &[r#"{"type":"start-step"}"#],
+                &[],
+                &[
+                    r#"{"type":"reasoning-start","id":"reasoning-1"}"#,
+                    r#"{"type":"reasoning-delta","id":"reasoning-1","delta":"Think "}"#,
+                ],
+                &[r#"{"type":"reasoning-delta","id":"reasoning-1","delta":"more."}"#],
+                &[
+                    r#"{"type":"reasoning-end","id":"reasoning-1","providerMetadata":{"keel":{"provider":"anthropic","signed":true}}}"#,
+                ],
+                &[
+                    r#"{"type":"reasoning-start","id":"reasoning-2"}"#,
+                    r#"{"type":"reasoning-end","id":"reasoning-2","providerMetadata":{"keel":{"provider":"anthropic","redacted":true}}}"#,
+                ],
+                &[
+                    r#"{"type":"reasoning-start","id":"reasoning-3"}"#,
+                    r#"{"type":"reasoning-delta","id":"reasoning-3","delta":"Again."}"#,
+                ],
+                &[
+                    r#"{"type":"reasoning-end","id":"reasoning-3"}"#,
+                    r#"{"type":"text-start","id":"text-1"}"#,
+                    r#"{"type":"text-delta","id":"text-1","delta":"Hi"}"#,
+                ],
+                &[
+                    r#"{"type":"text-end","id":"text-1"}"#,
+                    r#"{"type":"tool-input-available","toolCallId":"c1","toolName":"w","input":{}}"#,
+                ],
+                &[],
+                &[
+                    r#"{"type":"tool-output-available","toolCallId":"c1","output":"seen"}"#,
+                    &format!(
+                        r#"{{"type":"file","url":"data:image/png;base64,{PNG}","mediaType":"image/png"}}"#
+                    ),
+                    r#"{"type":"file","url":"https://example.com/a.webp","mediaType":"image/*"}"#,
+                ],
+            ],
+            false,
+        )
+    }
+
+    /// A failed attempt's reasoning is closed and named discarded; a
+    /// model call that ends inside reasoning closes it.
+    #[test]
+    fn reasoning_of_a_failed_attempt_is_discarded() -> TestResult {
+        check(
+            &[
+                ("run.started", r#"{}"#),
+                ("turn.started", r#"{"turn":1}"#),
+                (
+                    "model.started",
+                    r#"{"attempt":1,"model":"m","operation_id":"op_1","turn":1}"#,
+                ),
+                (
+                    "model.reasoning_delta",
+                    r#"{"operation_id":"op_1","text":"Hmm","turn":1}"#,
+                ),
+                (
+                    "model.failed",
+                    r#"{"operation_id":"op_1","position":"partial","problem":{"kind":"unavailable","message":"x","retryable":true},"turn":1}"#,
+                ),
+                (
+                    "model.started",
+                    r#"{"attempt":2,"model":"m","operation_id":"op_2","turn":1}"#,
+                ),
+                (
+                    "model.reasoning_delta",
+                    r#"{"operation_id":"op_2","text":"Ok","turn":1}"#,
+                ),
+                (
+                    "model.completed",
+                    r#"{"finish":"stop","operation_id":"op_2","turn":1}"#,
+                ),
+            ],
+            &[
+                &[],
+                &[r#"{"type":"start-step"}"#],
+                &[],
+                &[
+                    r#"{"type":"reasoning-start","id":"reasoning-1"}"#,
+                    r#"{"type":"reasoning-delta","id":"reasoning-1","delta":"Hmm"}"#,
+                ],
+                &[
+                    r#"{"type":"reasoning-end","id":"reasoning-1"}"#,
+                    r#"{"type":"data-keel-discarded","id":"op_1","data":{"operation_id":"op_1","position":"partial","problem":{"kind":"unavailable","retryable":true},"reasoning_ids":["reasoning-1"],"text_ids":[],"tool_call_ids":[]}}"#,
+                ],
+                &[],
+                &[
+                    r#"{"type":"reasoning-start","id":"reasoning-2"}"#,
+                    r#"{"type":"reasoning-delta","id":"reasoning-2","delta":"Ok"}"#,
+                ],
+                &[r#"{"type":"reasoning-end","id":"reasoning-2"}"#],
             ],
             false,
         )

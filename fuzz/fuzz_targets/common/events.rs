@@ -17,11 +17,15 @@ use std::sync::Arc;
 pub const MAX_EVENTS: usize = 256;
 
 /// The event kind and payload picked by `pick`, varied by `arg`. Picks
-/// 0–21 are the original `agui_view` vocabulary (its seeds use them).
+/// 0–21 are the original `agui_view` vocabulary (its seeds use them);
+/// picks from [`MEDIA_PICKS`] are reasoning and images (#34).
 pub fn payload(pick: u8, arg: u8) -> (&'static str, Value) {
     let turn = u64::from(arg % 2) + 1;
     let op = format!("op_{}", arg % 3);
     let call = format!("c{}", (arg / 3) % 3);
+    if pick >= MEDIA_PICKS {
+        return media_payload(pick - MEDIA_PICKS, arg, turn, op, call);
+    }
     let problem = json!({"kind": "unavailable", "message": "x", "retryable": arg % 2 == 0});
     match pick % 30 {
         0 => ("run.started", json!({})),
@@ -123,6 +127,53 @@ fn extra_payload(pick: u8, arg: u8, turn: u64, op: String, call: String) -> (&'s
         _ => (
             "interaction.completed",
             json!({"turn": turn, "interaction_id": interaction, "decision": "approved"}),
+        ),
+    }
+}
+
+/// The first pick of the reasoning and image vocabulary: picks below it
+/// map as they did before it existed (`pick % 30`), so the older seeds
+/// decode to the same events.
+pub const MEDIA_PICKS: u8 = 240;
+
+/// A one-pixel PNG, base64.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+/// Picks from [`MEDIA_PICKS`]: reasoning deltas, the three forms of
+/// `model.reasoning_end`, a tool result with images and a user input
+/// with an image and a file.
+fn media_payload(pick: u8, arg: u8, turn: u64, op: String, call: String) -> (&'static str, Value) {
+    let end = |extra: Value| {
+        let mut p = json!({"turn": turn, "operation_id": op, "provider": "anthropic"});
+        if let (Some(p), Some(extra)) = (p.as_object_mut(), extra.as_object()) {
+            p.extend(extra.clone());
+        }
+        ("model.reasoning_end", p)
+    };
+    match pick % 8 {
+        0 | 1 => (
+            "model.reasoning_delta",
+            json!({"turn": turn, "operation_id": op, "text": "hm"}),
+        ),
+        2 => end(json!({"signature": "sig"})),
+        3 => end(json!({})),
+        4 => end(json!({"redacted": "opaque"})),
+        5 => (
+            "tool.completed",
+            json!({"turn": turn, "call_id": call, "tool": "t", "output": "img",
+                   "images": [{"media_type": "image/png", "base64": PNG},
+                              {"url": "https://example.com/a.gif"}]}),
+        ),
+        6 => (
+            "run.input",
+            json!({"message": {"id": "m1", "role": "user", "parts": [
+                {"type": "text", "text": "see"},
+                {"type": "image", "media_type": "image/png", "base64": PNG},
+                {"type": "file", "media_type": "text/plain", "name": "<i>.txt", "base64": "aGk="}]}}),
+        ),
+        _ => (
+            "model.reasoning_delta",
+            json!({"turn": turn, "operation_id": format!("op_{}", (arg + 1) % 3), "text": "x"}),
         ),
     }
 }

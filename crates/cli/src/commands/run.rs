@@ -293,7 +293,7 @@ impl LiveView {
             let shown: Vec<(&str, String)> = scenario
                 .messages
                 .iter()
-                .map(|m| (m.role().as_str(), m.joined_text()))
+                .map(|m| (m.role().as_str(), crate::render::message_text(m)))
                 .collect();
             let prelude = transcript.prelude(shown.iter().map(|(r, t)| (*r, t.as_str())));
             self.screen.print(&prelude, None, true);

@@ -2,7 +2,10 @@
 //
 // Plain ES2020, no framework, no build step. Every string that comes from a
 // run (model text, tool arguments and results, errors) is put into the page
-// as text: textContent or createTextNode, never parsed as HTML.
+// as text: textContent or createTextNode, never parsed as HTML. Images are
+// shown only from their bytes, through a blob: URL of an allowlisted
+// raster type whose bytes start with that type's signature (the CSP
+// allows img-src blob: and nothing else); files are listed, never opened.
 'use strict';
 
 (() => {
@@ -33,6 +36,85 @@
       node.append(typeof child === 'string' ? document.createTextNode(child) : child);
     }
     return node;
+  }
+
+  // ---------- media ----------
+
+  /** The image types shown, with the bytes each must start with (never SVG). */
+  const IMAGE_SIGNATURES = {
+    'image/png': [[0, [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]]],
+    'image/jpeg': [[0, [0xff, 0xd8, 0xff]]],
+    'image/gif': [[0, [0x47, 0x49, 0x46, 0x38]]],
+    'image/webp': [[0, [0x52, 0x49, 0x46, 0x46]], [8, [0x57, 0x45, 0x42, 0x50]]],
+  };
+
+  function fmtSize(bytes) {
+    if (bytes < 1024) return bytes + ' B';
+    if (bytes < 1024 * 1024) return (bytes / 1024).toFixed(1) + ' KiB';
+    return (bytes / (1024 * 1024)).toFixed(1) + ' MiB';
+  }
+
+  /** The bytes of a base64 string, or null when it is not base64. */
+  function decodeBase64(text) {
+    if (typeof text !== 'string') return null;
+    try {
+      const raw = atob(text);
+      const bytes = new Uint8Array(raw.length);
+      for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+      return bytes;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function hasSignature(mediaType, bytes) {
+    return IMAGE_SIGNATURES[mediaType].every(([at, sig]) =>
+      sig.every((b, i) => bytes[at + i] === b)
+    );
+  }
+
+  /** A media part refused or not loaded: a line of text saying so. */
+  function mediaNote(text) {
+    return el('div', { cls: 'media-note', text });
+  }
+
+  /**
+   * An image part ({media_type, base64} or {url}): an <img> of a blob: URL
+   * of its bytes, or a line of text when it is refused (a type outside the
+   * allowlist, bytes that are not base64 or not that type) or is a URL
+   * (never fetched by the page).
+   */
+  function imageNode(part) {
+    const mediaType = typeof part.media_type === 'string' ? part.media_type : '';
+    if (typeof part.url === 'string') {
+      return mediaNote('image at ' + part.url + (mediaType ? ' (' + mediaType + ')' : '') + ', not loaded');
+    }
+    if (!Object.prototype.hasOwnProperty.call(IMAGE_SIGNATURES, mediaType)) {
+      return mediaNote('image refused: media type ' + JSON.stringify(mediaType) + ' is not shown');
+    }
+    const bytes = decodeBase64(part.base64);
+    if (!bytes || !hasSignature(mediaType, bytes)) {
+      return mediaNote('image refused: the bytes are not ' + mediaType);
+    }
+    const img = document.createElement('img');
+    img.className = 'media-image';
+    img.alt = 'image ' + mediaType + ' ' + fmtSize(bytes.length);
+    img.src = URL.createObjectURL(new Blob([bytes], { type: mediaType }));
+    return el('figure', { cls: 'media', data: { mediaType } }, img,
+      el('figcaption', { cls: 'muted', text: img.alt }));
+  }
+
+  /** A file part: listed with its type, name and size, never opened. */
+  function fileNode(part) {
+    const bytes = decodeBase64(part.base64);
+    const size = bytes ? fmtSize(bytes.length) : 'unreadable bytes';
+    return el(
+      'div',
+      { cls: 'file', data: { mediaType: String(part.media_type || '') } },
+      el('span', { cls: 'file-type mono', text: String(part.media_type || '') }),
+      el('span', { cls: 'file-name mono', text: String(part.name || '') }),
+      el('span', { cls: 'file-size muted', text: size })
+    );
   }
 
   function clear(node) {
@@ -409,6 +491,52 @@
       msg.text.append(document.createTextNode(text));
     }
 
+    /**
+     * A collapsed reasoning block (<details>, marked as reasoning) appended
+     * to a message; its text goes in `.reasoning-text`.
+     */
+    function reasoningBlock(msg, label) {
+      const text = el('div', { cls: 'reasoning-text' });
+      const summary = el('summary', { text: label || 'reasoning' });
+      const node = el('details', { cls: 'reasoning', data: { state: 'streaming' } }, summary, text);
+      msg.body.append(node);
+      msg.text = null;
+      return { node, summary, text };
+    }
+
+    function reasoningDelta(p) {
+      const msg = assistantFor(p);
+      if (!msg.reasoning) msg.reasoning = reasoningBlock(msg);
+      msg.reasoning.text.append(document.createTextNode(typeof p.text === 'string' ? p.text : ''));
+    }
+
+    /** `model.reasoning_end`: closes the open block, or adds a redacted one. */
+    function reasoningEnd(p) {
+      const msg = assistantFor(p);
+      const block = p.redacted ? reasoningBlock(msg, 'reasoning · redacted') : msg.reasoning;
+      msg.reasoning = null;
+      if (!block) return;
+      block.node.dataset.state = p.redacted ? 'redacted' : p.signature ? 'signed' : 'done';
+      if (p.signature) block.summary.textContent = 'reasoning · signed';
+      if (p.redacted) block.text.textContent = 'redacted by the provider';
+    }
+
+    /** A reasoning part of a message in the input history. */
+    function inputReasoning(msg, part) {
+      const redacted = typeof part.redacted === 'string';
+      const block = reasoningBlock(msg, redacted ? 'reasoning · redacted' : 'reasoning');
+      block.node.dataset.state = redacted ? 'redacted' : 'done';
+      block.text.textContent = redacted ? 'redacted by the provider' : String(part.text || '');
+    }
+
+    /** Images beside a tool's result. */
+    function appendImages(parent, images) {
+      if (!Array.isArray(images)) return;
+      for (const image of images) {
+        if (image && typeof image === 'object') parent.append(imageNode(image));
+      }
+    }
+
     function toolCall(msg, callId, name, args) {
       const status = el('span', { cls: 'call-status', text: 'requested' });
       const head = el(
@@ -421,7 +549,8 @@
       const argsNode = el('pre', { cls: 'tool-args mono', text: pretty(args) });
       const result = el('pre', { cls: 'tool-result mono', data: { state: 'pending' } });
       const resultLabel = el('div', { cls: 'label', text: 'result' });
-      const resultBox = el('div', { cls: 'io io-result' }, resultLabel, result);
+      const images = el('div', { cls: 'tool-images' });
+      const resultBox = el('div', { cls: 'io io-result' }, resultLabel, result, images);
       resultBox.hidden = true;
       const node = el(
         'div',
@@ -436,7 +565,7 @@
       );
       msg.body.append(node);
       msg.text = null;
-      const call = { node, status, result, resultLabel, resultBox };
+      const call = { node, status, result, resultLabel, resultBox, images };
       if (callId) state.calls.set(callId, call);
       return call;
     }
@@ -476,6 +605,14 @@
         if (!part || typeof part !== 'object') continue;
         if (part.type === 'text') {
           appendText(msg, typeof part.text === 'string' ? part.text : '');
+        } else if (part.type === 'image') {
+          msg.body.append(imageNode(part));
+          msg.text = null;
+        } else if (part.type === 'file') {
+          msg.body.append(fileNode(part));
+          msg.text = null;
+        } else if (part.type === 'reasoning') {
+          inputReasoning(msg, part);
         } else if (part.type === 'tool_call') {
           toolCall(msg, String(part.call_id || ''), String(part.name || ''), part.arguments);
         } else if (part.type === 'tool_result') {
@@ -485,15 +622,16 @@
           const content = typeof part.content === 'string' ? part.content : pretty(part.content);
           if (call && call.resultBox.hidden) {
             setCall(call, bad ? 'failed' : 'completed', bad ? 'failed' : 'completed', pretty(content));
+            appendImages(call.images, part.images);
           }
-          msg.body.append(
-            el(
-              'div',
-              { cls: 'input-result', data: { callId } },
-              el('div', { cls: 'label', text: (bad ? 'error for ' : 'result for ') + callId }),
-              el('pre', { cls: 'tool-result mono', data: { state: bad ? 'failed' : 'completed' }, text: pretty(content) })
-            )
+          const box = el(
+            'div',
+            { cls: 'input-result', data: { callId } },
+            el('div', { cls: 'label', text: (bad ? 'error for ' : 'result for ') + callId }),
+            el('pre', { cls: 'tool-result mono', data: { state: bad ? 'failed' : 'completed' }, text: pretty(content) })
           );
+          appendImages(box, part.images);
+          msg.body.append(box);
           msg.text = null;
         }
       }
@@ -745,8 +883,17 @@
         case 'run.input':
           renderInput(p.message);
           return;
-        case 'model.text_delta':
-          appendText(assistantFor(p), typeof p.text === 'string' ? p.text : '');
+        case 'model.text_delta': {
+          const msg = assistantFor(p);
+          msg.reasoning = null;
+          appendText(msg, typeof p.text === 'string' ? p.text : '');
+          return;
+        }
+        case 'model.reasoning_delta':
+          reasoningDelta(p);
+          return;
+        case 'model.reasoning_end':
+          reasoningEnd(p);
           return;
         case 'model.tool_call':
           toolCall(assistantFor(p), String(p.call_id || ''), String(p.name || ''), p.arguments);
@@ -829,7 +976,10 @@
         case 'tool': {
           const call = state.calls.get(String(p.call_id));
           if (phase === 'completed') {
-            if (call) setCall(call, 'completed', 'completed', pretty(typeof p.output === 'string' ? p.output : p.output));
+            if (call) {
+              setCall(call, 'completed', 'completed', pretty(typeof p.output === 'string' ? p.output : p.output));
+              appendImages(call.images, p.images);
+            }
           } else if (phase === 'failed') {
             const uncertain = p.outcome === 'uncertain';
             if (uncertain) barState = 'uncertain';

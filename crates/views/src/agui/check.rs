@@ -19,7 +19,11 @@ pub fn check_event(event: &Value) -> Result<(), String> {
         "TOOL_CALL_START" => &["toolCallId", "toolCallName"],
         "TOOL_CALL_ARGS" => &["toolCallId", "delta"],
         "TOOL_CALL_END" => &["toolCallId"],
-        "TOOL_CALL_RESULT" => &["messageId", "toolCallId", "content"],
+        "TOOL_CALL_RESULT" => &["messageId", "toolCallId"],
+        "REASONING_START" | "REASONING_END" | "REASONING_MESSAGE_END" => &["messageId"],
+        "REASONING_MESSAGE_START" => &["messageId", "role"],
+        "REASONING_MESSAGE_CONTENT" => &["messageId", "delta"],
+        "REASONING_ENCRYPTED_VALUE" => &["subtype", "entityId", "encryptedValue"],
         "CUSTOM" => &["name"],
         "MESSAGES_SNAPSHOT" => &[],
         other => return Err(format!("{other} is not a type this view emits")),
@@ -32,19 +36,57 @@ pub fn check_event(event: &Value) -> Result<(), String> {
     if ty == "MESSAGES_SNAPSHOT" && !event.get("messages").is_some_and(Value::is_array) {
         return Err("MESSAGES_SNAPSHOT.messages is not an array".to_owned());
     }
+    if ty == "TOOL_CALL_RESULT"
+        && !event
+            .get("content")
+            .is_some_and(|c| c.is_string() || c.is_array())
+    {
+        return Err("TOOL_CALL_RESULT.content is neither a string nor parts".to_owned());
+    }
     if event.get("rawEvent").is_none_or(Value::is_null) {
         return Err(format!("{ty} has no rawEvent"));
     }
     Ok(())
 }
 
+/// What an event does to a scope: opens it, continues it or closes it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scoped {
+    Opens,
+    Continues,
+    Closes,
+}
+
+/// The scope an event type belongs to (its set and id member) and what
+/// it does to it; `None` for types outside any scope.
+fn scope_of(ty: &str) -> Option<(usize, &'static str, Scoped)> {
+    use Scoped::{Closes, Continues, Opens};
+    Some(match ty {
+        "STEP_STARTED" => (0, "stepName", Opens),
+        "STEP_FINISHED" => (0, "stepName", Closes),
+        "TEXT_MESSAGE_START" => (1, "messageId", Opens),
+        "TEXT_MESSAGE_CONTENT" => (1, "messageId", Continues),
+        "TEXT_MESSAGE_END" => (1, "messageId", Closes),
+        "TOOL_CALL_START" => (2, "toolCallId", Opens),
+        "TOOL_CALL_ARGS" => (2, "toolCallId", Continues),
+        "TOOL_CALL_END" => (2, "toolCallId", Closes),
+        "REASONING_START" => (3, "messageId", Opens),
+        "REASONING_END" => (3, "messageId", Closes),
+        "REASONING_MESSAGE_START" => (4, "messageId", Opens),
+        "REASONING_MESSAGE_CONTENT" => (4, "messageId", Continues),
+        "REASONING_MESSAGE_END" => (4, "messageId", Closes),
+        _ => return None,
+    })
+}
+
 /// Checks a whole stream the way `@ag-ui/client`'s `verifyEvents` does
 /// for the types this view emits: `RUN_STARTED` first, nothing after
 /// `RUN_FINISHED`/`RUN_ERROR`, every END after its START with no START
-/// of an open id, and no open step, message or call at `RUN_FINISHED`.
+/// of an open id, content only for an open id, and no open step, message,
+/// call or reasoning span or message at `RUN_FINISHED`.
 pub fn check_stream(events: &[Value]) -> Result<(), String> {
     use std::collections::HashSet;
-    let mut open: [HashSet<String>; 3] = Default::default();
+    let mut open: [HashSet<String>; 5] = Default::default();
     let mut ended = false;
     for (i, event) in events.iter().enumerate() {
         check_event(event).map_err(|e| format!("event {i}: {e}"))?;
@@ -52,40 +94,111 @@ pub fn check_stream(events: &[Value]) -> Result<(), String> {
         if ended || (i == 0) != (ty == "RUN_STARTED") {
             return Err(format!("event {i}: {ty} out of place"));
         }
-        let (set, id, opens) = match ty {
-            "STEP_STARTED" | "STEP_FINISHED" => (0, "stepName", ty == "STEP_STARTED"),
-            "TEXT_MESSAGE_START" | "TEXT_MESSAGE_END" => (1, "messageId", ty.ends_with("START")),
-            "TOOL_CALL_START" | "TOOL_CALL_END" => (2, "toolCallId", ty.ends_with("START")),
-            "TEXT_MESSAGE_CONTENT" | "TOOL_CALL_ARGS" => {
-                let (set, id) = if ty == "TOOL_CALL_ARGS" {
-                    (2, "toolCallId")
-                } else {
-                    (1, "messageId")
-                };
-                let key = event[id].as_str().unwrap_or_default();
-                if !open[set].contains(key) {
-                    return Err(format!("event {i}: {ty} of {key}, which is not open"));
-                }
-                continue;
-            }
-            "RUN_FINISHED" | "RUN_ERROR" => {
-                if ty == "RUN_FINISHED" && open.iter().any(|s| !s.is_empty()) {
-                    return Err(format!("event {i}: RUN_FINISHED with scopes open"));
-                }
-                ended = true;
-                continue;
-            }
-            _ => continue,
+        if ty == "RUN_FINISHED" && open.iter().any(|s| !s.is_empty()) {
+            return Err(format!("event {i}: RUN_FINISHED with scopes open"));
+        }
+        ended = matches!(ty, "RUN_FINISHED" | "RUN_ERROR");
+        let Some((set, id, what)) = scope_of(ty) else {
+            continue;
         };
         let key = event[id].as_str().unwrap_or_default().to_owned();
-        let fine = if opens {
-            open[set].insert(key.clone())
-        } else {
-            open[set].remove(&key)
+        let fine = match what {
+            Scoped::Opens => open[set].insert(key.clone()),
+            Scoped::Continues => open[set].contains(&key),
+            Scoped::Closes => open[set].remove(&key),
         };
+        if !fine && what == Scoped::Continues {
+            return Err(format!("event {i}: {ty} of {key}, which is not open"));
+        }
         if !fine {
             return Err(format!("event {i}: {ty} of {key} does not pair"));
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A stream of `(type, id member, id)` events, stamped, and whether
+    /// `check_stream` refuses it (the error containing `refusal`).
+    fn check(events: &[(&str, &str, &str)], refusal: Option<&str>) {
+        let mut stream =
+            vec![json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r", "rawEvent": {}})];
+        for (ty, member, id) in events {
+            let mut e = json!({"type": ty, "rawEvent": {}, "delta": "x", "role": "reasoning",
+                               "subtype": "message", "encryptedValue": "v", "entityId": id});
+            e[*member] = json!(id);
+            stream.push(e);
+        }
+        stream.push(json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "rawEvent": {}}));
+        match (check_stream(&stream), refusal) {
+            (Ok(()), None) => {}
+            (Err(e), Some(want)) => assert!(e.contains(want), "{e} lacks {want}"),
+            (got, want) => panic!("{events:?}: got {got:?}, wanted a refusal {want:?}"),
+        }
+    }
+
+    #[test]
+    fn reasoning_scopes_pair_like_messages() {
+        let m = "messageId";
+        let span = [
+            ("REASONING_START", m, "a"),
+            ("REASONING_MESSAGE_START", m, "a"),
+            ("REASONING_MESSAGE_CONTENT", m, "a"),
+            ("REASONING_ENCRYPTED_VALUE", m, "a"),
+            ("REASONING_MESSAGE_END", m, "a"),
+            ("REASONING_END", m, "a"),
+        ];
+        check(&span, None);
+        // Content outside its message, an end without its start, a start
+        // of an open id, and a span or message left open at the finish.
+        check(
+            &[("REASONING_MESSAGE_CONTENT", m, "a")],
+            Some("which is not open"),
+        );
+        check(&[("REASONING_END", m, "a")], Some("does not pair"));
+        check(&[("REASONING_MESSAGE_END", m, "a")], Some("does not pair"));
+        check(
+            &[("REASONING_START", m, "a"), ("REASONING_START", m, "a")],
+            Some("does not pair"),
+        );
+        check(&[("REASONING_START", m, "a")], Some("scopes open"));
+        check(&[("REASONING_MESSAGE_START", m, "a")], Some("scopes open"));
+        check(&[("REASONING_ENCRYPTED_VALUE", "entityId", "")], None);
+    }
+
+    #[test]
+    fn reasoning_events_need_their_members() {
+        for (event, refusal) in [
+            (
+                json!({"type": "REASONING_START", "rawEvent": {}}),
+                "REASONING_START.messageId",
+            ),
+            (
+                json!({"type": "REASONING_MESSAGE_START", "messageId": "a", "rawEvent": {}}),
+                "REASONING_MESSAGE_START.role",
+            ),
+            (
+                json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": "a", "rawEvent": {}}),
+                "REASONING_MESSAGE_CONTENT.delta",
+            ),
+            (
+                json!({"type": "REASONING_ENCRYPTED_VALUE", "subtype": "message", "entityId": "a", "rawEvent": {}}),
+                "REASONING_ENCRYPTED_VALUE.encryptedValue",
+            ),
+            (
+                json!({"type": "TOOL_CALL_RESULT", "messageId": "m", "toolCallId": "c", "content": 3, "rawEvent": {}}),
+                "neither a string nor parts",
+            ),
+        ] {
+            let err = check_event(&event).expect_err("refused");
+            assert!(err.contains(refusal), "{err} lacks {refusal}");
+        }
+        let parts = json!({"type": "TOOL_CALL_RESULT", "messageId": "m", "toolCallId": "c",
+                           "content": [{"type": "text", "text": "x"}], "rawEvent": {}});
+        assert_eq!(check_event(&parts), Ok(()));
+    }
 }

@@ -59,11 +59,33 @@ pub enum AguiEvent {
     ToolCallArgs { tool_call_id: String, delta: String },
     /// The tool call ends.
     ToolCallEnd { tool_call_id: String },
+    /// A span of reasoning begins (one per reasoning part: its id is the
+    /// reasoning message's).
+    ReasoningStart { message_id: String },
+    /// The span's reasoning message begins.
+    ReasoningMessageStart {
+        message_id: String,
+        role: ReasoningRole,
+    },
+    /// Text of the open reasoning message.
+    ReasoningMessageContent { message_id: String, delta: String },
+    /// The reasoning message ends.
+    ReasoningMessageEnd { message_id: String },
+    /// The span of reasoning ends.
+    ReasoningEnd { message_id: String },
+    /// A reasoning message's opaque value: its signature, or a redacted
+    /// part's encrypted value (`subtype` `message`, `entityId` the
+    /// reasoning message).
+    ReasoningEncryptedValue {
+        subtype: EncryptedSubtype,
+        entity_id: String,
+        encrypted_value: String,
+    },
     /// The tool's result; `error` is set when the tool failed.
     ToolCallResult {
         message_id: String,
         tool_call_id: String,
-        content: String,
+        content: Content,
         role: ToolRole,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
@@ -90,6 +112,34 @@ pub enum RunOutcome {
 pub enum TextRole {
     /// `"assistant"`.
     Assistant,
+}
+
+/// The role of a reasoning message: `"reasoning"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningRole {
+    /// `"reasoning"`.
+    Reasoning,
+}
+
+/// What a `REASONING_ENCRYPTED_VALUE` belongs to: this view only attaches
+/// values to reasoning messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EncryptedSubtype {
+    /// `"message"`.
+    Message,
+}
+
+/// A message's or tool result's content: text, or (when it holds images
+/// or files) AG-UI content parts in order (`text`, `image`, `document`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// Content parts, as AG-UI's `ContentPart` JSON.
+    Parts(Vec<Value>),
 }
 
 /// The role of a tool call's result message.
@@ -133,7 +183,8 @@ pub enum CustomValue {
     Logged(Value),
     /// `keel.discarded`: what a failed or cancelled model call leaves.
     Discarded(Discarded),
-    /// `keel.text_elided`: what a join's re-opened text leaves out.
+    /// `keel.text_elided`: what a join's re-opened text (or reasoning)
+    /// leaves out.
     TextElided(TextElided),
 }
 
@@ -147,6 +198,9 @@ pub struct Discarded {
     pub message_id: Option<String>,
     /// The tool calls it had open.
     pub tool_call_ids: Vec<String>,
+    /// Its reasoning messages (left out when it had none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reasoning_message_ids: Vec<String>,
 }
 
 /// The bytes of an open text message a join's prelude does not re-send

@@ -663,3 +663,279 @@ fn the_snapshot_is_rebuilt_under_the_callers_limits() {
     };
     assert_eq!(result(tight), "tool result exceeded limits.part_bytes");
 }
+
+// ------------------------------------------------ reasoning and images
+
+/// A one-pixel PNG, base64.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+fn reasoning(op: &str, text: &str) -> (&'static str, Value) {
+    (
+        "model.reasoning_delta",
+        json!({"turn": 1, "operation_id": op, "text": text}),
+    )
+}
+fn reasoning_end(op: &str, extra: Value) -> (&'static str, Value) {
+    let mut p = json!({"turn": 1, "operation_id": op, "provider": "anthropic"});
+    if let (Some(p), Some(extra)) = (p.as_object_mut(), extra.as_object()) {
+        p.extend(extra.clone());
+    }
+    ("model.reasoning_end", p)
+}
+
+/// A signed part, a redacted part and an unsigned part closed by text,
+/// then a tool whose result holds an image.
+fn reasoning_run() -> Vec<Event> {
+    run(&[
+        started(),
+        input(),
+        turn("turn.started", 1),
+        model_started("op_1"),
+        reasoning("op_1", "Let me "),
+        reasoning("op_1", "think."),
+        reasoning_end("op_1", json!({"signature": "sig-1"})),
+        reasoning_end("op_1", json!({"redacted": "opaque-1"})),
+        reasoning("op_1", "Now a tool."),
+        reasoning_end("op_1", json!({})),
+        delta("op_1", "Checking."),
+        tool_call("op_1", "c1"),
+        model_completed("op_1", "tool_calls"),
+        tool(
+            "tool.completed",
+            "c1",
+            json!({"output": "a chart", "images": [{"media_type": "image/png", "base64": PNG}]}),
+        ),
+        turn("turn.completed", 1),
+        ("run.completed", json!({})),
+    ])
+}
+
+#[test]
+fn reasoning_parts_are_spans_with_their_opaque_values() {
+    let out = check(
+        &reasoning_run(),
+        &[
+            "RUN_STARTED",
+            "CUSTOM keel.run.input",
+            "STEP_STARTED",
+            "CUSTOM keel.model.started",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_ENCRYPTED_VALUE",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_ENCRYPTED_VALUE",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TEXT_MESSAGE_END",
+            "TOOL_CALL_END",
+            "CUSTOM keel.model.completed",
+            "CUSTOM keel.usage",
+            "TOOL_CALL_RESULT",
+            "STEP_FINISHED",
+            "RUN_FINISHED",
+        ],
+    );
+    let ids: Vec<&str> = out
+        .iter()
+        .filter(|e| e["type"] == "REASONING_START")
+        .filter_map(|e| e["messageId"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "run_1.op_1.reasoning.1",
+            "run_1.op_1.reasoning.2",
+            "run_1.op_1.reasoning.3"
+        ]
+    );
+    assert_eq!(out[5]["role"], "reasoning");
+    assert_eq!(out[8]["encryptedValue"], "sig-1");
+    assert_eq!(out[8]["entityId"], "run_1.op_1.reasoning.1");
+    assert_eq!(out[8]["subtype"], "message");
+    assert_eq!(out[13]["encryptedValue"], "opaque-1");
+    assert_eq!(
+        out[29]["content"],
+        json!([{"type": "text", "text": "a chart"},
+               {"type": "image", "source": {"type": "data", "value": PNG, "mimeType": "image/png"}}])
+    );
+}
+
+/// A join inside a reasoning part re-opens it with its text so far; the
+/// snapshot holds the finished parts as reasoning messages with their
+/// opaque values, and tool images as AG-UI image parts.
+#[test]
+fn a_join_inside_reasoning_reopens_it() {
+    let events = reasoning_run();
+    let (mut mapper, out) =
+        prelude(&events[..6], Vec::new(), Limits::default()).expect("a prelude");
+    let mut out = values(out);
+    assert_eq!(
+        types(&out),
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STEP_STARTED",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT"
+        ]
+    );
+    assert_eq!(out[5]["delta"], "Let me think.");
+    assert_eq!(out[5]["messageId"], "run_1.op_1.reasoning.1");
+    for event in &events[6..] {
+        out.extend(values(mapper.map(event).expect("maps")));
+    }
+    check_stream(&out).expect("the joined stream checks out");
+
+    // A join in turn 2 sees turn 1 whole in the snapshot.
+    let mut later = events[..15].to_vec();
+    later.push(ev(16, "turn.started", json!({"turn": 2})));
+    let (_, out) = prelude(&later, Vec::new(), Limits::default()).expect("a prelude");
+    let out = values(out);
+    let messages = &out[1]["messages"];
+    assert_eq!(
+        messages[1],
+        json!({"id": "run_1.t1.a.reasoning.1", "role": "reasoning",
+               "content": "Let me think.", "encryptedValue": "sig-1"})
+    );
+    assert_eq!(
+        messages[2],
+        json!({"id": "run_1.t1.a.reasoning.2", "role": "reasoning",
+               "content": "", "encryptedValue": "opaque-1"})
+    );
+    assert_eq!(
+        messages[3],
+        json!({"id": "run_1.t1.a.reasoning.3", "role": "reasoning", "content": "Now a tool."})
+    );
+    assert_eq!(messages[4]["role"], "assistant");
+    assert_eq!(messages[5]["content"][1]["source"]["value"], PNG);
+}
+
+/// A model call that fails inside reasoning closes the part and names it
+/// discarded.
+#[test]
+fn reasoning_of_a_failed_call_is_closed_and_discarded() {
+    let out = check(
+        &run(&[
+            started(),
+            turn("turn.started", 1),
+            model_started("op_1"),
+            reasoning("op_1", "Hmm"),
+            (
+                "model.failed",
+                json!({"turn": 1, "operation_id": "op_1", "position": "partial",
+                       "problem": {"kind": "unavailable", "message": "x", "retryable": true}}),
+            ),
+            turn("turn.completed", 1),
+            ("run.completed", json!({})),
+        ]),
+        &[
+            "RUN_STARTED",
+            "STEP_STARTED",
+            "CUSTOM keel.model.started",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+            "CUSTOM keel.model.failed",
+            "CUSTOM keel.discarded",
+            "STEP_FINISHED",
+            "RUN_FINISHED",
+        ],
+    );
+    assert_eq!(
+        out[9]["value"]["reasoningMessageIds"],
+        json!(["run_1.op_1.reasoning.1"])
+    );
+}
+
+/// A user's image and file are AG-UI content parts in the snapshot.
+#[test]
+fn a_users_image_and_file_are_content_parts() {
+    let events = run(&[
+        started(),
+        (
+            "run.input",
+            json!({"message": {"id": "m1", "role": "user", "parts": [
+                {"type": "text", "text": "See"},
+                {"type": "image", "media_type": "image/png", "base64": PNG},
+                {"type": "image", "url": "https://example.com/a.gif"},
+                {"type": "file", "media_type": "text/plain", "name": "<b>a.txt", "base64": "aGk="}]}}),
+        ),
+        turn("turn.started", 1),
+    ]);
+    let (_, out) = prelude(&events, Vec::new(), Limits::default()).expect("a prelude");
+    let out = values(out);
+    assert_eq!(
+        out[1]["messages"][0]["content"],
+        json!([
+            {"type": "text", "text": "See"},
+            {"type": "image", "source": {"type": "data", "value": PNG, "mimeType": "image/png"}},
+            {"type": "image", "source": {"type": "url", "value": "https://example.com/a.gif"}},
+            {"type": "document", "source": {"type": "data", "value": "aGk=", "mimeType": "text/plain"},
+             "metadata": {"filename": "<b>a.txt"}}
+        ])
+    );
+}
+
+/// Reasoning after text in the same model call ends the text message
+/// first (so the parts keep their order), and text after it re-opens
+/// the call's message; a redacted part does the same.
+#[test]
+fn reasoning_between_text_ends_the_text_message() {
+    check(
+        &run(&[
+            started(),
+            turn("turn.started", 1),
+            model_started("op_1"),
+            delta("op_1", "A"),
+            reasoning("op_1", "R"),
+            reasoning_end("op_1", json!({})),
+            delta("op_1", "B"),
+            reasoning_end("op_1", json!({"redacted": "opaque"})),
+            model_completed("op_1", "stop"),
+            turn("turn.completed", 1),
+            ("run.completed", json!({})),
+        ]),
+        &[
+            "RUN_STARTED",
+            "STEP_STARTED",
+            "CUSTOM keel.model.started",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_MESSAGE_CONTENT",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "REASONING_START",
+            "REASONING_MESSAGE_START",
+            "REASONING_ENCRYPTED_VALUE",
+            "REASONING_MESSAGE_END",
+            "REASONING_END",
+            "CUSTOM keel.model.completed",
+            "CUSTOM keel.usage",
+            "STEP_FINISHED",
+            "RUN_FINISHED",
+        ],
+    );
+}

@@ -34,9 +34,15 @@ fn variant(event: &AguiEvent) -> usize {
         AguiEvent::ToolCallResult { .. } => 11,
         AguiEvent::MessagesSnapshot { .. } => 12,
         AguiEvent::Custom { .. } => 13,
+        AguiEvent::ReasoningStart { .. } => 14,
+        AguiEvent::ReasoningMessageStart { .. } => 15,
+        AguiEvent::ReasoningMessageContent { .. } => 16,
+        AguiEvent::ReasoningMessageEnd { .. } => 17,
+        AguiEvent::ReasoningEnd { .. } => 18,
+        AguiEvent::ReasoningEncryptedValue { .. } => 19,
     }
 }
-const VARIANTS: usize = 14;
+const VARIANTS: usize = 20;
 
 /// Each row's event, stamped, encodes to exactly its text (members in
 /// sorted order), every variant has a row, and every encoded event passes
@@ -118,7 +124,7 @@ fn text_and_tool_rows() -> Vec<(AguiEvent, &'static str)> {
     let result = |error: Option<&str>| AguiEvent::ToolCallResult {
         message_id: s("r.c1.result"),
         tool_call_id: s("c1"),
-        content: s("out"),
+        content: Content::Text(s("out")),
         role: ToolRole::Tool,
         error: error.map(s),
     };
@@ -195,9 +201,21 @@ fn snapshot_and_custom_rows() -> Vec<(AguiEvent, &'static str)> {
                 value: CustomValue::Discarded(Discarded {
                     message_id: None,
                     tool_call_ids: vec![s("c1"), s("c2")],
+                    reasoning_message_ids: Vec::new(),
                 }),
             },
             r#"{"name":"keel.discarded","rawEvent":{"ts":5000},"timestamp":5,"type":"CUSTOM","value":{"messageId":null,"toolCallIds":["c1","c2"]}}"#,
+        ),
+        (
+            AguiEvent::Custom {
+                name: s("keel.discarded"),
+                value: CustomValue::Discarded(Discarded {
+                    message_id: Some(s("m")),
+                    tool_call_ids: Vec::new(),
+                    reasoning_message_ids: vec![s("m.reasoning.1")],
+                }),
+            },
+            r#"{"name":"keel.discarded","rawEvent":{"ts":5000},"timestamp":5,"type":"CUSTOM","value":{"messageId":"m","reasoningMessageIds":["m.reasoning.1"],"toolCallIds":[]}}"#,
         ),
         (
             AguiEvent::Custom {
@@ -212,9 +230,64 @@ fn snapshot_and_custom_rows() -> Vec<(AguiEvent, &'static str)> {
     ]
 }
 
+/// `REASONING_*`, and a tool result whose content is parts.
+fn reasoning_rows() -> Vec<(AguiEvent, &'static str)> {
+    let id = || s("r.op.reasoning.1");
+    vec![
+        (
+            AguiEvent::ReasoningStart { message_id: id() },
+            r#"{"messageId":"r.op.reasoning.1","rawEvent":{"ts":5000},"timestamp":5,"type":"REASONING_START"}"#,
+        ),
+        (
+            AguiEvent::ReasoningMessageStart {
+                message_id: id(),
+                role: ReasoningRole::Reasoning,
+            },
+            r#"{"messageId":"r.op.reasoning.1","rawEvent":{"ts":5000},"role":"reasoning","timestamp":5,"type":"REASONING_MESSAGE_START"}"#,
+        ),
+        (
+            AguiEvent::ReasoningMessageContent {
+                message_id: id(),
+                delta: s("hmm"),
+            },
+            r#"{"delta":"hmm","messageId":"r.op.reasoning.1","rawEvent":{"ts":5000},"timestamp":5,"type":"REASONING_MESSAGE_CONTENT"}"#,
+        ),
+        (
+            AguiEvent::ReasoningMessageEnd { message_id: id() },
+            r#"{"messageId":"r.op.reasoning.1","rawEvent":{"ts":5000},"timestamp":5,"type":"REASONING_MESSAGE_END"}"#,
+        ),
+        (
+            AguiEvent::ReasoningEnd { message_id: id() },
+            r#"{"messageId":"r.op.reasoning.1","rawEvent":{"ts":5000},"timestamp":5,"type":"REASONING_END"}"#,
+        ),
+        (
+            AguiEvent::ReasoningEncryptedValue {
+                subtype: EncryptedSubtype::Message,
+                entity_id: id(),
+                encrypted_value: s("sig"),
+            },
+            r#"{"encryptedValue":"sig","entityId":"r.op.reasoning.1","rawEvent":{"ts":5000},"subtype":"message","timestamp":5,"type":"REASONING_ENCRYPTED_VALUE"}"#,
+        ),
+        (
+            AguiEvent::ToolCallResult {
+                message_id: s("r.c1.result"),
+                tool_call_id: s("c1"),
+                content: Content::Parts(vec![
+                    json!({"type": "text", "text": "out"}),
+                    json!({"type": "image", "source": {"type": "data", "value": "R0lG", "mimeType": "image/gif"}}),
+                ]),
+                role: ToolRole::Tool,
+                error: None,
+            },
+            r#"{"content":[{"text":"out","type":"text"},{"source":{"mimeType":"image/gif","type":"data","value":"R0lG"},"type":"image"}],"messageId":"r.c1.result","rawEvent":{"ts":5000},"role":"tool","timestamp":5,"toolCallId":"c1","type":"TOOL_CALL_RESULT"}"#,
+        ),
+    ]
+}
+
 #[test]
 fn every_event_type_encodes_as_pinned() {
     let mut rows = run_rows();
+    rows.extend(reasoning_rows());
     rows.extend(text_and_tool_rows());
     rows.extend(snapshot_and_custom_rows());
     check(rows);
@@ -237,7 +310,7 @@ fn every_message_kind_encodes_as_pinned() {
     };
     let tool = |error: Option<&str>| AguiMessage::Tool {
         id: s("t.c1"),
-        content: s("out"),
+        content: Content::Text(s("out")),
         tool_call_id: s("c1"),
         error: error.map(s),
     };
@@ -252,9 +325,32 @@ fn every_message_kind_encodes_as_pinned() {
         (
             AguiMessage::User {
                 id: s("u"),
-                content: s("Hi"),
+                content: Content::Text(s("Hi")),
             },
             r#"{"content":"Hi","id":"u","role":"user"}"#,
+        ),
+        (
+            AguiMessage::User {
+                id: s("u"),
+                content: Content::Parts(vec![json!({"type": "text", "text": "Hi"})]),
+            },
+            r#"{"content":[{"text":"Hi","type":"text"}],"id":"u","role":"user"}"#,
+        ),
+        (
+            AguiMessage::Reasoning {
+                id: s("a.reasoning.1"),
+                content: s("hmm"),
+                encrypted_value: None,
+            },
+            r#"{"content":"hmm","id":"a.reasoning.1","role":"reasoning"}"#,
+        ),
+        (
+            AguiMessage::Reasoning {
+                id: s("a.reasoning.2"),
+                content: s(""),
+                encrypted_value: Some(s("opaque")),
+            },
+            r#"{"content":"","encryptedValue":"opaque","id":"a.reasoning.2","role":"reasoning"}"#,
         ),
         (
             assistant(Some("ok"), Vec::new()),
