@@ -567,6 +567,13 @@ fn reasoning_parts() {
     for (row, got, want) in rows {
         check(row, got, want);
     }
+    let Part::Reasoning(r) = Part::reasoning(anthropic(), "Hmm.", None).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        (r.text(), r.signature(), r.redacted()),
+        ("Hmm.", None, None)
+    );
     let Part::Reasoning(r) = Part::reasoning(anthropic(), "", Some(opaque("c2ln"))).unwrap() else {
         panic!()
     };
@@ -812,6 +819,12 @@ fn message_bounds_count_media() {
             &l,
         ),
         Err(("limits.image_bytes", "$.history[0].parts[0].base64")),
+    );
+    let wide_file = Part::file(FileMediaType::PlainText, "a.txt", &[b'x'; 17]).unwrap();
+    check(
+        "file re-checked in a message",
+        Message::new_with(mid("m"), Role::User, vec![wide_file], &l),
+        Err(("limits.file_bytes", "$.parts[0].base64")),
     );
     let many = Message::new(mid("m"), Role::User, vec![Part::image(png(8)); 4]).unwrap();
     check(
@@ -1207,4 +1220,136 @@ fn serde_of_the_new_types_enforces_their_rules() {
     ] {
         assert_eq!(value.unwrap(), json);
     }
+}
+
+/// Each problem's text says what is wrong with the value, by size or
+/// offset only (the rows above check the rule and path; this checks the
+/// words in between).
+#[test]
+fn problems_say_what_is_wrong() {
+    let l = small();
+    let rows: Vec<(&str, Result<(), MessageError>, &str)> = vec![
+        (
+            "base64 length",
+            MediaBytes::from_base64("aGk", Bound::FileBytes, &l).map(drop),
+            "base64 is 3 bytes, not a multiple of 4",
+        ),
+        (
+            "base64 byte",
+            MediaBytes::from_base64("aG k", Bound::FileBytes, &l).map(drop),
+            "base64 has a disallowed byte at 2",
+        ),
+        (
+            "base64 bits",
+            MediaBytes::from_base64("aGl=", Bound::FileBytes, &l).map(drop),
+            "base64 has non-zero trailing bits at byte 2",
+        ),
+        (
+            "url scheme",
+            HttpsUrl::parse("ftp://a").map(drop),
+            "image url does not start with https://",
+        ),
+        (
+            "url host",
+            HttpsUrl::parse("https:///a").map(drop),
+            "image url has an empty host",
+        ),
+        (
+            "url credentials",
+            HttpsUrl::parse("https://u@a/").map(drop),
+            "image url has credentials before the host",
+        ),
+        (
+            "url length",
+            HttpsUrl::parse(&format!("https://a/{}", "x".repeat(2048))).map(drop),
+            "image url is 2058 bytes, over 2048",
+        ),
+        (
+            "url byte",
+            HttpsUrl::parse("https://a/ b").map(drop),
+            "image url has a disallowed byte at 10",
+        ),
+        (
+            "opaque empty",
+            OpaqueValue::new("").map(drop),
+            "opaque value is empty",
+        ),
+        (
+            "opaque byte",
+            OpaqueValue::new("ab c").map(drop),
+            "opaque value has a disallowed character at byte 2",
+        ),
+        (
+            "tag length",
+            ProviderTag::parse(&"a".repeat(65)).map(drop),
+            "provider tag is 65 bytes, over 64",
+        ),
+        (
+            "tag byte",
+            ProviderTag::parse("ab_C").map(drop),
+            "provider tag has a disallowed character at byte 3",
+        ),
+        (
+            "tag first",
+            ProviderTag::parse("_a").map(drop),
+            "provider tag has a disallowed character at byte 0",
+        ),
+        (
+            "file name byte",
+            FileName::parse("ab/c").map(drop),
+            "file name has a disallowed character at byte 2",
+        ),
+        (
+            "file name length",
+            FileName::parse(&"n".repeat(256)).map(drop),
+            "file name is 256 bytes, over 255",
+        ),
+        (
+            "file name dots",
+            FileName::parse("..").map(drop),
+            "file name is a dot segment of 2 byte(s)",
+        ),
+        (
+            "image type",
+            ImageMediaType::parse("image/svg+xml").map(drop),
+            "image media type (13 bytes) is not",
+        ),
+        (
+            "file type",
+            FileMediaType::parse("text/html").map(drop),
+            "file media type (9 bytes) is not",
+        ),
+        (
+            "image signature",
+            ImagePart::from_bytes_with(ImageMediaType::Gif, b"GIF", &l).map(drop),
+            "image bytes do not start with the image/gif signature",
+        ),
+        (
+            "pdf signature",
+            Part::file_with(FileMediaType::Pdf, "a", b"%PD", &l).map(drop),
+            "file bytes do not start with the application/pdf signature",
+        ),
+        (
+            "utf-8",
+            Part::file_with(FileMediaType::Csv, "a", b"ab\xffc", &l).map(drop),
+            "text/csv file is not UTF-8 at byte 2",
+        ),
+        (
+            "empty reasoning",
+            Part::reasoning(ProviderTag::custom(), "", None).map(drop),
+            "reasoning part has no text and no signature",
+        ),
+    ];
+    for (row, got, words) in rows {
+        let e = got.expect_err(row);
+        assert!(e.to_string().contains(words), "row {row}: {e}");
+    }
+    let url = HttpsUrl::parse("https://example.com:8443/a.png?sig=SECRET").unwrap();
+    assert_eq!(
+        format!("{url:?}"),
+        "HttpsUrl(https://example.com:8443/…, 41 bytes)"
+    );
+    let empty = MediaBytes::from_base64("", Bound::FileBytes, &l).unwrap();
+    assert!(empty.is_empty());
+    assert!(!png(8).bytes().unwrap().is_empty());
 }
