@@ -275,7 +275,11 @@ fn user_files(i: usize, parts: &[Value]) -> Result<Vec<Part>, BodyError> {
         if files.len() == limits.media_parts_per_message {
             return refuse(at, keel_message::Bound::MediaPartsPerMessage.rule());
         }
-        files.push(super::chat_files::file_part(&at, p, limits)?);
+        let part = super::chat_files::file_part(p, limits).map_err(|e| BodyError {
+            path: format!("{at}.{}", e.member),
+            rule: e.rule,
+        })?;
+        files.push(part);
     }
     Ok(files)
 }

@@ -13,10 +13,9 @@
 //!
 //! The rules and bounds (`limits.image_bytes`, `limits.file_bytes`, base64,
 //! signatures, file names) are `keel-message`'s; a refusal names the
-//! part's member (`messages[i].parts[j].url`) and the rule, never the
-//! content.
+//! part's member (`url`, which `chat` puts under `messages[i].parts[j]`)
+//! and the rule, never the content.
 
-use crate::chat::BodyError;
 use keel_message::{
     Bound, FileMediaType, FileName, FilePart, HttpsUrl, ImageMediaType, ImagePart, Limits,
     MediaBytes, MessageError, Part,
@@ -31,28 +30,36 @@ const DATA_URL_RULE: &str =
     "a data URL of the part's mediaType, base64 (data:<mediaType>;base64,…)";
 const FILE_URL_RULE: &str = "a data URL of the part's mediaType, base64 (data:<mediaType>;base64,…); a document is not fetched";
 
-/// The part `p` (a `file` part at `at`, `messages[i].parts[j]`) describes.
-pub fn file_part(at: &str, p: &Value, limits: &Limits) -> Result<Part, BodyError> {
-    let member = |m: &str| format!("{at}.{m}");
-    let refuse = |path: String, rule: &'static str| BodyError { path, rule };
-    let broke = |m: &'static str| move |e: MessageError| refuse(member(m), e.kind().rule());
+/// Why a `file` part was refused: the member and the rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilePartError {
+    /// The part's member: `mediaType`, `url` or `filename`.
+    pub member: &'static str,
+    /// What the member must be, or the rule it broke.
+    pub rule: &'static str,
+}
+
+/// The part `p` (a `file` part) describes.
+pub fn file_part(p: &Value, limits: &Limits) -> Result<Part, FilePartError> {
+    let refuse = |member: &'static str, rule: &'static str| FilePartError { member, rule };
+    let broke = |member: &'static str| move |e: MessageError| refuse(member, e.kind().rule());
     let Some(Value::String(media_type)) = p.get("mediaType") else {
-        return Err(refuse(member("mediaType"), "a string"));
+        return Err(refuse("mediaType", "a string"));
     };
     let Some(Value::String(url)) = p.get("url") else {
-        return Err(refuse(member("url"), "a string"));
+        return Err(refuse("url", "a string"));
     };
     let filename = match p.get("filename") {
         None | Some(Value::Null) => None,
         Some(Value::String(name)) => Some(name.as_str()),
-        Some(_) => return Err(refuse(member("filename"), "a string")),
+        Some(_) => return Err(refuse("filename", "a string")),
     };
     let data = match url.strip_prefix("data:") {
         None => None,
         Some(rest) => Some(
             rest.strip_prefix(media_type.as_str())
                 .and_then(|rest| rest.strip_prefix(";base64,"))
-                .ok_or_else(|| refuse(member("url"), DATA_URL_RULE))?,
+                .ok_or_else(|| refuse("url", DATA_URL_RULE))?,
         ),
     };
     if let Ok(image) = ImageMediaType::parse(media_type) {
@@ -63,10 +70,10 @@ pub fn file_part(at: &str, p: &Value, limits: &Limits) -> Result<Part, BodyError
         return part.map(Part::image).map_err(broke("url"));
     }
     let Ok(document) = FileMediaType::parse(media_type) else {
-        return Err(refuse(member("mediaType"), MEDIA_TYPE_RULE));
+        return Err(refuse("mediaType", MEDIA_TYPE_RULE));
     };
     let Some(base64) = data else {
-        return Err(refuse(member("url"), FILE_URL_RULE));
+        return Err(refuse("url", FILE_URL_RULE));
     };
     let name = FileName::parse(filename.unwrap_or(DEFAULT_FILE_NAME)).map_err(broke("filename"))?;
     MediaBytes::from_base64(base64, Bound::FileBytes, limits)
@@ -74,6 +81,3 @@ pub fn file_part(at: &str, p: &Value, limits: &Limits) -> Result<Part, BodyError
         .map(Part::File)
         .map_err(broke("url"))
 }
-
-#[cfg(test)]
-mod tests;

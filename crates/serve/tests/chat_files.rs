@@ -1,6 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-use crate::chat::{Ask, parse_body};
+//! `POST /v1/chat`'s user `file` parts (the AI SDK's), through the body
+//! parser the handler calls: what becomes an image or a file part, and
+//! each refusal naming the part's member and the rule or bound.
 use keel_message::Part;
+use keel_serve::chat::{Ask, parse_body};
 
 /// The PNG signature and the start of its header chunk.
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUg==";
@@ -211,7 +214,7 @@ fn file_names_are_kept_or_defaulted() {
             file("text/csv", url),
             named("text/csv", url, r#""t.csv""#)
         )),
-        [super::DEFAULT_FILE_NAME, "t.csv"]
+        ["attachment", "t.csv"]
     );
 }
 
