@@ -165,10 +165,11 @@ pub struct LimitExceeded {
 pub struct Limits {
     /// Content parts in one message. Default 64.
     pub parts_per_message: usize,
-    /// Bytes in one part: text, canonical tool-call arguments, or tool-result
-    /// content. Default 1 MiB.
+    /// Bytes in one part: text, canonical tool-call arguments, tool-result
+    /// content, or reasoning text. Default 1 MiB.
     pub part_bytes: usize,
-    /// Bytes across all parts of one message. Default 4 MiB.
+    /// Bytes across all parts of one message, decoded image and file bytes
+    /// and reasoning opaque values included. Default 4 MiB.
     pub message_bytes: usize,
     /// Messages in one request's history. Default 4,096.
     pub history_messages: usize,
