@@ -178,3 +178,70 @@ impl Reasoning {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use keel_message::{CallId, CanonicalJson, ToolName};
+
+    fn call() -> ToolCallPart {
+        ToolCallPart::new_with(
+            CallId::parse("c1").unwrap(),
+            ToolName::parse("f").unwrap(),
+            CanonicalJson::parse("{}").unwrap(),
+            &Limits::default(),
+        )
+        .unwrap()
+    }
+
+    /// Text or a call is an answer; reasoning alone is not.
+    #[test]
+    fn an_answer_is_text_or_a_call() {
+        let check = |name: &str, build: &dyn Fn(&mut AssistantDraft), answer: bool| {
+            let mut draft = AssistantDraft::default();
+            build(&mut draft);
+            assert_eq!(draft.has_answer(), answer, "[{name}]");
+        };
+        check("nothing", &|_| {}, false);
+        check("text", &|d| d.push_text("a"), true);
+        check("a call", &|d| d.push_call(call()), true);
+        check(
+            "reasoning only",
+            &|d| {
+                d.push_reasoning_delta("hm");
+                d.end_reasoning(ProviderTag::scripted(), None);
+            },
+            false,
+        );
+        check(
+            "text after reasoning",
+            &|d| {
+                d.push_reasoning_delta("hm");
+                d.end_reasoning(ProviderTag::scripted(), None);
+                d.push_text("a");
+            },
+            true,
+        );
+    }
+
+    /// A part is open from its first delta until it is closed; a redacted
+    /// part closes it first, unsigned.
+    #[test]
+    fn a_redacted_part_closes_the_open_one() {
+        let mut draft = AssistantDraft::default();
+        assert!(!draft.has_open_reasoning());
+        draft.push_reasoning_delta("hm");
+        assert!(draft.has_open_reasoning());
+        let value = OpaqueValue::new("opaque").unwrap();
+        draft.push_redacted(ProviderTag::anthropic(), value.clone());
+        assert!(!draft.has_open_reasoning());
+        let run = RunId::parse("run_1").unwrap();
+        let message = draft.to_message(&run, 1, &Limits::default()).unwrap();
+        let expected = [
+            Part::reasoning(ProviderTag::anthropic(), "hm", None).unwrap(),
+            Part::redacted_reasoning(ProviderTag::anthropic(), value),
+        ];
+        assert_eq!(message.parts(), expected);
+    }
+}
