@@ -13,10 +13,14 @@
 //!   repeated member anywhere above all, is refused at the path it names:
 //!   no member is read last-wins;
 //! - an accepted body obeys the documented bounds: an `id` of 1 to 64
-//!   bytes of `[A-Za-z0-9_-]`, and a user message with some text or at
-//!   least one answered approval.
+//!   bytes of `[A-Za-z0-9_-]`, and a user message with some text or a
+//!   file, or at least one answered approval (and no files); a user
+//!   message's files are image and file parts, at most
+//!   `media_parts_per_message`, each within its byte bound and valid for
+//!   its media type (an image's signature, a text file's UTF-8).
 #![no_main]
 
+use keel_message::{Limits, Part};
 use keel_serve::chat::{Ask, MAX_CHAT_ID_BYTES, parse_body};
 use libfuzzer_sys::fuzz_target;
 
@@ -55,8 +59,14 @@ fuzz_target!(|data: &[u8]| {
                     .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
             );
             match &body.ask {
-                Ask::User(texts) => assert!(texts.iter().any(|t| !t.is_empty())),
-                Ask::Approvals(answers) => assert!(!answers.is_empty()),
+                Ask::User(texts) => {
+                    assert!(texts.iter().any(|t| !t.is_empty()) || !body.files.is_empty());
+                    files(&body.files);
+                }
+                Ask::Approvals(answers) => {
+                    assert!(!answers.is_empty());
+                    assert!(body.files.is_empty(), "files beside approvals");
+                }
             }
         }
         Err(e) => {
@@ -75,3 +85,28 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// A user message's files are image and file parts within the default
+/// message limits, each valid for its type.
+fn files(files: &[Part]) {
+    let limits = Limits::default();
+    assert!(files.len() <= limits.media_parts_per_message, "{} files", files.len());
+    for part in files {
+        match part {
+            Part::Image(image) => {
+                if let Some(bytes) = image.bytes() {
+                    assert!(bytes.len() <= limits.image_bytes);
+                    let media_type = image.media_type().expect("inline bytes have a type");
+                    assert!(media_type.signature_matches(bytes.as_bytes()));
+                } else {
+                    assert!(image.url().is_some(), "an image with neither bytes nor url");
+                }
+            }
+            Part::File(file) => {
+                assert!(file.bytes().len() <= limits.file_bytes);
+                assert!(file.media_type().check_content(file.bytes().as_bytes()).is_ok());
+            }
+            other => panic!("a {} part among the files", other.kind()),
+        }
+    }
+}

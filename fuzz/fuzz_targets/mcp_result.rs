@@ -5,17 +5,23 @@
 //! - **0, `flatten`**: the second byte picks the bound
 //!   (`1024 + b * 64512 / 255`, so 1024 to 65536); the rest, up to 64 KiB,
 //!   is a `tools/call` result as JSON. Properties: no panic; the text is
-//!   within the bound; the same result flattened without a bound is never
-//!   cut and agrees on `isError`; uncut, the text is that whole
-//!   flattening; cut, `original_bytes` is its size and over the bound, and
-//!   the text is a prefix of it plus `\n[output cut: kept K of N bytes]`
-//!   with `K` the prefix's length, at most 3 bytes (a character boundary)
-//!   short of filling the bound; a refusal only for a non-object or a
-//!   `content` that is neither absent, `null` nor an array. Two exact
-//!   models: text items only (no `structuredContent`) flatten to the texts
-//!   joined with `\n`; without text items, one line per item, each a
-//!   `[…]` placeholder of at most 600 bytes, plus a line for
-//!   `structuredContent`.
+//!   within the bound; the images kept are within `FlattenBounds::new`'s
+//!   count, per-image and total bounds, each a valid part (its bytes carry
+//!   its type's signature), and a cut says what it kept, which is what was
+//!   kept; the same result flattened with the text unbounded keeps the
+//!   same images and cut, its text is never cut and it agrees on
+//!   `isError`; an image cut ends the text with `[images cut: kept K of N
+//!   images, B of T bytes]`, and the text before that line keeps room for
+//!   it; apart from that line: uncut, the text is that whole flattening;
+//!   cut, `original_bytes` is its size and over the bound, and the text is
+//!   a prefix of it plus `\n[output cut: kept K of N bytes]` with `K` the
+//!   prefix's length, at most 3 bytes (a character boundary) short of
+//!   filling the bound; a refusal only for a non-object or a `content`
+//!   that is neither absent, `null` nor an array. Two exact models: text
+//!   items only (no `structuredContent`) flatten to the texts joined with
+//!   `\n`; without text items, one line per item that is not an image
+//!   kept or cut, each a `[…]` placeholder of at most 600 bytes, plus a
+//!   line for `structuredContent`.
 //! - **1, `ServerConfig::from_entry`** on the rest as a `ServerEntry`
 //!   (serde_json), withholding `SOME_KEY`. On `Err`: the rule starts with
 //!   `mcp.`; the Display text is unchanged when the letters and digits of
@@ -41,7 +47,10 @@
 //!   checked.)
 #![no_main]
 
-use keel_mcp::{ServerConfig, ServerEntry, ServerName, Transport, WITHHELD_ENV, flatten};
+use keel_mcp::{
+    FlattenBounds, Flattened, ServerConfig, ServerEntry, ServerName, Transport, WITHHELD_ENV,
+    flatten, flatten_with,
+};
 use keel_message::{TOOL_NAME_MAX_BYTES, ToolName};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -75,13 +84,18 @@ fn result(rest: &[u8]) {
         return;
     };
     let max = 1024 + usize::from(b) * (65536 - 1024) / 255;
+    let bounds = FlattenBounds::new(max);
+    let text_unbounded = FlattenBounds {
+        text_bytes: usize::MAX,
+        ..bounds
+    };
     let shape_ok = value.as_object().is_some_and(|o| {
         matches!(
             o.get("content"),
             None | Some(Value::Null) | Some(Value::Array(_))
         )
     });
-    let (flat, full) = match (flatten(&value, max), flatten(&value, usize::MAX)) {
+    let (flat, full) = match (flatten(&value, max), flatten_with(&value, &text_unbounded)) {
         (Ok(flat), Ok(full)) => (flat, full),
         (Err(_), Err(_)) => {
             assert!(!shape_ok, "a well-shaped result refused\ninput: {value}");
@@ -90,17 +104,21 @@ fn result(rest: &[u8]) {
         (a, b) => panic!("the verdict depends on the bound: {a:?} / {b:?}\ninput: {value}"),
     };
     assert!(shape_ok, "an ill-shaped result accepted\ninput: {value}");
-    let text = flat.text();
     assert!(
-        text.len() <= max,
+        flat.text().len() <= max,
         "{} bytes over the bound {max}\ninput: {value}",
-        text.len()
+        flat.text().len()
     );
+    images(&flat, &bounds);
+    assert_eq!(flat.images(), full.images(), "the images depend on the text bound");
+    assert_eq!(flat.image_cut(), full.image_cut(), "the image cut depends on the text bound");
     let is_error = value.get("isError") == Some(&Value::Bool(true));
     assert_eq!(flat.is_error(), is_error, "isError");
     assert_eq!(full.is_error(), is_error, "isError (unbounded)");
     assert_eq!(full.original_bytes(), None, "cut without a bound");
-    let whole = full.text();
+    let (text, room) = without_image_line(&flat);
+    let (whole, _) = without_image_line(&full);
+    let max = max - room;
     match flat.original_bytes() {
         None => assert_eq!(text, whole, "uncut but not the whole flattening"),
         Some(n) => {
@@ -117,19 +135,62 @@ fn result(rest: &[u8]) {
                 "K is not the kept size"
             );
             assert!(whole.starts_with(kept), "the kept text is not a prefix");
-            let room = format!("\n[output cut: kept {n} of {n} bytes]").len();
+            let marker_room = format!("\n[output cut: kept {n} of {n} bytes]").len();
             assert!(
-                kept.len() + room + 3 >= max,
-                "kept {} bytes of a {max}-byte bound (marker room {room})",
+                kept.len() + marker_room + 3 >= max,
+                "kept {} bytes of a {max}-byte bound (marker room {marker_room})",
                 kept.len()
             );
         }
     }
-    model(&value, whole);
+    model(&value, whole, &full);
+}
+
+/// The images kept obey the bounds, and the cut says what was kept.
+fn images(flat: &Flattened, bounds: &FlattenBounds) {
+    let kept = flat.images();
+    assert!(kept.len() <= bounds.images, "{} images kept", kept.len());
+    let mut total = 0u64;
+    for image in kept {
+        let media_type = image.media_type().expect("an inline image has a type");
+        let bytes = image.bytes().expect("an MCP image is inline");
+        assert!(bytes.len() <= bounds.image_bytes, "an image over its bound");
+        assert!(
+            media_type.signature_matches(bytes.as_bytes()),
+            "an image kept without its signature"
+        );
+        total += bytes.len() as u64;
+    }
+    assert!(total <= bounds.images_bytes as u64, "images over their bound");
+    if let Some(cut) = flat.image_cut() {
+        assert_eq!(cut.kept_images(), kept.len(), "kept images");
+        assert_eq!(cut.kept_bytes(), total, "kept image bytes");
+        assert!(cut.kept_images() < cut.images(), "a cut that cut nothing");
+        assert!(cut.kept_bytes() <= cut.bytes(), "kept more bytes than there were");
+    }
+}
+
+/// The text without its image-cut line, and the room that line took.
+fn without_image_line(flat: &Flattened) -> (&str, usize) {
+    let Some(cut) = flat.image_cut() else {
+        return (flat.text(), 0);
+    };
+    let line = format!(
+        "[images cut: kept {} of {} images, {} of {} bytes]",
+        cut.kept_images(),
+        cut.images(),
+        cut.kept_bytes(),
+        cut.bytes()
+    );
+    let text = flat
+        .text()
+        .strip_suffix(line.as_str())
+        .unwrap_or_else(|| panic!("no image cut line: {:?}", flat.text()));
+    (text.strip_suffix('\n').unwrap_or(text), line.len() + 1)
 }
 
 /// The two shapes whose flattening is exactly predictable.
-fn model(value: &Value, whole: &str) {
+fn model(value: &Value, whole: &str, full: &Flattened) {
     let items: &[Value] = match value.get("content") {
         Some(Value::Array(items)) => items,
         _ => &[],
@@ -149,14 +210,17 @@ fn model(value: &Value, whole: &str) {
         .iter()
         .any(|item| item.get("type").and_then(Value::as_str) == Some("text"));
     if !any_text {
-        let lines: Vec<&str> = whole.split('\n').collect();
-        let expected = items.len() + usize::from(structured);
+        // Images kept or cut leave no line.
+        let images = full.image_cut().map_or(full.images().len(), |c| c.images());
+        let item_lines = items.len() - images;
+        let expected = item_lines + usize::from(structured);
         if expected == 0 {
             assert_eq!(whole, "", "nothing to flatten");
             return;
         }
+        let lines: Vec<&str> = whole.split('\n').collect();
         assert_eq!(lines.len(), expected, "one line per item\n{whole:?}");
-        for line in &lines[..items.len()] {
+        for line in &lines[..item_lines] {
             assert!(
                 line.starts_with('[') && line.ends_with(']') && line.len() <= 600,
                 "placeholder {line:?}"

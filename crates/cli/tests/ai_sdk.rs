@@ -884,3 +884,48 @@ async fn a_run_recovered_after_a_crash_does_not_wedge_the_conversation() {
         json!({"id": "r", "n": 2})
     );
 }
+
+/// A user's image and PDF (the AI SDK's `file` parts, data URLs) start
+/// the chat's run with both in the user message, byte-exact, files first;
+/// a type outside the allowlist is refused naming the part.
+#[tokio::test]
+async fn user_file_parts_reach_the_run() {
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    const PDF: &str = "JVBERi0xLjQKJeLjz9MK";
+    let d = chat_serve(&agent(reply_after(1)), &[], None);
+    let message = json!({"id": "u1", "role": "user", "parts": [
+        {"type": "file", "mediaType": "image/png", "filename": "dot.png",
+         "url": format!("data:image/png;base64,{PNG}")},
+        {"type": "file", "mediaType": "application/pdf", "filename": "a.pdf",
+         "url": format!("data:application/pdf;base64,{PDF}")},
+        {"type": "text", "text": "What are these?"}]});
+    chat(&d, body("img", vec![message])).await;
+    ended(&d, "chat-img-1", "completed").await;
+    let history = rebuilt(&d.db, "chat-img-1");
+    let user = history
+        .iter()
+        .find(|m| m.role() == keel_message::Role::User)
+        .unwrap();
+    let kinds: Vec<&str> = user.parts().iter().map(keel_message::Part::kind).collect();
+    assert_eq!(kinds, ["image", "file", "text"]);
+    match (&user.parts()[0], &user.parts()[1]) {
+        (keel_message::Part::Image(image), keel_message::Part::File(file)) => {
+            assert_eq!(image.bytes().unwrap().to_base64(), PNG);
+            assert_eq!(file.bytes().to_base64(), PDF);
+            assert_eq!(file.name().as_str(), "a.pdf");
+        }
+        other => panic!("{other:?}"),
+    }
+    let svg = json!({"id": "u1", "role": "user", "parts": [
+        {"type": "file", "mediaType": "image/svg+xml", "url": "data:image/svg+xml;base64,PHN2Zy8+"}]});
+    let (status, doc) = problem(&d, &body("svg", vec![svg])).await;
+    assert_eq!(status, 400, "{doc}");
+    assert_eq!(doc["path"], "messages[0].parts[0].mediaType", "{doc}");
+    assert!(
+        doc["detail"]
+            .as_str()
+            .unwrap()
+            .contains("message.image_media_type"),
+        "{doc}"
+    );
+}

@@ -151,7 +151,7 @@ fn everything_echo_sum_progress_and_an_image() {
         return;
     };
     let text = scenario(
-        json!([server("everything", everything)]),
+        json!([server("everything", everything.clone())]),
         &[vec![
             call("c1", "mcp__everything__echo", json!({"message": "hello"})),
             call("c2", "mcp__everything__get-sum", json!({"a": 2, "b": 40})),
@@ -168,11 +168,15 @@ fn everything_echo_sum_progress_and_an_image() {
     assert_eq!(ran.output("c1"), "Echo: hello");
     assert!(ran.output("c2").contains("42"), "{}", ran.output("c2"));
     assert!(!ran.output("c3").is_empty());
-    let image = ran.output("c4");
-    assert!(
-        image.contains("[image: image/png, ") && image.contains(" bytes]"),
-        "{image}"
+    // The image arrives as an image part of the result, byte-exact; the
+    // text around it stays the text.
+    assert_eq!(
+        ran.output("c4"),
+        "Here's the image you requested:\nThe image above is the MCP logo."
     );
+    let images = ran.tool_end("c4")["payload"]["images"].clone();
+    let expected = json!([{"media_type": "image/png", "base64": tiny_image(&everything)}]);
+    assert_eq!(images, expected);
     // Turn 1 records what the model was offered from the server.
     let changed = ran.of_kind("keel.tools_changed");
     assert_eq!(changed.len(), 1, "{}", ran.kinds());
@@ -182,6 +186,19 @@ fn everything_echo_sum_progress_and_an_image() {
         "{added:?}"
     );
     assert_eq!(changed[0]["payload"]["source"], "mcp:everything");
+}
+
+/// server-everything's `MCP_TINY_IMAGE` (the base64 `get-tiny-image`
+/// returns), read from the pinned package next to `command`'s script.
+fn tiny_image(command: &[String]) -> String {
+    let index = Path::new(&command[1]);
+    let source = index.with_file_name("tools").join("get-tiny-image.js");
+    let text =
+        std::fs::read_to_string(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+    let (_, rest) = text
+        .split_once("MCP_TINY_IMAGE = \"")
+        .unwrap_or_else(|| panic!("no MCP_TINY_IMAGE in {}", source.display()));
+    rest.split('"').next().unwrap_or_default().to_owned()
 }
 
 #[test]

@@ -105,13 +105,15 @@ pub fn terminals(log: &RunLog) -> Vec<Payload> {
         .collect()
 }
 
-/// Model attempts that recorded output (a text delta or a tool call): they
-/// close `partial`.
+/// Model attempts that recorded output (a text delta, reasoning or a tool
+/// call): they close `partial`.
 fn attempts_with_output(log: &RunLog) -> HashSet<OperationId> {
     log.retained_after(0)
         .iter()
         .filter_map(|e| match e.payload() {
             Ok(Payload::TextDelta(p)) => Some(p.operation_id),
+            Ok(Payload::ReasoningDelta(p)) => Some(p.operation_id),
+            Ok(Payload::ReasoningEnd(p)) => Some(p.operation_id),
             Ok(Payload::ToolCall(p)) => Some(p.operation_id),
             _ => None,
         })

@@ -14,6 +14,8 @@ enum Output {
     Nothing,
     Text,
     ToolCall,
+    Reasoning,
+    Redacted,
 }
 
 /// Opens run, turn 1 and model attempt `op_1`, records `output`, and
@@ -36,6 +38,11 @@ fn check(output: Output, position: RetryPosition) {
     match output {
         Output::Nothing => {}
         Output::Text => payloads.push(model.text("hel")),
+        Output::Reasoning => payloads.push(model.reasoning("hm")),
+        Output::Redacted => payloads.push(model.redacted_reasoning(
+            keel_message::ProviderTag::anthropic(),
+            keel_message::OpaqueValue::new("RWNy").unwrap(),
+        )),
         Output::ToolCall => {
             let tool = ToolUse::new(
                 1,
@@ -67,4 +74,7 @@ fn an_open_model_attempt_closes_partial_exactly_when_it_recorded_output() {
     check(Output::Nothing, RetryPosition::Pristine);
     check(Output::Text, RetryPosition::Partial);
     check(Output::ToolCall, RetryPosition::Partial);
+    // Reasoning is observed output too.
+    check(Output::Reasoning, RetryPosition::Partial);
+    check(Output::Redacted, RetryPosition::Partial);
 }

@@ -1,24 +1,67 @@
-//! From a `tools/call` result to the text the model reads, by stated rules:
+//! From a `tools/call` result to what the model reads, by stated rules:
 //!
 //! | content | becomes |
 //! | --- | --- |
 //! | `text` | its text |
-//! | `image`, `audio` | `[image: image/png, 1234 bytes]` (decoded size) |
+//! | `image` (png, jpeg, gif, webp; valid bytes) | an [`ImagePart`] of the result, within the image bounds |
+//! | `image` (another type, or bytes that are not that type) | `[image: image/svg+xml, 1234 bytes, not shown: rule message.image_media_type]` |
+//! | `audio` | `[audio: audio/wav, 1234 bytes]` (decoded size; never the bytes) |
 //! | `resource` (embedded) | `[resource: text/plain, 120 bytes, file:///a.txt]` |
 //! | `resource_link` | `[resource link: file:///a.txt, text/plain]` |
-//! | anything else | `[content: <type>]` |
+//! | anything else | `[content: <type>, <n> bytes]` (the item's JSON size) |
 //! | `structuredContent` | its canonical JSON, unless a text item already holds the same JSON |
 //!
 //! Items are joined with a newline. A text over the bound is cut at a
 //! character boundary and ends with `[output cut: kept K of N bytes]`,
 //! so the model sees the cut; the cut is also returned for the log.
 //! Names and URIs in placeholders are cut to 256 bytes each.
+//!
+//! Images have bounds of their own ([`FlattenBounds`]): at most
+//! `images` of them, each at most `image_bytes` decoded, all together at
+//! most `images_bytes` (by default the text's bound, so a result's text and
+//! images each fit it). They are kept in order while they fit; what is cut
+//! is said in one last line of the text, `[images cut: kept K of N images,
+//! B of T bytes]` (room for it is kept within the text's bound), and
+//! returned as an [`ImageCut`].
 
 use keel_message::canonical::to_canonical_string;
+use keel_message::{ImagePart, Limits};
 use serde_json::Value;
+
+mod images;
+
+pub use images::ImageCut;
 
 /// The longest mime type or URI a placeholder repeats.
 const PLACEHOLDER_FIELD_MAX_BYTES: usize = 256;
+
+/// The bounds a result is flattened under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlattenBounds {
+    /// The text's bound, marker included.
+    pub text_bytes: usize,
+    /// The most images kept.
+    pub images: usize,
+    /// The largest image kept, in decoded bytes.
+    pub image_bytes: usize,
+    /// The most decoded image bytes kept, all images together.
+    pub images_bytes: usize,
+}
+
+impl FlattenBounds {
+    /// `text_bytes` for the text, and for the images together; the count
+    /// and size of each image are the default message limits
+    /// (`media_parts_per_message`, `image_bytes`).
+    pub fn new(text_bytes: usize) -> FlattenBounds {
+        let limits = Limits::default_ref();
+        FlattenBounds {
+            text_bytes,
+            images: limits.media_parts_per_message,
+            image_bytes: limits.image_bytes,
+            images_bytes: text_bytes,
+        }
+    }
+}
 
 /// A flattened result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +69,8 @@ pub struct Flattened {
     text: String,
     original_bytes: Option<u64>,
     is_error: bool,
+    images: Vec<ImagePart>,
+    image_cut: Option<ImageCut>,
 }
 
 impl Flattened {
@@ -44,6 +89,16 @@ impl Flattened {
         self.is_error
     }
 
+    /// The images kept, in the result's order.
+    pub fn images(&self) -> &[ImagePart] {
+        &self.images
+    }
+
+    /// What of the images was cut, when some were.
+    pub fn image_cut(&self) -> Option<ImageCut> {
+        self.image_cut
+    }
+
     /// Takes the text.
     pub fn into_text(self) -> String {
         self.text
@@ -59,15 +114,31 @@ pub enum FlattenError {
     Shape,
 }
 
-/// Flattens `result` (a `CallToolResult` as JSON), cut to `max_bytes`.
+/// Flattens `result` (a `CallToolResult` as JSON), its text cut to
+/// `max_bytes` and its images within [`FlattenBounds::new`]`(max_bytes)`.
 pub fn flatten(result: &Value, max_bytes: usize) -> Result<Flattened, FlattenError> {
+    flatten_with(result, &FlattenBounds::new(max_bytes))
+}
+
+/// Flattens `result` (a `CallToolResult` as JSON) under `bounds`.
+pub fn flatten_with(result: &Value, bounds: &FlattenBounds) -> Result<Flattened, FlattenError> {
     let object = result.as_object().ok_or(FlattenError::Shape)?;
     let content = match object.get("content") {
         None | Some(Value::Null) => &[][..],
         Some(Value::Array(items)) => items.as_slice(),
         Some(_) => return Err(FlattenError::Shape),
     };
-    let mut pieces: Vec<String> = content.iter().map(item_text).collect();
+    let mut kept = images::Kept::new(bounds);
+    let mut pieces: Vec<String> = Vec::with_capacity(content.len());
+    for item in content {
+        if item.get("type").and_then(Value::as_str) == Some("image") {
+            if let Some(placeholder) = kept.offer(item) {
+                pieces.push(placeholder);
+            }
+        } else {
+            pieces.push(item_text(item));
+        }
+    }
     if let Some(structured) = object.get("structuredContent") {
         let repeated = content.iter().any(|item| {
             item.get("type").and_then(Value::as_str) == Some("text")
@@ -82,11 +153,32 @@ pub fn flatten(result: &Value, max_bytes: usize) -> Result<Flattened, FlattenErr
         }
     }
     let is_error = object.get("isError").and_then(Value::as_bool) == Some(true);
-    let (text, original_bytes) = cut(pieces.join("\n"), max_bytes);
+    let images::KeptImages {
+        parts: images,
+        cut: image_cut,
+    } = kept.finish();
+    let text = pieces.join("\n");
+    let (text, original_bytes) = match image_cut {
+        None => cut(text, bounds.text_bytes),
+        Some(image_cut) => {
+            // The images' line always fits: the text keeps room for it
+            // and the newline before it.
+            let line = image_cut.marker();
+            let room = line.len() + 1;
+            let (mut text, original) = cut(text, bounds.text_bytes.saturating_sub(room));
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&line);
+            (text, original)
+        }
+    };
     Ok(Flattened {
         text,
         original_bytes,
         is_error,
+        images,
+        image_cut,
     })
 }
 
@@ -94,8 +186,8 @@ fn item_text(item: &Value) -> String {
     let field = |name: &str| item.get(name).and_then(Value::as_str);
     match field("type") {
         Some("text") => field("text").unwrap_or_default().to_owned(),
-        Some(kind @ ("image" | "audio")) => format!(
-            "[{kind}: {}, {} bytes]",
+        Some("audio") => format!(
+            "[audio: {}, {} bytes]",
             short(field("mimeType").unwrap_or("unknown type")),
             base64_decoded_len(field("data").unwrap_or_default())
         ),
@@ -105,7 +197,11 @@ fn item_text(item: &Value) -> String {
             short(field("uri").unwrap_or("no uri")),
             short(field("mimeType").unwrap_or("unknown type"))
         ),
-        Some(other) => format!("[content: {}]", short(other)),
+        Some(other) => format!(
+            "[content: {}, {} bytes]",
+            short(other),
+            serde_json::to_string(item).map_or(0, |json| json.len())
+        ),
         None => "[content: untyped]".to_owned(),
     }
 }
@@ -125,13 +221,13 @@ fn resource_text(resource: &Value) -> String {
 }
 
 /// The size base64 text decodes to, without decoding it.
-fn base64_decoded_len(data: &str) -> u64 {
+pub(crate) fn base64_decoded_len(data: &str) -> u64 {
     let significant = data.bytes().filter(|b| !b.is_ascii_whitespace()).count() as u64;
     let padding = data.bytes().rev().take_while(|&b| b == b'=').count() as u64;
     (significant / 4 * 3 + (significant % 4).saturating_sub(1)).saturating_sub(padding.min(2))
 }
 
-fn short(text: &str) -> String {
+pub(crate) fn short(text: &str) -> String {
     let mut end = text.len().min(PLACEHOLDER_FIELD_MAX_BYTES);
     while !text.is_char_boundary(end) {
         end -= 1;

@@ -22,7 +22,10 @@
 //! - **Names**: `mcp__<server>__<tool>`, sanitized and hash-shortened to
 //!   the `ToolName` rule ([`qualified_name`]).
 //! - **Results**: flattened by stated rules and cut to a bound, the cut
-//!   marked in the text and recorded as `output_cut` ([`flatten()`]).
+//!   marked in the text and recorded as `output_cut` ([`flatten()`]);
+//!   image content becomes the result's image parts within bounds of
+//!   their own, a cut said in the text ([`FlattenBounds`]); audio and
+//!   other content are placeholders naming their type and size.
 //! - **Failures**: `isError` and a crash mid-call are `uncertain`; a
 //!   JSON-RPC refusal is `definitive`; a crashed server is started again
 //!   for the next call; the engine's per-call timeout drops the call,
@@ -66,7 +69,7 @@ pub use config::{
 pub use config_error::McpConfigError;
 pub use connection::{MESSAGE_MAX_BYTES, STDERR_TAIL_BYTES};
 pub use error::McpStartError;
-pub use flatten::{FlattenError, Flattened, flatten};
+pub use flatten::{FlattenBounds, FlattenError, Flattened, ImageCut, flatten, flatten_with};
 pub use naming::qualified_name;
 pub use server::TOOLS_MAX;
 pub use source::McpToolSource;

@@ -265,10 +265,13 @@ fn result_output(
             ToolRetry::NotRetryable,
         ));
     }
-    Ok(match flat.original_bytes() {
+    // The images are shared with the flattening, not copied.
+    let images = flat.images().to_vec();
+    let output = match flat.original_bytes() {
         Some(original) => ToolOutput::cut(flat.into_text(), original),
         None => ToolOutput::new(flat.into_text()),
-    })
+    };
+    Ok(output.with_images(images))
 }
 
 async fn call_error(
@@ -313,5 +316,51 @@ async fn call_error(
             ToolOutcome::Uncertain,
             ToolRetry::Retryable,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    /// A 1×1 PNG.
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+    fn output(result: Value, bound: usize) -> Result<ToolOutput, ToolError> {
+        let result: rmcp::model::CallToolResult = serde_json::from_value(result).unwrap();
+        result_output(&ServerName::parse("s").unwrap(), &result, bound)
+    }
+
+    /// The image content of a result reaches the tool output as image
+    /// parts, beside the text, and the text's cut stays recorded.
+    #[test]
+    fn image_content_becomes_the_outputs_images() {
+        let image = serde_json::json!({"type": "image", "data": PNG, "mimeType": "image/png"});
+        let out = output(
+            serde_json::json!({"content": [{"type": "text", "text": "a pixel:"}, image]}),
+            1024,
+        )
+        .unwrap();
+        assert_eq!(out.content(), "a pixel:");
+        assert_eq!(out.output_cut(), None);
+        let [part] = out.images() else {
+            panic!("{:?}", out.images());
+        };
+        assert_eq!(part.bytes().map(|b| b.to_base64()).as_deref(), Some(PNG));
+        let long = "x".repeat(4000);
+        let cut = output(
+            serde_json::json!({"content": [{"type": "text", "text": long}, image]}),
+            1024,
+        )
+        .unwrap();
+        assert_eq!(cut.images().len(), 1);
+        assert_eq!(cut.output_cut().map(|c| c.original_bytes), Some(4000));
+        // A failure reported by the server carries no images.
+        let failed = output(
+            serde_json::json!({"content": [image], "isError": true}),
+            1024,
+        );
+        assert!(failed.is_err());
     }
 }

@@ -225,6 +225,3 @@ fn check_redacted(path: &str, w: &RedactedWire, limits: &Limits) -> Result<Part,
     let data = OpaqueValue::new_with(&w.data, limits).map_err(at(member("data")))?;
     Ok(Part::redacted_reasoning(provider, data))
 }
-
-#[cfg(test)]
-mod tests;

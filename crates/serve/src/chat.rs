@@ -30,6 +30,18 @@
 //! holds a `--max-streams` slot (keyed by the conversation id) while it
 //! is open; at the cap the POST is refused before a run starts.
 //!
+//! A last user message may carry the AI SDK's `file` parts
+//! (`{"type": "file", "mediaType", "url", "filename"?}`): an image type
+//! (png, jpeg, gif, webp) from a `data:` URL of that type or an `https`
+//! URL becomes an image part; `application/pdf`, `text/plain`,
+//! `text/markdown`, `text/csv` and `application/json` from a `data:` URL
+//! become a file part (named by `filename`, or `attachment`); any other
+//! type is refused naming the part's `mediaType`, and every bound
+//! (`limits.image_bytes`, `limits.file_bytes`, the media parts of one
+//! message) and rule (base64, the bytes' signature, the file name) is
+//! refused naming the part's member and the rule. The message holds the
+//! files, then the text.
+//!
 //! Bounds: the body at most [`super::MAX_BODY_BYTES`], an `id` of at most
 //! [`MAX_CHAT_ID_BYTES`] bytes of `[A-Za-z0-9_-]` (a [`ChatId`]), at most
 //! [`MAX_MESSAGES`] messages of at most [`MAX_PARTS`] parts each, and at
@@ -86,6 +98,9 @@ pub struct ChatBody {
     pub provider: Option<String>,
     /// What the last message asks for.
     pub ask: Ask,
+    /// The images and files of a last user message, in order (its `file`
+    /// parts, checked: see the module documentation).
+    pub files: Vec<Part>,
     /// Whether an earlier message is an assistant's (the client claims a
     /// history).
     pub claims_history: bool,
@@ -162,8 +177,12 @@ pub fn parse_body(text: &str) -> Result<ChatBody, BodyError> {
             last = Some((role, parts));
         }
     }
+    let mut files = Vec::new();
     let ask = match last {
-        Some(("user", parts)) => user_ask(messages.len() - 1, parts)?,
+        Some(("user", parts)) => {
+            files = user_files(messages.len() - 1, parts)?;
+            user_ask(messages.len() - 1, parts, !files.is_empty())?
+        }
         Some(("assistant", parts)) => approvals_ask(messages.len() - 1, parts)?,
         _ => {
             return refuse(
@@ -177,6 +196,7 @@ pub fn parse_body(text: &str) -> Result<ChatBody, BodyError> {
         model,
         provider,
         ask,
+        files,
         claims_history,
     })
 }
@@ -213,7 +233,9 @@ fn part_type(p: &Value) -> &str {
     p.get("type").and_then(Value::as_str).unwrap_or("")
 }
 
-fn user_ask(i: usize, parts: &[Value]) -> Result<Ask, BodyError> {
+/// The text of user message `i`; `has_files` when it has file parts
+/// ([`user_files`]), which may stand without text.
+fn user_ask(i: usize, parts: &[Value], has_files: bool) -> Result<Ask, BodyError> {
     let mut texts = Vec::new();
     for (j, p) in parts.iter().enumerate() {
         match part_type(p) {
@@ -221,22 +243,45 @@ fn user_ask(i: usize, parts: &[Value]) -> Result<Ask, BodyError> {
                 Some(Value::String(t)) => texts.push(t.clone()),
                 _ => return refuse(format!("messages[{i}].parts[{j}].text"), "a string"),
             },
-            t if t.starts_with("data-") || t == "step-start" => {}
+            t if t.starts_with("data-") || t == "step-start" || t == "file" => {}
             _ => {
                 return refuse(
                     format!("messages[{i}].parts[{j}].type"),
-                    "a user message's parts are text (data parts are ignored)",
+                    "a user message's parts are text and file (data parts are ignored)",
                 );
             }
         }
     }
-    if texts.iter().all(String::is_empty) {
+    if !has_files && texts.iter().all(String::is_empty) {
         return refuse(
             format!("messages[{i}].parts"),
-            "at least one non-empty text part",
+            "at least one non-empty text part or one file part",
         );
     }
     Ok(Ask::User(texts))
+}
+
+/// The `file` parts of user message `i` as image and file parts, under
+/// the default message limits (the run's limits are checked again when
+/// the message is built).
+fn user_files(i: usize, parts: &[Value]) -> Result<Vec<Part>, BodyError> {
+    let limits = keel_message::Limits::default_ref();
+    let mut files = Vec::new();
+    for (j, p) in parts.iter().enumerate() {
+        if part_type(p) != "file" {
+            continue;
+        }
+        let at = format!("messages[{i}].parts[{j}]");
+        if files.len() == limits.media_parts_per_message {
+            return refuse(at, keel_message::Bound::MediaPartsPerMessage.rule());
+        }
+        let part = super::chat_files::file_part(p, limits).map_err(|e| BodyError {
+            path: format!("{at}.{}", e.member),
+            rule: e.rule,
+        })?;
+        files.push(part);
+    }
+    Ok(files)
 }
 
 fn approvals_ask(i: usize, parts: &[Value]) -> Result<Ask, BodyError> {
@@ -345,7 +390,13 @@ async fn converse(
     let last = chat_runs::last_run(daemon, &body.id).await?;
     match (body.ask, last) {
         (Ask::User(_), None) if body.claims_history => Err(unknown_conversation(&body.id)),
-        (Ask::User(texts), None) => start(daemon, template, &body.id, 1, None, &texts).await,
+        (Ask::User(texts), None) => {
+            let user = UserMessage {
+                texts: &texts,
+                files: &body.files,
+            };
+            start(daemon, template, &body.id, 1, None, user).await
+        }
         (Ask::User(_), Some(last)) if last.running() => Err(problem(
             StatusCode::CONFLICT,
             "conversation-busy",
@@ -364,7 +415,11 @@ async fn converse(
             if let Some(p) = previous {
                 chat_runs::check_owned(daemon, &body.id, p).await?;
             }
-            start(daemon, template, &body.id, last.n + 1, previous, &texts).await
+            let user = UserMessage {
+                texts: &texts,
+                files: &body.files,
+            };
+            start(daemon, template, &body.id, last.n + 1, previous, user).await
         }
         (Ask::Approvals(_), None) => Err(unknown_conversation(&body.id)),
         (Ask::Approvals(answers), Some(last)) => {
@@ -373,15 +428,23 @@ async fn converse(
     }
 }
 
+/// What the user's message holds: its files, then its text (the AI SDK's
+/// order).
+#[derive(Clone, Copy)]
+struct UserMessage<'a> {
+    texts: &'a [String],
+    files: &'a [Part],
+}
+
 /// Starts the conversation's `n`th run (continuing run `previous`) with
-/// the user's text, and streams it.
+/// the user's message, and streams it.
 async fn start(
     daemon: &Arc<Daemon>,
     template: &dyn RunPlan,
     id: &ChatId,
     n: u64,
     previous: Option<u64>,
-    texts: &[String],
+    user: UserMessage<'_>,
 ) -> Result<Response, Problem> {
     let limits = daemon.message_limits().clone();
     let path = "messages";
@@ -396,10 +459,17 @@ async fn start(
     };
     let name = run_name(id, n);
     let run_id = RunId::parse(&name).map_err(|e| bad(e.into()))?;
-    let parts = texts
+    let texts = user
+        .texts
         .iter()
         .filter(|t| !t.is_empty())
-        .map(|t| Part::text_with(t, &limits))
+        .map(|t| Part::text_with(t, &limits));
+    let parts = user
+        .files
+        .iter()
+        .cloned()
+        .map(Ok)
+        .chain(texts)
         .collect::<Result<Vec<_>, _>>()
         .map_err(bad)?;
     let message_id = keel_eventlog::history::follow_up_message_id(&run_id, 1).map_err(bad)?;

@@ -71,6 +71,7 @@ pub mod approvals;
 pub mod auth;
 pub mod body_timeout;
 pub mod chat;
+mod chat_files;
 pub mod chat_runs;
 pub mod config;
 mod conn;

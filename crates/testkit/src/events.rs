@@ -35,10 +35,13 @@
 
 use keel_eventlog::{
     CommitError, ErrorText, Event, Extra, ModelCompleted, ModelRef, ModelStarted, Payload,
-    RunCancelled, RunCompleted, RunFailed, RunLog, RunStarted, TextDelta, ToolCall, ToolCompleted,
-    ToolFailed, ToolOutcome, ToolRef, ToolRetry, TurnFailed, TurnRef,
+    ReasoningDelta, ReasoningEnd, RunCancelled, RunCompleted, RunFailed, RunLog, RunStarted,
+    TextDelta, ToolCall, ToolCompleted, ToolFailed, ToolOutcome, ToolRef, ToolRetry, TurnFailed,
+    TurnRef,
 };
-use keel_message::{CallId, CanonicalJson, ModelName, OperationId, ToolName};
+use keel_message::{
+    CallId, CanonicalJson, ModelName, OpaqueValue, OperationId, ProviderTag, ToolName,
+};
 use keel_stream::{FinishReason, Usage};
 use std::sync::Arc;
 
@@ -134,6 +137,41 @@ impl ModelAttempt {
             turn: self.turn,
             operation_id: self.operation_id.clone(),
             text: text.into(),
+            extra: Extra::new(),
+        })
+    }
+
+    /// `model.reasoning_delta` carrying `text`.
+    pub fn reasoning(&self, text: impl Into<String>) -> Payload {
+        Payload::ReasoningDelta(ReasoningDelta {
+            turn: self.turn,
+            operation_id: self.operation_id.clone(),
+            text: text.into(),
+            extra: Extra::new(),
+        })
+    }
+
+    /// `model.reasoning_end` closing the open part from `provider`, with
+    /// its `signature` if any.
+    pub fn reasoning_end(&self, provider: ProviderTag, signature: Option<OpaqueValue>) -> Payload {
+        Payload::ReasoningEnd(ReasoningEnd {
+            turn: self.turn,
+            operation_id: self.operation_id.clone(),
+            provider,
+            signature,
+            redacted: None,
+            extra: Extra::new(),
+        })
+    }
+
+    /// `model.reasoning_end` of a redacted part from `provider`.
+    pub fn redacted_reasoning(&self, provider: ProviderTag, value: OpaqueValue) -> Payload {
+        Payload::ReasoningEnd(ReasoningEnd {
+            turn: self.turn,
+            operation_id: self.operation_id.clone(),
+            provider,
+            signature: None,
+            redacted: Some(value),
             extra: Extra::new(),
         })
     }

@@ -1,6 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-use crate::file::{ScenarioError, parse};
+//! The `messages` of a scenario file through the loader: the `parts`
+//! form's text, image, file and reasoning parts, and each refusal naming
+//! the member and the rule or bound.
 use keel_message::{Part, Role};
+use keel_scenario::file::{ScenarioError, parse};
 use std::path::Path;
 
 /// The PNG signature and the start of its header chunk.
