@@ -508,6 +508,48 @@ async fn mcp_tools_of_the_chat_scenario_reach_the_sdk() {
     assert_eq!(texts(&message), ["It said: from mcp"]);
 }
 
+/// server-everything's `get-tiny-image` through a chat run: the MCP
+/// image arrives in `tool.completed` and the SDK assembles it as a file
+/// part holding the bytes.
+#[tokio::test]
+async fn an_mcp_image_assembles_into_a_file_part() {
+    let Some(everything) = common::mcp::everything_stdio("an_mcp_image_assembles_into_a_file_part")
+    else {
+        return;
+    };
+    if frontends::node_modules("an_mcp_image_assembles_into_a_file_part").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = json!({
+        "model": "scripted-1",
+        "messages": [{"role": "system", "text": "You show images."}],
+        "limits": {"tool_timeout_ms": 20000},
+        "mcp_servers": [{"name": "everything", "command": everything}],
+        "provider": {"type": "scripted", "calls": [
+            [{"tool_call": {"call_id": "c1", "name": "mcp__everything__get-tiny-image", "arguments": {}}},
+             {"complete": {"finish": "tool_calls"}}],
+            [{"text": "Here it is."}, {"complete": {"finish": "stop"}}]
+        ]}
+    });
+    let file = dir.path().join("chat.json");
+    std::fs::write(&file, scenario.to_string()).unwrap();
+    let d = Serve::new()
+        .args(&["--chat-scenario", file.to_str().unwrap()])
+        .start();
+    let sse = chat(&d, body("conv-img", vec![user("an image please")])).await;
+    let (message, _) = assemble(&sse, None);
+    let files = parts_of(&message, "file");
+    assert_eq!(files.len(), 1, "{message}");
+    assert_eq!(files[0]["mediaType"], "image/png");
+    let url = files[0]["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("data:image/png;base64,iVBORw0KGgo"),
+        "{url}"
+    );
+    assert_eq!(texts(&message), ["Here it is."]);
+}
+
 // ---- The chat's own runs (#32): the namespace, the mark, the bound, ----
 // ---- failed last runs and the stream cap.                            ----
 

@@ -740,6 +740,52 @@ async fn reasoning_images_and_files_are_shown_safely() {
     b.close().await;
 }
 
+/// server-everything's `get-tiny-image`: the MCP image in
+/// `tool.completed` is shown beside the tool's result from a blob: URL.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mcp_image_is_shown_from_its_bytes() {
+    let Some(tools) = tools("an_mcp_image_is_shown_from_its_bytes") else {
+        return;
+    };
+    let Some(everything) = common::mcp::everything_stdio("an_mcp_image_is_shown_from_its_bytes")
+    else {
+        return;
+    };
+    // A client's scenario names the operator's server.
+    let flag = format!("everything={}", everything.join(" "));
+    let daemon = start_daemon(&["--mcp", &flag], &[]);
+    let scenario = json!({
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "an image please"}],
+        "limits": {"tool_timeout_ms": 20000},
+        "mcp_servers": [{"name": "everything"}],
+        "provider": {"type": "scripted", "calls": [
+            [{"tool_call": {"call_id": "c1", "name": "mcp__everything__get-tiny-image", "arguments": {}}},
+             {"complete": {"finish": "tool_calls"}}],
+            [{"text": "Here it is."}, {"complete": {"finish": "stop"}}]
+        ]}
+    });
+    let run = daemon.create(&scenario.to_string(), None).await;
+    assert_eq!(daemon.wait_ended(&run, None).await["status"], "completed");
+    let b = Browser::start(&tools).await;
+    b.goto(&daemon.url(&format!("/runs/{run}"))).await;
+    wait_run_status(&b, "completed", SECS_20).await;
+    let image = b
+        .wait_js(
+            "the tool's image to load",
+            SECS_10,
+            "const i = document.querySelector('.tool-call[data-call-id=c1] .tool-images img.media-image');\
+             return i && i.complete && i.naturalWidth > 0 ? [i.src, i.alt] : null;",
+        )
+        .await;
+    assert!(image[0].as_str().unwrap().starts_with("blob:"), "{image}");
+    assert!(
+        image[1].as_str().unwrap().starts_with("image image/png "),
+        "{image}"
+    );
+    b.close().await;
+}
+
 /// The same scenario the cross-site pages try to start.
 fn drive_by() -> String {
     json!({

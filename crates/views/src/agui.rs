@@ -26,10 +26,18 @@
 //! );
 //! ```
 //!
-//! Bounds: the mapper holds one open step, one open text message (its
-//! text kept up to [`MAX_TEXT_BYTES`] for a later prelude; what is beyond
-//! is counted, not kept, and the prelude says so in a `keel.text_elided`
-//! event) and at most [`MAX_OPEN_CALLS`] open tool calls (one more is the
+//! Reasoning parts are AG-UI reasoning spans and messages, their
+//! signature or redacted value a `REASONING_ENCRYPTED_VALUE`; a join
+//! inside one re-opens it (the mapping is `agui/reasoning.rs`). A tool's
+//! images and a user's images and files are AG-UI content parts
+//! (`image` with a `data` or `url` source, `document` with the file's
+//! name in `metadata`) in `TOOL_CALL_RESULT` and `MESSAGES_SNAPSHOT`.
+//!
+//! Bounds: the mapper holds one open step, one open text message and one
+//! open reasoning message (each's text kept up to [`MAX_TEXT_BYTES`] for a
+//! later prelude; what is beyond is counted, not kept, and the prelude
+//! says so in a `keel.text_elided` event), the ids of the open model
+//! call's reasoning messages (for `keel.discarded`) and at most [`MAX_OPEN_CALLS`] open tool calls (one more is the
 //! typed error [`AguiError::TooManyOpenCalls`]). Each event is mapped on
 //! its own: nothing is buffered across events beyond that state.
 //!
@@ -38,8 +46,8 @@
 //! mapping here: they reach the client verbatim inside the `keel.*`
 //! `CUSTOM` events, which carry the payload as it is in the log.
 //!
-//! Files: this one is the mapper; `agui/event.rs` the typed events and
-//! their encoding, `agui/message.rs` the snapshot's typed messages,
+//! Files: this one is the mapper; `agui/reasoning.rs` its reasoning
+//! events; `agui/event.rs` the typed events and their encoding, `agui/message.rs` the snapshot's typed messages,
 //! `agui/prelude.rs` a join's prelude, `agui/check.rs` the view's own
 //! schema and stream checks ([`check_event`], [`check_stream`]).
 

@@ -173,7 +173,7 @@ fn media_payload(pick: u8, arg: u8, turn: u64, op: String, call: String) -> (&'s
         ),
         _ => (
             "model.reasoning_delta",
-            json!({"turn": turn, "operation_id": format!("op_{}", (arg + 1) % 3), "text": "x"}),
+            json!({"turn": turn, "operation_id": format!("op_{}", (u16::from(arg) + 1) % 3), "text": "x"}),
         ),
     }
 }
