@@ -16,6 +16,8 @@ pub const PROVIDER_TAG_MAX_BYTES: usize = 64;
 /// use keel_message::ProviderTag;
 /// assert_eq!(ProviderTag::anthropic().as_str(), "anthropic");
 /// assert_eq!(ProviderTag::parse("openai-compatible")?, ProviderTag::openai_compatible());
+/// assert_eq!(ProviderTag::parse("openai-responses")?, ProviderTag::openai_responses());
+/// assert_eq!(ProviderTag::gemini().as_str(), "gemini");
 /// assert!(ProviderTag::parse("Anthropic").is_err());
 /// # Ok::<(), keel_message::MessageError>(())
 /// ```
@@ -68,6 +70,16 @@ impl ProviderTag {
     /// `openai-compatible`: the OpenAI-compatible chat completions adapter.
     pub fn openai_compatible() -> ProviderTag {
         ProviderTag(Arc::from("openai-compatible"))
+    }
+
+    /// `openai-responses`: the OpenAI Responses API adapter.
+    pub fn openai_responses() -> ProviderTag {
+        ProviderTag(Arc::from("openai-responses"))
+    }
+
+    /// `gemini`: the Google Gemini `generateContent` adapter.
+    pub fn gemini() -> ProviderTag {
+        ProviderTag(Arc::from("gemini"))
     }
 
     /// `scripted`: keel-testkit's scripted provider.

@@ -405,6 +405,15 @@ pub enum ConformanceFailure {
         /// `redacted_reasoning`, `tool_call`, `completion`, `failure`).
         item: &'static str,
     },
+    /// [`check_secret_free`]: an item carries the secret (the item's
+    /// index is named; the secret is not).
+    #[error("item {index} ({item}) carries the API key")]
+    SecretLeaked {
+        /// The item's index in [`Observed::items`].
+        index: usize,
+        /// The item's kind (`text`, `tool_call`, `completion`, `failure`, …).
+        item: &'static str,
+    },
     /// [`check_drop_mid_stream`] could not drop mid-stream: the stream
     /// ended (or failed to start) first.
     #[error("the stream ended after {read} item(s), before it could be dropped mid-stream")]
@@ -676,6 +685,72 @@ fn compare_problem(
         }
     }
     Ok(())
+}
+
+/// Requires that no validated item carries `secret` (an API key): not in
+/// a text or reasoning delta, a tool call's name or arguments, a
+/// completion's metadata, or a failure's message. Each item is searched in
+/// its `Debug` form and in the text it would put in the log.
+///
+/// ```
+/// use keel_testkit::conformance::{CheckOptions, ConformanceFailure, check_secret_free, observe};
+/// use keel_testkit::{ScriptItem, ScriptedProvider};
+/// use keel_stream::FinishReason;
+/// # use keel_message::*; use std::sync::Arc;
+/// # let history: Arc<[Message]> = vec![Message::text(MessageId::parse("m1")?, Role::User, "Hi")?].into();
+/// # let request = ModelRequest::new(OperationIdIssuer::new().issue(), ModelName::parse("m")?, history, Arc::from([]))?;
+/// let provider = ScriptedProvider::new(vec![vec![
+///     ScriptItem::text("key sk-123"), ScriptItem::complete(FinishReason::Stop),
+/// ]]);
+/// let rt = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+/// let seen = rt.block_on(observe(&provider, request, &CheckOptions::default()));
+/// assert_eq!(check_secret_free(&seen, "sk-999"), Ok(()));
+/// assert_eq!(
+///     check_secret_free(&seen, "sk-123"),
+///     Err(ConformanceFailure::SecretLeaked { index: 0, item: "text" })
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn check_secret_free(seen: &Observed, secret: &str) -> Result<(), ConformanceFailure> {
+    for (index, item) in seen.items.iter().enumerate() {
+        if logged_text(item).contains(secret) || format!("{item:?}").contains(secret) {
+            return Err(ConformanceFailure::SecretLeaked {
+                index,
+                item: item_kind(item),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What `item` would put in the log, as one string.
+fn logged_text(item: &StreamItem) -> String {
+    match item {
+        StreamItem::TextDelta(delta) => delta.text().to_owned(),
+        StreamItem::ReasoningDelta(delta) => delta.text().to_owned(),
+        StreamItem::ReasoningSignature(signature) => format!("{signature:?}"),
+        StreamItem::RedactedReasoning(redacted) => format!("{redacted:?}"),
+        StreamItem::ToolCall(call) => format!(
+            "{} {} {}",
+            call.call_id().as_str(),
+            call.name().as_str(),
+            call.arguments().as_str()
+        ),
+        StreamItem::Completion(done) => done.metadata().to_canonical_string(),
+        StreamItem::Failure(failure) => failure.to_string(),
+    }
+}
+
+fn item_kind(item: &StreamItem) -> &'static str {
+    match item {
+        StreamItem::TextDelta(_) => "text",
+        StreamItem::ReasoningDelta(_) => "reasoning",
+        StreamItem::ReasoningSignature(_) => "reasoning_signature",
+        StreamItem::RedactedReasoning(_) => "redacted_reasoning",
+        StreamItem::ToolCall(_) => "tool_call",
+        StreamItem::Completion(_) => "completion",
+        StreamItem::Failure(_) => "failure",
+    }
 }
 
 /// Runs `provider` on `request` and checks its validated output against
