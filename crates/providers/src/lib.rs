@@ -150,6 +150,7 @@ mod decode;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod gemini;
 mod http;
 mod key;
 mod kind;
@@ -169,6 +170,7 @@ pub use config::{
     DEFAULT_MAX_ERROR_BODY_BYTES, ProviderConfig,
 };
 pub use error::ProviderConfigError;
+pub use gemini::{GEMINI_BASE_URL, GEMINI_NAMESPACE, Gemini, GeminiConfig, GeminiOptions};
 pub use key::{API_KEY_MAX_BYTES, ApiKey, ApiKeyError};
 pub use kind::{ConnectOptions, ProviderKind, UnknownProviderKind};
 pub use openai::{
