@@ -59,7 +59,9 @@ pub struct ConnectOptions {
 
 /// A type name that is not a [`ProviderKind`]. Does not echo the name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown provider type (rule provider.type: expected openai-compatible, anthropic or gemini)")]
+#[error(
+    "unknown provider type (rule provider.type: expected openai-compatible, anthropic or gemini)"
+)]
 pub struct UnknownProviderKind;
 
 impl ProviderKind {

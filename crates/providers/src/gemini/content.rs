@@ -96,7 +96,9 @@ fn tool_parts(parts: &[Part], names: &CallNames<'_>) -> Vec<Value> {
             _ => None,
         })
         .collect();
-    let responses = results.iter().map(|result| function_response(result, names));
+    let responses = results
+        .iter()
+        .map(|result| function_response(result, names));
     let images = results
         .iter()
         .flat_map(|result| result.images())
@@ -110,9 +112,7 @@ fn function_response(result: &ToolResultPart, names: &CallNames<'_>) -> Value {
     let key = if result.is_error() { "error" } else { "output" };
     // A request's results all have their call (rule
     // call_id.orphan_result), so the name is always found.
-    let name = names
-        .get(result.call_id())
-        .map_or("", |name| name.as_str());
+    let name = names.get(result.call_id()).map_or("", |name| name.as_str());
     json!({"functionResponse": {
         "id": result.call_id().as_str(),
         "name": name,
@@ -135,7 +135,9 @@ fn model_parts(parts: &[Part]) -> Vec<Value> {
                         Some(target) => {
                             carried.insert(target, signature);
                         }
-                        None => out.push(json!({"text": "", "thoughtSignature": signature.as_str()})),
+                        None => {
+                            out.push(json!({"text": "", "thoughtSignature": signature.as_str()}))
+                        }
                     }
                     continue;
                 }

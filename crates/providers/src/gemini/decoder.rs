@@ -19,7 +19,9 @@
 use super::GEMINI_NAMESPACE;
 use super::call_ids::CallIds;
 use super::errors::{ErrorBody, classify_stream_error};
-use crate::decode::{finish_with_calls, max_arguments_bytes, namespaced, push_reasoning, push_text};
+use crate::decode::{
+    finish_with_calls, max_arguments_bytes, namespaced, push_reasoning, push_text,
+};
 use crate::key::ApiKey;
 use crate::problem::{bad_json, fail, protocol, too_many_calls};
 use crate::pump::{Decoder, Flow};
@@ -124,9 +126,17 @@ fn finish_of(reason: &str) -> Option<Finish> {
     Some(match reason {
         "STOP" => Complete(FinishReason::Stop),
         "MAX_TOKENS" => Complete(FinishReason::Length),
-        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY"
-        | "IMAGE_PROHIBITED_CONTENT" | "IMAGE_RECITATION" => Complete(FinishReason::ContentFilter),
-        "MALFORMED_FUNCTION_CALL" | "UNEXPECTED_TOOL_CALL" | "TOO_MANY_TOOL_CALLS"
+        "SAFETY"
+        | "RECITATION"
+        | "BLOCKLIST"
+        | "PROHIBITED_CONTENT"
+        | "SPII"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "IMAGE_RECITATION" => Complete(FinishReason::ContentFilter),
+        "MALFORMED_FUNCTION_CALL"
+        | "UNEXPECTED_TOOL_CALL"
+        | "TOO_MANY_TOOL_CALLS"
         | "MALFORMED_RESPONSE" => Problem(ProblemKind::Other, true),
         "MISSING_THOUGHT_SIGNATURE" => Problem(ProblemKind::InvalidRequest, false),
         "LANGUAGE" | "OTHER" | "IMAGE_OTHER" | "NO_IMAGE" => Problem(ProblemKind::Other, false),
@@ -187,7 +197,10 @@ impl GeminiDecoder {
                     &mut usage.tool_use_prompt_token_count,
                     wire.tool_use_prompt_token_count,
                 ),
-                (&mut usage.candidates_token_count, wire.candidates_token_count),
+                (
+                    &mut usage.candidates_token_count,
+                    wire.candidates_token_count,
+                ),
                 (&mut usage.thoughts_token_count, wire.thoughts_token_count),
             ] {
                 if value.is_some() {
@@ -421,14 +434,22 @@ mod tests {
                     parts(json!([{"text": ".", "thought": true, "thoughtSignature": "S1"}])),
                     finish("STOP"),
                 ],
-                vec![r("Hmm, øk"), r("ay"), r("."), signed("S1"), done(FinishReason::Stop)],
+                vec![
+                    r("Hmm, øk"),
+                    r("ay"),
+                    r("."),
+                    signed("S1"),
+                    done(FinishReason::Stop),
+                ],
             ),
             // A signature on a call: redacted, before the call, closing
             // the open reasoning.
             (
                 vec![
                     parts(json!([{"text": "Plan.", "thought": true}])),
-                    parts(json!([{"functionCall": {"name": "f", "args": {}}, "thoughtSignature": "S2"}, {"functionCall": {"name": "f"}}])),
+                    parts(
+                        json!([{"functionCall": {"name": "f", "args": {}}, "thoughtSignature": "S2"}, {"functionCall": {"name": "f"}}]),
+                    ),
                     finish("STOP"),
                 ],
                 vec![

@@ -185,7 +185,8 @@ mod tests {
         check(503, overloaded, ProblemKind::Overloaded, true, None);
         let internal = r#"[{"error":{"code":500,"message":"An internal error has occurred.","status":"INTERNAL"}}]"#;
         check(500, internal, ProblemKind::Unavailable, true, None);
-        let missing = r#"{"error":{"code":404,"message":"models/nope is not found","status":"NOT_FOUND"}}"#;
+        let missing =
+            r#"{"error":{"code":404,"message":"models/nope is not found","status":"NOT_FOUND"}}"#;
         check(404, missing, ProblemKind::InvalidRequest, false, None);
         check(504, "<html>", ProblemKind::Timeout, true, None);
         check(403, "{}", ProblemKind::Auth, false, None);
@@ -195,7 +196,10 @@ mod tests {
         let problem = classify_stream_error(&stream);
         assert_eq!(
             (problem.kind, problem.message.as_str()),
-            (ProblemKind::Overloaded, "stream error UNAVAILABLE: overloaded")
+            (
+                ProblemKind::Overloaded,
+                "stream error UNAVAILABLE: overloaded"
+            )
         );
     }
 }
