@@ -513,19 +513,26 @@ async fn broken_chunks_are_protocol_failures() {
         assert_eq!(failure.kind(), ProblemKind::Protocol);
         assert_eq!(failure.problem().message(), message);
     }
-    // A call over the bound of arguments.
-    let big = "x".repeat(Limits::default().json_bytes * 2);
-    let seen = observe_one(Reply::sse(sse_body([chunk(
-        json!([{"functionCall": {"name": "f", "args": {"a": big}}}]),
+    // A call over the bound of arguments (twice `json_bytes`).
+    let server = Server::one(Reply::sse(sse_body([chunk(
+        json!([{"functionCall": {"name": "f", "args": {"a": "x".repeat(300)}}}]),
         Some("STOP"),
     )])))
     .await;
-    assert!(
-        seen.failure
-            .unwrap()
-            .problem()
-            .message()
-            .contains("args over")
+    let small = Gemini::new(GeminiConfig {
+        limits: Limits {
+            json_bytes: 150,
+            ..Limits::default()
+        },
+        ..config(&server)
+    })
+    .unwrap();
+    let seen = observe(&small, simple_request("m"), &allow()).await;
+    let failure = seen.failure.unwrap();
+    assert_eq!(failure.kind(), ProblemKind::Protocol);
+    assert_eq!(
+        failure.problem().message(),
+        "function call args over 300 bytes"
     );
     // An unknown part kind, member and candidate are ignored.
     let seen = observe_one(Reply::sse(sse_body([
