@@ -1,5 +1,5 @@
 //! The network providers this crate adapts, by the type name a
-//! configuration writes (`openai-compatible`, `anthropic`).
+//! configuration writes (`openai-compatible`, `anthropic`, `gemini`).
 
 use crate::anthropic::{ANTHROPIC_BASE_URL, Anthropic, AnthropicConfig, AnthropicOptions};
 use crate::error::ProviderConfigError;
