@@ -354,6 +354,39 @@ async fn reasoning_of_other_providers_is_dropped_and_a_lone_signature_kept() {
             ],
             json!([{"text": "Hm.", "thought": true}, {"text": "Done."}]),
         ),
+        // A call streamed with its signature, then text: the draft puts
+        // the segment's text first, the signature stays on the call.
+        (
+            vec![
+                Part::redacted_reasoning(ProviderTag::gemini(), sig()),
+                Part::text("Done.").unwrap(),
+                Part::tool_call(
+                    CallId::parse("c9").unwrap(),
+                    ToolName::parse("f").unwrap(),
+                    CanonicalJson::parse("{}").unwrap(),
+                )
+                .unwrap(),
+            ],
+            json!([{"text": "Done."}, {"functionCall": {"id": "c9", "name": "f", "args": {}},
+                    "thoughtSignature": "CiQB0e2Kb7vF0xzmX1HU"}]),
+        ),
+        // A signature alone before a thought: its part is gone, it goes
+        // back alone, not on a call after the thought.
+        (
+            vec![
+                Part::redacted_reasoning(ProviderTag::gemini(), sig()),
+                Part::reasoning(ProviderTag::gemini(), "Hm.", None).unwrap(),
+                Part::tool_call(
+                    CallId::parse("c9").unwrap(),
+                    ToolName::parse("f").unwrap(),
+                    CanonicalJson::parse("{}").unwrap(),
+                )
+                .unwrap(),
+            ],
+            json!([{"text": "", "thoughtSignature": "CiQB0e2Kb7vF0xzmX1HU"},
+                   {"text": "Hm.", "thought": true},
+                   {"functionCall": {"id": "c9", "name": "f", "args": {}}}]),
+        ),
     ] {
         let request = continued(
             &simple_request("gemini-2.5-flash"),

@@ -39,9 +39,9 @@ impl CallIds {
             .history()
             .iter()
             .flat_map(|message| message.parts())
+            // Every result's id is a call's (rule call_id.orphan_result).
             .filter_map(|part| match part {
                 Part::ToolCall(call) => Some(call.call_id().as_str().to_owned()),
-                Part::ToolResult(result) => Some(result.call_id().as_str().to_owned()),
                 _ => None,
             })
             .collect();
