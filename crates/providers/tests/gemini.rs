@@ -578,6 +578,32 @@ async fn broken_chunks_are_protocol_failures() {
     assert_eq!(seen.finish(), Some(FinishReason::Stop));
 }
 
+/// Each chunk reports the counts so far; a count a later chunk leaves out
+/// keeps its last value.
+#[tokio::test]
+async fn usage_counts_are_the_latest_reported() {
+    let with_usage = |parts: Value, finish: Option<&str>, usage: Value| {
+        let mut chunk: Value = serde_json::from_str(&chunk(parts, finish)).unwrap();
+        chunk["usageMetadata"] = usage;
+        chunk.to_string()
+    };
+    let seen = observe_one(Reply::sse(sse_body([
+        with_usage(
+            json!([{"text": "a"}]),
+            None,
+            json!({"promptTokenCount": 5, "candidatesTokenCount": 1, "toolUsePromptTokenCount": 2}),
+        ),
+        with_usage(
+            json!([{"text": "b"}]),
+            Some("STOP"),
+            json!({"candidatesTokenCount": 3, "thoughtsTokenCount": 4}),
+        ),
+    ])))
+    .await;
+    let usage = seen.usage().unwrap();
+    assert_eq!((usage.input_tokens, usage.output_tokens), (7, 7));
+}
+
 #[tokio::test]
 async fn the_key_never_leaks() {
     // A server that echoes the key in its error message and a header.
