@@ -460,6 +460,17 @@ mod tests {
                     done(FinishReason::ToolCalls),
                 ],
             ),
+            // An empty text part leaves the thought open for its
+            // signature.
+            (
+                vec![
+                    parts(json!([{"text": "Plan.", "thought": true}])),
+                    parts(json!([{"text": ""}])),
+                    parts(json!([{"text": "", "thought": true, "thoughtSignature": "S5"}])),
+                    finish("STOP"),
+                ],
+                vec![r("Plan."), signed("S5"), done(FinishReason::Stop)],
+            ),
             // A signature alone on an empty text part at the end, and a
             // signed thought part with no text open.
             (
