@@ -18,7 +18,7 @@ use crate::error::ProviderConfigError;
 use crate::key::ApiKey;
 use crate::shell::{Shell, Wire};
 use keel_message::{Limits, ModelName, ModelRequest, ProviderTag};
-use keel_stream::{ModelProvider, ProblemKind, RawProblem, StartFuture};
+use keel_stream::{ModelProvider, RawProblem, StartFuture};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use std::fmt;
@@ -128,6 +128,8 @@ fn model_url(models: &reqwest::Url, model: &ModelName) -> reqwest::Url {
     let name = model.as_str();
     let name = name.strip_prefix("models/").unwrap_or(name);
     let mut url = models.clone();
+    // Always a base: the base URL rule admits only http(s) URLs with a
+    // host.
     if let Ok(mut segments) = url.path_segments_mut() {
         segments.push(&format!("{name}:streamGenerateContent"));
     }
@@ -172,18 +174,7 @@ impl Wire for GeminiOptions {
         endpoint: &reqwest::Url,
         request: &ModelRequest,
     ) -> Result<reqwest::Url, RawProblem> {
-        let url = model_url(endpoint, request.model());
-        // The endpoint passed the base URL rule; a cannot-be-a-base URL
-        // (which would leave the model out) is not http(s).
-        if url.path().ends_with(":streamGenerateContent") {
-            Ok(url)
-        } else {
-            Err(RawProblem::new(
-                ProblemKind::InvalidRequest,
-                "the model name does not make a request URL (rule gemini.model_url)",
-                false,
-            ))
-        }
+        Ok(model_url(endpoint, request.model()))
     }
 
     fn classify(status: u16, headers: &HeaderMap, body: &[u8]) -> RawProblem {
