@@ -1,7 +1,7 @@
 //! `keel run` against a local server that replays real provider wire
-//! transcripts (the shared fixtures): OpenAI-compatible and Anthropic, a
-//! retried 429 before the stream, a tool round trip, and the key kept out
-//! of every output and of the database.
+//! transcripts (the shared fixtures): OpenAI-compatible, Anthropic and
+//! Gemini, a retried 429 before the stream, tool round trips, and the key
+//! kept out of every output and of the database.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -106,6 +106,100 @@ fn anthropic_tool_round_trip() {
     assert_no_secret(&sb, &out);
     let verify = keel().arg("verify").args(sb.db_args()).output().unwrap();
     assert_eq!(verify.status.code(), Some(0));
+}
+
+/// Gemini: a 429 retried after its RetryInfo delay, a thought and a call
+/// whose thoughtSignature goes back on the call in the next request, and
+/// the key only in the `x-goog-api-key` header: never in a URL, an output
+/// or the database.
+#[test]
+fn gemini_retries_a_429_and_returns_the_thought_signature() {
+    let (base, recorded) = replay(&[
+        "gemini_rate_limited_429",
+        "gemini_thought_function_call",
+        "gemini_text_only",
+    ]);
+    let base = base.replace("/v1", "/v1beta");
+    let sb = Sandbox::new();
+    let file = sb.write(
+        "net.json",
+        &format!(
+            r#"{{"model": "gemini-2.5-pro", "messages": [{{"role": "user", "text": "Weather in Trondheim?"}}],
+                "allow_metadata": ["gemini"],
+                "limits": {{"retry": {{"initial_backoff_ms": 10, "max_backoff_ms": 1500}}}},
+                "tools": [{{"name": "get_weather", "description": "Weather for a city", "parameters": {{"type": "object"}},
+                            "script": [{{"ok": "3 °C"}}]}}],
+                "provider": {{"type": "gemini", "base_url": "{base}", "api_key_env": "KEEL_TEST_API_KEY",
+                              "thinking_budget_tokens": 1024}}}}"#
+        ),
+    );
+    let out = keel()
+        .arg("run")
+        .arg(&file)
+        .args(sb.db_args())
+        .args(["--approve", "all"])
+        .env("KEEL_TEST_API_KEY", SECRET)
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Smørrebrød (open sandwiches) are a Danish lunch classic"),
+        "{stdout}"
+    );
+    let requests = &recorded.lock().unwrap().requests;
+    assert_eq!(
+        requests.len(),
+        3,
+        "one retry after the 429, then the tool turn"
+    );
+    for (head, _) in requests.iter() {
+        assert!(
+            head.starts_with(
+                "POST /v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse HTTP/1.1"
+            ),
+            "{head}"
+        );
+        let first_line = head.lines().next().unwrap();
+        assert!(!first_line.contains(SECRET), "{first_line}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains(&format!("x-goog-api-key: {}", SECRET.to_ascii_lowercase())),
+            "{head}"
+        );
+    }
+    let first: serde_json::Value = serde_json::from_str(&requests[0].1).unwrap();
+    assert_eq!(
+        first["generationConfig"]["thinkingConfig"],
+        serde_json::json!({"thinkingBudget": 1024, "includeThoughts": true})
+    );
+    assert_eq!(
+        first["tools"][0]["functionDeclarations"][0]["name"],
+        "get_weather"
+    );
+    // The third request carries the thought and, on the call, its
+    // signature byte-exact, then the result under the same id and name.
+    let third: serde_json::Value = serde_json::from_str(&requests[2].1).unwrap();
+    let model = &third["contents"][1];
+    assert_eq!(model["role"], "model");
+    assert_eq!(model["parts"][0]["thought"], true);
+    let wire = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/gemini_thought_function_call.sse"),
+    )
+    .unwrap();
+    let signature = model["parts"][1]["thoughtSignature"].as_str().unwrap();
+    assert!(wire.contains(&format!("\"thoughtSignature\": \"{signature}\"")));
+    let call = &model["parts"][1]["functionCall"];
+    assert_eq!(call["name"], "get_weather");
+    let response = &third["contents"][2]["parts"][0]["functionResponse"];
+    assert_eq!(response["id"], call["id"]);
+    assert_eq!(response["name"], "get_weather");
+    assert_eq!(response["response"], serde_json::json!({"output": "3 °C"}));
+    assert_no_secret(&sb, &out);
+    let verify = keel().arg("verify").args(sb.db_args()).output().unwrap();
+    assert_eq!(verify.status.code(), Some(0), "{}", text(&verify).1);
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //! is synchronous: the body is already in memory, so no poll ever waits.
 
 use crate::anthropic::AnthropicDecoder;
+use crate::gemini::{CallIds, GeminiDecoder};
 use crate::key::ApiKey;
 use crate::openai::OpenAiDecoder;
 use crate::pump::{Decoder, Step, scrubbed, step};
@@ -27,6 +28,8 @@ pub enum WireFormat {
     OpenAi,
     /// Anthropic messages.
     Anthropic,
+    /// Gemini `streamGenerateContent` chunks.
+    Gemini,
 }
 
 /// What the adapter's raw stream would yield for a 2xx response whose body
@@ -45,6 +48,11 @@ pub fn decode(
         }
         WireFormat::Anthropic => {
             let decoder = AnthropicDecoder::new(limits, None, key.clone());
+            run(decoder, pieces, max_event_bytes, key.as_ref())
+        }
+        WireFormat::Gemini => {
+            let ids = CallIds::new("op_fuzz", Default::default());
+            let decoder = GeminiDecoder::new(limits, ids, None, key.clone());
             run(decoder, pieces, max_event_bytes, key.as_ref())
         }
     }

@@ -1,8 +1,9 @@
 //! The network providers this crate adapts, by the type name a
-//! configuration writes (`openai-compatible`, `anthropic`).
+//! configuration writes (`openai-compatible`, `anthropic`, `gemini`).
 
 use crate::anthropic::{ANTHROPIC_BASE_URL, Anthropic, AnthropicConfig, AnthropicOptions};
 use crate::error::ProviderConfigError;
+use crate::gemini::{GEMINI_BASE_URL, Gemini, GeminiConfig, GeminiOptions};
 use crate::key::ApiKey;
 use crate::openai::{OPENAI_BASE_URL, OpenAiCompatible, OpenAiConfig, OpenAiOptions};
 use crate::shell::Wire;
@@ -27,6 +28,8 @@ pub enum ProviderKind {
     OpenAiCompatible,
     /// Anthropic Messages streaming ([`Anthropic`]).
     Anthropic,
+    /// Google Gemini `streamGenerateContent` streaming ([`Gemini`]).
+    Gemini,
 }
 
 /// What a configuration file may set on a network provider besides its
@@ -45,26 +48,36 @@ pub struct ConnectOptions {
     /// [`send_reasoning`](crate::OpenAiOptions::send_reasoning). Default
     /// `false`.
     pub send_reasoning: bool,
-    /// `anthropic` only: its
+    /// `anthropic`: its
     /// [`thinking_budget_tokens`](crate::AnthropicOptions::thinking_budget_tokens)
-    /// (with the default `max_tokens`). Default `None`.
+    /// (with the default `max_tokens`); `gemini`: its
+    /// [`thinking_budget_tokens`](crate::GeminiOptions::thinking_budget_tokens),
+    /// with [`include_thoughts`](crate::GeminiOptions::include_thoughts)
+    /// on. Default `None`.
     pub thinking_budget_tokens: Option<u32>,
 }
 
 /// A type name that is not a [`ProviderKind`]. Does not echo the name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown provider type (rule provider.type: expected openai-compatible or anthropic)")]
+#[error(
+    "unknown provider type (rule provider.type: expected openai-compatible, anthropic or gemini)"
+)]
 pub struct UnknownProviderKind;
 
 impl ProviderKind {
     /// Every kind.
-    pub const ALL: [ProviderKind; 2] = [ProviderKind::OpenAiCompatible, ProviderKind::Anthropic];
+    pub const ALL: [ProviderKind; 3] = [
+        ProviderKind::OpenAiCompatible,
+        ProviderKind::Anthropic,
+        ProviderKind::Gemini,
+    ];
 
-    /// The type name: `openai-compatible` or `anthropic`.
+    /// The type name: `openai-compatible`, `anthropic` or `gemini`.
     pub fn type_name(self) -> &'static str {
         match self {
             ProviderKind::OpenAiCompatible => "openai-compatible",
             ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gemini",
         }
     }
 
@@ -81,6 +94,7 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAiCompatible => OPENAI_BASE_URL,
             ProviderKind::Anthropic => ANTHROPIC_BASE_URL,
+            ProviderKind::Gemini => GEMINI_BASE_URL,
         }
     }
 
@@ -114,6 +128,10 @@ impl ProviderKind {
                 wire: anthropic_options(options),
                 ..AnthropicConfig::new(base_url, Some(key))
             })?),
+            ProviderKind::Gemini => Arc::new(Gemini::new(GeminiConfig {
+                wire: gemini_options(options),
+                ..GeminiConfig::new(base_url, Some(key))
+            })?),
         })
     }
 
@@ -126,7 +144,9 @@ impl ProviderKind {
             ProviderKind::OpenAiCompatible => options
                 .thinking_budget_tokens
                 .map(|_| "thinking_budget_tokens"),
-            ProviderKind::Anthropic => options.send_reasoning.then_some("send_reasoning"),
+            ProviderKind::Anthropic | ProviderKind::Gemini => {
+                options.send_reasoning.then_some("send_reasoning")
+            }
         };
         if let Some(field) = foreign {
             return Err(ProviderConfigError::NotForKind {
@@ -137,6 +157,7 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAiCompatible => openai_options(options).check(),
             ProviderKind::Anthropic => anthropic_options(options).check(),
+            ProviderKind::Gemini => gemini_options(options).check(),
         }
     }
 }
@@ -154,6 +175,16 @@ fn anthropic_options(options: &ConnectOptions) -> AnthropicOptions {
     AnthropicOptions {
         thinking_budget_tokens: options.thinking_budget_tokens,
         ..AnthropicOptions::default()
+    }
+}
+
+/// The Gemini wire options `options` set: a thinking budget also asks
+/// for the thoughts, so that they become reasoning.
+fn gemini_options(options: &ConnectOptions) -> GeminiOptions {
+    GeminiOptions {
+        thinking_budget_tokens: options.thinking_budget_tokens,
+        include_thoughts: options.thinking_budget_tokens.is_some(),
+        ..GeminiOptions::default()
     }
 }
 
@@ -183,7 +214,7 @@ mod tests {
         }
         assert_eq!(
             ProviderKind::ALL.map(ProviderKind::type_name),
-            ["openai-compatible", "anthropic"]
+            ["openai-compatible", "anthropic", "gemini"]
         );
         for name in ["", "openai", "Anthropic", "scripted", "anthropic "] {
             let err = ProviderKind::parse(name).unwrap_err();
@@ -207,6 +238,7 @@ mod tests {
             ProviderKind::OpenAiCompatible.default_base_url(),
             OPENAI_BASE_URL
         );
+        assert_eq!(ProviderKind::Gemini.default_base_url(), GEMINI_BASE_URL);
     }
 
     fn check(kind: ProviderKind, options: ConnectOptions, refused: Option<&str>) {
@@ -248,6 +280,14 @@ mod tests {
             (ProviderKind::OpenAiCompatible, reasoning, None),
             (ProviderKind::Anthropic, budget(1024), None),
             (ProviderKind::Anthropic, budget(4095), None),
+            (ProviderKind::Gemini, ConnectOptions::default(), None),
+            (ProviderKind::Gemini, budget(0), None),
+            (ProviderKind::Gemini, budget(24576), None),
+            (
+                ProviderKind::Gemini,
+                reasoning,
+                Some("send_reasoning is not an option of an gemini provider"),
+            ),
             (
                 ProviderKind::Anthropic,
                 reasoning,

@@ -1,13 +1,16 @@
 //! # keel-providers: real provider wire formats
 //!
 //! This crate adapts the streaming wire formats of real model providers to
-//! the `keel-stream` union. It owns two
+//! the `keel-stream` union. It owns these
 //! [`ModelProvider`](keel_stream::ModelProvider)s:
 //!
 //! - [`OpenAiCompatible`]: OpenAI Chat Completions streaming
 //!   (`POST {base_url}/chat/completions`), the format OpenAI, vLLM,
 //!   Ollama, llama.cpp and LM Studio speak;
-//! - [`Anthropic`]: Anthropic Messages streaming (`POST {base_url}/messages`).
+//! - [`Anthropic`]: Anthropic Messages streaming (`POST {base_url}/messages`);
+//! - [`Gemini`]: Google Gemini streaming (`POST
+//!   {base_url}/models/{model}:streamGenerateContent?alt=sse`, the key in
+//!   `x-goog-api-key`, never in the URL).
 //!
 //! Each builds the request from a [`ModelRequest`](keel_message::ModelRequest)
 //! (history, tools, model), sends it over HTTP/1.1 (reqwest; TLS through
@@ -23,7 +26,8 @@
 //!
 //! - **The stream ends at the wire's terminator.** OpenAI's completion is
 //!   yielded at `data: [DONE]` (the usage chunk comes after
-//!   `finish_reason`), Anthropic's at `message_stop`. A body that ends
+//!   `finish_reason`), Anthropic's at `message_stop`, Gemini's at the
+//!   chunk carrying a `finishReason` (its stream has no terminator). A body that ends
 //!   before it is an `unavailable`, retryable failure; the host computes
 //!   whether it is `partial`.
 //! - **A broken chunk stops the stream.** A data line that is not JSON, an
@@ -34,15 +38,20 @@
 //! - **Reasoning is decoded and round-tripped per provider.** Anthropic
 //!   `thinking` blocks yield reasoning deltas closed by their signature,
 //!   `redacted_thinking` a redacted part; OpenAI-compatible
-//!   `reasoning_content` (else `reasoning`) yields reasoning deltas. Each
+//!   `reasoning_content` (else `reasoning`) yields reasoning deltas;
+//!   Gemini `thought: true` parts yield reasoning deltas, and a
+//!   `thoughtSignature` signs the thought it came on, or is a redacted
+//!   part kept next to the call or text it came on. Each
 //!   adapter tags its parts ([`ModelProvider::provider_tag`](keel_stream::ModelProvider::provider_tag):
-//!   `anthropic`, `openai-compatible`) and sends back only its own:
+//!   `anthropic`, `openai-compatible`, `gemini`) and sends back only its own:
 //!   Anthropic every signed or redacted part byte for byte, in place;
+//!   Gemini every thought, and each signature on the part it came on;
 //!   OpenAI-compatible the text as `reasoning_content`, only when
 //!   [`OpenAiOptions::send_reasoning`] is on (off by default: DeepSeek
 //!   refuses it). Other reasoning is dropped without error.
 //! - **Images and files go in their documented shapes**: Anthropic
 //!   `image` and `document` blocks (images inside `tool_result` too);
+//!   Gemini `inlineData` (and `fileData` for an image URL);
 //!   OpenAI-compatible `image_url` data URLs and `file` parts, and a note
 //!   naming the images a tool result could not carry (count, media types,
 //!   sizes).
@@ -50,17 +59,18 @@
 //!   into its (sensitive) header, and is scrubbed from every problem
 //!   message and metadata value; redirects are not followed.
 //! - **Metadata is a handful of safe facts** under the namespaces
-//!   [`OPENAI_NAMESPACE`] and [`ANTHROPIC_NAMESPACE`]: the response id, the
+//!   [`OPENAI_NAMESPACE`], [`ANTHROPIC_NAMESPACE`] and
+//!   [`GEMINI_NAMESPACE`]: the response id, the
 //!   model actually served, the service tier, OpenAI's system fingerprint
 //!   and the request id. A host keeps them by allowlisting the namespace.
 //! - **Dropping is cancelling.** Dropping the start future or the stream
 //!   drops the HTTP response and closes its connection.
 //!
-//! Both are one adapter shell with a different wire format plugged in:
+//! All are one adapter shell with a different wire format plugged in:
 //! they share [`ProviderConfig`] (base URL, key, timeouts, bounds; its
 //! `Debug` redacts the key), whose `wire` field holds what only that format
-//! has ([`OpenAiOptions`], [`AnthropicOptions`]); [`OpenAiConfig`] and
-//! [`AnthropicConfig`] name the two.
+//! has ([`OpenAiOptions`], [`AnthropicOptions`], [`GeminiOptions`]);
+//! [`OpenAiConfig`], [`AnthropicConfig`] and [`GeminiConfig`] name them.
 //!
 //! | feature | default | what it adds | what it compiles |
 //! | --- | --- | --- | --- |
@@ -150,6 +160,7 @@ mod decode;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod gemini;
 mod http;
 mod key;
 mod kind;
@@ -169,6 +180,7 @@ pub use config::{
     DEFAULT_MAX_ERROR_BODY_BYTES, ProviderConfig,
 };
 pub use error::ProviderConfigError;
+pub use gemini::{GEMINI_BASE_URL, GEMINI_NAMESPACE, Gemini, GeminiConfig, GeminiOptions};
 pub use key::{API_KEY_MAX_BYTES, ApiKey, ApiKeyError};
 pub use kind::{ConnectOptions, ProviderKind, UnknownProviderKind};
 pub use openai::{

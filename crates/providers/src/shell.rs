@@ -41,6 +41,15 @@ pub(crate) trait Wire: fmt::Debug + Send + Sync + 'static {
     fn extra_headers() -> Vec<(HeaderName, HeaderValue)>;
     /// The request body for `request`.
     fn body(&self, request: &ModelRequest) -> Value;
+    /// The URL one request goes to: the endpoint (`{base_url}/{PATH}`),
+    /// unless the wire format puts part of the request in its URL
+    /// (Gemini: the model). Never the key.
+    fn request_url(
+        endpoint: &reqwest::Url,
+        _request: &ModelRequest,
+    ) -> Result<reqwest::Url, RawProblem> {
+        Ok(endpoint.clone())
+    }
     /// The problem for a non-2xx response.
     fn classify(status: u16, headers: &HeaderMap, body: &[u8]) -> RawProblem;
     /// A fresh decoder for one call's stream.
@@ -105,6 +114,11 @@ impl<W: Wire> Shell<W> {
         self.inner.client.url()
     }
 
+    /// The endpoint, parsed.
+    pub(crate) fn endpoint_url(&self) -> &reqwest::Url {
+        self.inner.client.endpoint()
+    }
+
     /// One call: the body sent, the response accepted or classified, its
     /// stream pumped through a fresh decoder; every problem scrubbed of
     /// the key.
@@ -114,9 +128,10 @@ impl<W: Wire> Shell<W> {
             let key = inner.api_key.as_ref();
             let body = serde_json::to_vec(&inner.wire.body(&request))
                 .map_err(|e| bad_json("the request", &e))?;
+            let url = W::request_url(inner.client.endpoint(), &request)?;
             let response = inner
                 .client
-                .send(body, W::classify)
+                .send(&url, body, W::classify)
                 .await
                 .map_err(|problem| scrub_problem(problem, key))?;
             let request_id =

@@ -112,6 +112,7 @@ mod tests {
             ProviderAllowance::parse("anthropic,ANTHROPIC_API_KEY").unwrap(),
             ProviderAllowance::parse("openai-compatible,LOCAL_KEY,http://127.0.0.1:8000/v1/")
                 .unwrap(),
+            ProviderAllowance::parse("gemini,GEMINI_API_KEY").unwrap(),
         ];
         let check = |spec: ProviderSpec, expected: bool| {
             assert_eq!(permitted(&spec, &allowed), expected, "{spec:?}");
@@ -125,6 +126,13 @@ mod tests {
                 Some("http://127.0.0.1:8000/v1"),
             ),
             true,
+        );
+        check(network("gemini", "GEMINI_API_KEY", None), true);
+        check(network("gemini", "ANTHROPIC_API_KEY", None), false);
+        check(network("anthropic", "GEMINI_API_KEY", None), false);
+        check(
+            network("gemini", "GEMINI_API_KEY", Some("http://127.0.0.1:8000/v1")),
+            false,
         );
         // Another variable, another endpoint, another type: refused.
         check(network("anthropic", "HOME", None), false);

@@ -152,7 +152,7 @@ pub enum ProviderSpec {
         /// One list of stream items per model call, in order.
         calls: Vec<Vec<ScriptItem>>,
     },
-    /// A network provider (`openai-compatible`, `anthropic`). The key is
+    /// A network provider (`openai-compatible`, `anthropic`, `gemini`). The key is
     /// read from the named environment variable when the run starts, and
     /// never printed.
     Network {
@@ -163,7 +163,8 @@ pub enum ProviderSpec {
         /// The *name* of the environment variable holding the key.
         api_key_env: EnvVarName,
         /// `send_reasoning` (openai-compatible) and
-        /// `thinking_budget_tokens` (anthropic), checked for the kind.
+        /// `thinking_budget_tokens` (anthropic, gemini), checked for the
+        /// kind.
         options: ConnectOptions,
     },
 }
@@ -626,6 +627,16 @@ fn check_tool(i: usize, t: ToolWire) -> Result<ToolEntry, RuleError> {
     })
 }
 
+/// `scripted, openai-compatible, … or gemini`: every type a file may
+/// name, from [`ProviderKind::ALL`].
+fn expected_types() -> String {
+    let kinds: Vec<&str> = ProviderKind::ALL.iter().map(|k| k.type_name()).collect();
+    match kinds.split_last() {
+        Some((last, rest)) => format!("scripted, {} or {last}", rest.join(", ")),
+        None => "scripted".to_owned(),
+    }
+}
+
 fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
     if p.kind == "scripted" {
         return check_scripted(p);
@@ -633,7 +644,7 @@ fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
     let kind = ProviderKind::parse(&p.kind).map_err(|_| {
         rule(
             "provider.type",
-            "unknown provider type (expected scripted, openai-compatible or anthropic)",
+            format!("unknown provider type (expected {})", expected_types()),
         )
     })?;
     if p.calls.is_some() {
@@ -990,6 +1001,14 @@ mod tests {
                     thinking_budget_tokens: Some(2048),
                 },
             ),
+            // Gemini: no base_url needed (its default), a budget allowed.
+            (
+                r#"{"type":"gemini","api_key_env":"GEMINI_API_KEY","thinking_budget_tokens":0}"#,
+                ConnectOptions {
+                    send_reasoning: false,
+                    thinking_budget_tokens: Some(0),
+                },
+            ),
         ] {
             let s = load_str(&provider(p)).unwrap();
             assert!(
@@ -1027,6 +1046,11 @@ mod tests {
                 r#"{"type":"anthropic","api_key_env":"K","thinking_budget_tokens":1000}"#,
                 "provider.thinking_budget_tokens",
                 "rule config.thinking_budget_tokens",
+            ),
+            (
+                r#"{"type":"gemini","api_key_env":"K","send_reasoning":true}"#,
+                "provider.send_reasoning",
+                "rule config.option_kind",
             ),
             (
                 r#"{"type":"scripted","calls":[],"send_reasoning":false}"#,

@@ -57,20 +57,28 @@ impl Client {
         self.url.as_str()
     }
 
+    /// The endpoint URL, parsed: what a wire format builds a request's URL
+    /// from (see `Wire::request_url`).
+    pub(crate) fn endpoint(&self) -> &reqwest::Url {
+        &self.url
+    }
+
     /// The bound on an error body read.
     pub(crate) fn max_error_body_bytes(&self) -> usize {
         self.max_error_body_bytes
     }
 
-    /// Sends `body` and returns the response once its status and headers
-    /// are in, or the problem that kept it from starting (a non-2xx status
-    /// is classified by `classify`). The caller scrubs the key from it.
+    /// Sends `body` to `url` (the endpoint, or a URL a wire format built
+    /// from it) and returns the response once its status and headers are
+    /// in, or the problem that kept it from starting (a non-2xx status is
+    /// classified by `classify`). The caller scrubs the key from it.
     pub(crate) async fn send(
         &self,
+        url: &reqwest::Url,
         body: Vec<u8>,
         classify: response::Classify,
     ) -> Result<reqwest::Response, RawProblem> {
-        let response = request::post(&self.client, &self.url, &self.headers, body)
+        let response = request::post(&self.client, url, &self.headers, body)
             .send()
             .await
             .map_err(|e| transport_problem(&e, "sending the request"))?;
