@@ -11,6 +11,7 @@ use crate::anthropic::AnthropicDecoder;
 use crate::key::ApiKey;
 use crate::openai::OpenAiDecoder;
 use crate::pump::{Decoder, Step, scrubbed, step};
+use crate::responses::ResponsesDecoder;
 use crate::sse::Events;
 use bytes::Bytes;
 use futures_core::Stream;
@@ -27,6 +28,8 @@ pub enum WireFormat {
     OpenAi,
     /// Anthropic messages.
     Anthropic,
+    /// OpenAI Responses API events.
+    OpenAiResponses,
 }
 
 /// What the adapter's raw stream would yield for a 2xx response whose body
@@ -45,6 +48,10 @@ pub fn decode(
         }
         WireFormat::Anthropic => {
             let decoder = AnthropicDecoder::new(limits, None, key.clone());
+            run(decoder, pieces, max_event_bytes, key.as_ref())
+        }
+        WireFormat::OpenAiResponses => {
+            let decoder = ResponsesDecoder::new(limits, "op_fuzz", None, key.clone());
             run(decoder, pieces, max_event_bytes, key.as_ref())
         }
     }

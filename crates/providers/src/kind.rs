@@ -1,10 +1,12 @@
 //! The network providers this crate adapts, by the type name a
-//! configuration writes (`openai-compatible`, `anthropic`).
+//! configuration writes (`openai-compatible`, `anthropic`,
+//! `openai-responses`).
 
 use crate::anthropic::{ANTHROPIC_BASE_URL, Anthropic, AnthropicConfig, AnthropicOptions};
 use crate::error::ProviderConfigError;
 use crate::key::ApiKey;
 use crate::openai::{OPENAI_BASE_URL, OpenAiCompatible, OpenAiConfig, OpenAiOptions};
+use crate::responses::{OpenAiResponses, OpenAiResponsesConfig};
 use crate::shell::Wire;
 use keel_stream::ModelProvider;
 use std::fmt;
@@ -27,6 +29,8 @@ pub enum ProviderKind {
     OpenAiCompatible,
     /// Anthropic Messages streaming ([`Anthropic`]).
     Anthropic,
+    /// OpenAI Responses API streaming, stateless ([`OpenAiResponses`]).
+    OpenAiResponses,
 }
 
 /// What a configuration file may set on a network provider besides its
@@ -53,18 +57,26 @@ pub struct ConnectOptions {
 
 /// A type name that is not a [`ProviderKind`]. Does not echo the name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown provider type (rule provider.type: expected openai-compatible or anthropic)")]
+#[error(
+    "unknown provider type (rule provider.type: expected openai-compatible, anthropic or openai-responses)"
+)]
 pub struct UnknownProviderKind;
 
 impl ProviderKind {
     /// Every kind.
-    pub const ALL: [ProviderKind; 2] = [ProviderKind::OpenAiCompatible, ProviderKind::Anthropic];
+    pub const ALL: [ProviderKind; 3] = [
+        ProviderKind::OpenAiCompatible,
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAiResponses,
+    ];
 
-    /// The type name: `openai-compatible` or `anthropic`.
+    /// The type name: `openai-compatible`, `anthropic` or
+    /// `openai-responses`.
     pub fn type_name(self) -> &'static str {
         match self {
             ProviderKind::OpenAiCompatible => "openai-compatible",
             ProviderKind::Anthropic => "anthropic",
+            ProviderKind::OpenAiResponses => "openai-responses",
         }
     }
 
@@ -81,6 +93,7 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAiCompatible => OPENAI_BASE_URL,
             ProviderKind::Anthropic => ANTHROPIC_BASE_URL,
+            ProviderKind::OpenAiResponses => OPENAI_BASE_URL,
         }
     }
 
@@ -114,6 +127,9 @@ impl ProviderKind {
                 wire: anthropic_options(options),
                 ..AnthropicConfig::new(base_url, Some(key))
             })?),
+            ProviderKind::OpenAiResponses => Arc::new(OpenAiResponses::new(
+                OpenAiResponsesConfig::new(base_url, Some(key)),
+            )?),
         })
     }
 
@@ -122,11 +138,14 @@ impl ProviderKind {
     /// `config.thinking_budget_tokens`), as building the adapter would;
     /// for a configuration loader, before any key is read.
     pub fn check_options(self, options: &ConnectOptions) -> Result<(), ProviderConfigError> {
+        let send_reasoning = options.send_reasoning.then_some("send_reasoning");
+        let budget = options
+            .thinking_budget_tokens
+            .map(|_| "thinking_budget_tokens");
         let foreign = match self {
-            ProviderKind::OpenAiCompatible => options
-                .thinking_budget_tokens
-                .map(|_| "thinking_budget_tokens"),
-            ProviderKind::Anthropic => options.send_reasoning.then_some("send_reasoning"),
+            ProviderKind::OpenAiCompatible => budget,
+            ProviderKind::Anthropic => send_reasoning,
+            ProviderKind::OpenAiResponses => send_reasoning.or(budget),
         };
         if let Some(field) = foreign {
             return Err(ProviderConfigError::NotForKind {
@@ -137,6 +156,7 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAiCompatible => openai_options(options).check(),
             ProviderKind::Anthropic => anthropic_options(options).check(),
+            ProviderKind::OpenAiResponses => Ok(()),
         }
     }
 }
@@ -183,7 +203,7 @@ mod tests {
         }
         assert_eq!(
             ProviderKind::ALL.map(ProviderKind::type_name),
-            ["openai-compatible", "anthropic"]
+            ["openai-compatible", "anthropic", "openai-responses"]
         );
         for name in ["", "openai", "Anthropic", "scripted", "anthropic "] {
             let err = ProviderKind::parse(name).unwrap_err();
@@ -205,6 +225,10 @@ mod tests {
         );
         assert_eq!(
             ProviderKind::OpenAiCompatible.default_base_url(),
+            OPENAI_BASE_URL
+        );
+        assert_eq!(
+            ProviderKind::OpenAiResponses.default_base_url(),
             OPENAI_BASE_URL
         );
     }
@@ -247,6 +271,21 @@ mod tests {
             (ProviderKind::Anthropic, ConnectOptions::default(), None),
             (ProviderKind::OpenAiCompatible, reasoning, None),
             (ProviderKind::Anthropic, budget(1024), None),
+            (
+                ProviderKind::OpenAiResponses,
+                ConnectOptions::default(),
+                None,
+            ),
+            (
+                ProviderKind::OpenAiResponses,
+                reasoning,
+                Some("send_reasoning is not an option of an openai-responses provider"),
+            ),
+            (
+                ProviderKind::OpenAiResponses,
+                budget(2048),
+                Some("thinking_budget_tokens is not an option of an openai-responses provider"),
+            ),
             (ProviderKind::Anthropic, budget(4095), None),
             (
                 ProviderKind::Anthropic,

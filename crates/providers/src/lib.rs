@@ -156,6 +156,7 @@ mod kind;
 mod openai;
 mod problem;
 mod pump;
+mod responses;
 mod screen;
 mod shell;
 mod sse;
@@ -174,3 +175,4 @@ pub use kind::{ConnectOptions, ProviderKind, UnknownProviderKind};
 pub use openai::{
     OPENAI_BASE_URL, OPENAI_NAMESPACE, OpenAiCompatible, OpenAiConfig, OpenAiOptions,
 };
+pub use responses::{OpenAiResponses, OpenAiResponsesConfig, ReasoningEffort, ResponsesOptions};
