@@ -112,6 +112,7 @@ mod tests {
             ProviderAllowance::parse("anthropic,ANTHROPIC_API_KEY").unwrap(),
             ProviderAllowance::parse("openai-compatible,LOCAL_KEY,http://127.0.0.1:8000/v1/")
                 .unwrap(),
+            ProviderAllowance::parse("openai-responses,OPENAI_API_KEY").unwrap(),
         ];
         let check = |spec: ProviderSpec, expected: bool| {
             assert_eq!(permitted(&spec, &allowed), expected, "{spec:?}");
@@ -126,6 +127,16 @@ mod tests {
             ),
             true,
         );
+        check(network("openai-responses", "OPENAI_API_KEY", None), true);
+        check(
+            network(
+                "openai-responses",
+                "OPENAI_API_KEY",
+                Some("http://evil.example/v1"),
+            ),
+            false,
+        );
+        check(network("openai-compatible", "OPENAI_API_KEY", None), false);
         // Another variable, another endpoint, another type: refused.
         check(network("anthropic", "HOME", None), false);
         check(

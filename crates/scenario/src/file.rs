@@ -152,7 +152,8 @@ pub enum ProviderSpec {
         /// One list of stream items per model call, in order.
         calls: Vec<Vec<ScriptItem>>,
     },
-    /// A network provider (`openai-compatible`, `anthropic`). The key is
+    /// A network provider (`openai-compatible`, `anthropic`,
+    /// `openai-responses`: a [`ProviderKind`]). The key is
     /// read from the named environment variable when the run starts, and
     /// never printed.
     Network {
@@ -633,7 +634,7 @@ fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
     let kind = ProviderKind::parse(&p.kind).map_err(|_| {
         rule(
             "provider.type",
-            "unknown provider type (expected scripted, openai-compatible or anthropic)",
+            format!("unknown provider type (expected {})", provider_types()),
         )
     })?;
     if p.calls.is_some() {
@@ -682,6 +683,16 @@ fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
         api_key_env,
         options,
     })
+}
+
+/// `scripted, openai-compatible, … or {last kind}`: every type a file
+/// may name, from [`ProviderKind::ALL`].
+fn provider_types() -> String {
+    let mut names: Vec<&str> = std::iter::once("scripted")
+        .chain(ProviderKind::ALL.map(ProviderKind::type_name))
+        .collect();
+    let last = names.pop().unwrap_or_default();
+    format!("{} or {last}", names.join(", "))
 }
 
 fn check_scripted(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
@@ -990,6 +1001,15 @@ mod tests {
                     thinking_budget_tokens: Some(2048),
                 },
             ),
+            // No base_url: the type's own endpoint.
+            (
+                r#"{"type":"openai-responses","api_key_env":"OPENAI_API_KEY"}"#,
+                ConnectOptions::default(),
+            ),
+            (
+                r#"{"type":"openai-responses","base_url":"http://127.0.0.1:8080/v1","api_key_env":"K"}"#,
+                ConnectOptions::default(),
+            ),
         ] {
             let s = load_str(&provider(p)).unwrap();
             assert!(
@@ -1001,7 +1021,7 @@ mod tests {
             (
                 r#"{"type":"openai","api_key_env":"K"}"#,
                 "provider.type",
-                "unknown provider type",
+                "unknown provider type (expected scripted, openai-compatible, anthropic or openai-responses)",
             ),
             (
                 r#"{"type":"anthropic","api_key_env":"2KEY"}"#,
@@ -1027,6 +1047,21 @@ mod tests {
                 r#"{"type":"anthropic","api_key_env":"K","thinking_budget_tokens":1000}"#,
                 "provider.thinking_budget_tokens",
                 "rule config.thinking_budget_tokens",
+            ),
+            (
+                r#"{"type":"openai-responses","api_key_env":"K","send_reasoning":true}"#,
+                "provider.send_reasoning",
+                "not an option of an openai-responses provider",
+            ),
+            (
+                r#"{"type":"openai-responses","base_url":"http://h/v1"}"#,
+                "provider",
+                "a openai-responses provider needs `api_key_env`",
+            ),
+            (
+                r#"{"type":"openai-responses","api_key_env":"sk-proj-secret"}"#,
+                "provider.api_key_env",
+                "env_var_name.charset",
             ),
             (
                 r#"{"type":"scripted","calls":[],"send_reasoning":false}"#,
