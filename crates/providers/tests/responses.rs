@@ -617,52 +617,61 @@ async fn an_incomplete_response_drops_the_call_it_cut() {
     );
 }
 
+/// The failure message of `items` streamed under `limits`.
+async fn failure_under(limits: Limits, items: &[Value]) -> String {
+    let server = Server::one(Reply::sse(events(items))).await;
+    let provider = OpenAiResponses::new(OpenAiResponsesConfig {
+        limits,
+        ..config(&server)
+    })
+    .unwrap();
+    let seen = observe(&provider, simple_request("m"), &allow()).await;
+    seen.failure.unwrap().problem().message().to_owned()
+}
+
 #[tokio::test]
 async fn bounds_hold_on_calls_and_arguments() {
     let added = |i: u64| {
         json!({"type": "response.output_item.added", "output_index": i,
                "item": {"type": "function_call", "call_id": format!("call_{i}"), "name": "f", "arguments": ""}})
     };
-    let server = Server::one(Reply::sse(events(&[added(0), added(1), added(2)]))).await;
-    let provider = OpenAiResponses::new(OpenAiResponsesConfig {
-        limits: Limits {
-            tool_calls_per_stream: 2,
-            ..Limits::default()
-        },
-        ..config(&server)
-    })
-    .unwrap();
-    let seen = observe(&provider, simple_request("m"), &allow()).await;
-    assert!(
-        seen.failure
-            .unwrap()
-            .problem()
-            .message()
-            .contains("more than 2 tool calls")
-    );
-
-    let big = "x".repeat(100);
-    let items = [
-        added(0),
-        json!({"type": "response.function_call_arguments.delta", "output_index": 0, "delta": big}),
-    ];
-    let server = Server::one(Reply::sse(events(&items))).await;
-    let provider = OpenAiResponses::new(OpenAiResponsesConfig {
-        limits: Limits {
-            json_bytes: 40,
-            ..Limits::default()
-        },
-        ..config(&server)
-    })
-    .unwrap();
-    let seen = observe(&provider, simple_request("m"), &allow()).await;
-    assert!(
-        seen.failure
-            .unwrap()
-            .problem()
-            .message()
-            .contains("arguments over 80 bytes")
-    );
+    let delta = |text: String| json!({"type": "response.function_call_arguments.delta", "output_index": 0, "delta": text});
+    let done = json!({"type": "response.output_item.done", "output_index": 0,
+        "item": {"type": "function_call", "call_id": "call_0", "name": "f", "arguments": "x".repeat(81)}});
+    let calls = |n| Limits {
+        tool_calls_per_stream: n,
+        ..Limits::default()
+    };
+    let json_bytes = |n| Limits {
+        json_bytes: n,
+        ..Limits::default()
+    };
+    for (limits, items, says) in [
+        (
+            calls(2),
+            vec![added(0), added(1), added(2)],
+            "more than 2 tool calls",
+        ),
+        (
+            json_bytes(40),
+            vec![added(0), delta("x".repeat(81))],
+            "arguments over 80 bytes",
+        ),
+        (
+            json_bytes(40),
+            vec![added(0), delta("x".repeat(80)), delta("y".into())],
+            "arguments over 80 bytes",
+        ),
+        // The done item's arguments are held to the same bound.
+        (
+            json_bytes(40),
+            vec![added(0), done],
+            "arguments over 80 bytes",
+        ),
+    ] {
+        let message = failure_under(limits, &items).await;
+        assert!(message.contains(says), "{message}");
+    }
 }
 
 #[tokio::test]

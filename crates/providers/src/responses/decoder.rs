@@ -14,7 +14,7 @@ use crate::key::ApiKey;
 use crate::openai::OPENAI_NAMESPACE;
 use crate::problem::{bad_json, fail, protocol, too_many_calls};
 use crate::pump::{Decoder, Flow};
-use crate::screen::{safe_code, safe_fact};
+use crate::screen::{keep_facts, safe_code};
 use keel_message::Limits;
 use keel_stream::{
     FinishReason, ProblemKind, RawCompletion, RawItem, RawProblem, RawToolCall, RawUsage,
@@ -193,16 +193,14 @@ impl ResponsesDecoder {
     }
 
     fn remember(&mut self, response: &ResponseWire) {
-        let key = self.key.as_ref();
-        for (slot, value) in [
-            (&mut self.facts.id, &response.id),
-            (&mut self.facts.model, &response.model),
-            (&mut self.facts.service_tier, &response.service_tier),
-        ] {
-            if let Some(v) = safe_fact(value, key) {
-                *slot = Some(v);
-            }
-        }
+        keep_facts(
+            [
+                (&mut self.facts.id, &response.id),
+                (&mut self.facts.model, &response.model),
+                (&mut self.facts.service_tier, &response.service_tier),
+            ],
+            self.key.as_ref(),
+        );
     }
 
     fn text(&mut self, text: &str, out: &mut VecDeque<RawItem>) {
