@@ -30,7 +30,8 @@ pub const DEFAULT_MAX_ERROR_BODY_BYTES: usize = 64 << 10;
 #[derive(Clone)]
 pub struct ProviderConfig<W> {
     /// The API base; requests go to `{base_url}/chat/completions`
-    /// (OpenAI) or `{base_url}/messages` (Anthropic). An absolute
+    /// (OpenAI), `{base_url}/messages` (Anthropic) or
+    /// `{base_url}/responses` (OpenAI Responses). An absolute
     /// `http(s)` URL with no credentials, query or fragment; `https`
     /// needs the `rustls` feature. Default: the provider's public API.
     pub base_url: String,
@@ -54,7 +55,8 @@ pub struct ProviderConfig<W> {
     pub limits: Limits,
     /// What only this wire format has
     /// ([`OpenAiOptions`](crate::OpenAiOptions),
-    /// [`AnthropicOptions`](crate::AnthropicOptions)).
+    /// [`AnthropicOptions`](crate::AnthropicOptions),
+    /// [`ResponsesOptions`](crate::ResponsesOptions)).
     pub wire: W,
 }
 

@@ -1,13 +1,16 @@
 //! # keel-providers: real provider wire formats
 //!
 //! This crate adapts the streaming wire formats of real model providers to
-//! the `keel-stream` union. It owns two
+//! the `keel-stream` union. It owns three
 //! [`ModelProvider`](keel_stream::ModelProvider)s:
 //!
 //! - [`OpenAiCompatible`]: OpenAI Chat Completions streaming
 //!   (`POST {base_url}/chat/completions`), the format OpenAI, vLLM,
 //!   Ollama, llama.cpp and LM Studio speak;
-//! - [`Anthropic`]: Anthropic Messages streaming (`POST {base_url}/messages`).
+//! - [`Anthropic`]: Anthropic Messages streaming (`POST {base_url}/messages`);
+//! - [`OpenAiResponses`]: the OpenAI Responses API streaming
+//!   (`POST {base_url}/responses`), stateless (`store: false`, the whole
+//!   history as `input`), the API of OpenAI's reasoning models.
 //!
 //! Each builds the request from a [`ModelRequest`](keel_message::ModelRequest)
 //! (history, tools, model), sends it over HTTP/1.1 (reqwest; TLS through
@@ -23,7 +26,9 @@
 //!
 //! - **The stream ends at the wire's terminator.** OpenAI's completion is
 //!   yielded at `data: [DONE]` (the usage chunk comes after
-//!   `finish_reason`), Anthropic's at `message_stop`. A body that ends
+//!   `finish_reason`), Anthropic's at `message_stop`, the Responses API's
+//!   at `response.completed` or `response.incomplete` (`max_output_tokens`
+//!   is the `length` finish). A body that ends
 //!   before it is an `unavailable`, retryable failure; the host computes
 //!   whether it is `partial`.
 //! - **A broken chunk stops the stream.** A data line that is not JSON, an
@@ -40,27 +45,35 @@
 //!   Anthropic every signed or redacted part byte for byte, in place;
 //!   OpenAI-compatible the text as `reasoning_content`, only when
 //!   [`OpenAiOptions::send_reasoning`] is on (off by default: DeepSeek
-//!   refuses it). Other reasoning is dropped without error.
+//!   refuses it). The Responses adapter (`openai-responses`) streams a
+//!   reasoning item's summary as reasoning deltas and seals the item (its
+//!   `id`, summary part lengths and `encrypted_content`, asked for with
+//!   `include`) into the part's signature (a redacted part when it had no
+//!   summary), and sends it back as the same `reasoning` input item, byte
+//!   for byte. Other reasoning is dropped without error.
 //! - **Images and files go in their documented shapes**: Anthropic
 //!   `image` and `document` blocks (images inside `tool_result` too);
 //!   OpenAI-compatible `image_url` data URLs and `file` parts, and a note
 //!   naming the images a tool result could not carry (count, media types,
-//!   sizes).
+//!   sizes); Responses `input_image` and `input_file` (in a tool result's
+//!   `output` list too).
 //! - **The key stays secret.** An [`ApiKey`] prints `[redacted]`, goes only
 //!   into its (sensitive) header, and is scrubbed from every problem
 //!   message and metadata value; redirects are not followed.
 //! - **Metadata is a handful of safe facts** under the namespaces
-//!   [`OPENAI_NAMESPACE`] and [`ANTHROPIC_NAMESPACE`]: the response id, the
+//!   [`OPENAI_NAMESPACE`] (both OpenAI adapters) and
+//!   [`ANTHROPIC_NAMESPACE`]: the response id, the
 //!   model actually served, the service tier, OpenAI's system fingerprint
 //!   and the request id. A host keeps them by allowlisting the namespace.
 //! - **Dropping is cancelling.** Dropping the start future or the stream
 //!   drops the HTTP response and closes its connection.
 //!
-//! Both are one adapter shell with a different wire format plugged in:
+//! All are one adapter shell with a different wire format plugged in:
 //! they share [`ProviderConfig`] (base URL, key, timeouts, bounds; its
 //! `Debug` redacts the key), whose `wire` field holds what only that format
-//! has ([`OpenAiOptions`], [`AnthropicOptions`]); [`OpenAiConfig`] and
-//! [`AnthropicConfig`] name the two.
+//! has ([`OpenAiOptions`], [`AnthropicOptions`], [`ResponsesOptions`]);
+//! [`OpenAiConfig`], [`AnthropicConfig`] and [`OpenAiResponsesConfig`]
+//! name them.
 //!
 //! | feature | default | what it adds | what it compiles |
 //! | --- | --- | --- | --- |
