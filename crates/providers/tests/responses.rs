@@ -646,6 +646,29 @@ async fn bounds_hold_on_calls_and_arguments() {
         json_bytes: n,
         ..Limits::default()
     };
+    // Exactly at the bound (2 × json_bytes): accepted.
+    let exact = format!("{{\"k\":\"{}\"}}", "x".repeat(72));
+    assert_eq!(exact.len(), 80);
+    let done_empty = json!({"type": "response.output_item.done", "output_index": 0,
+        "item": {"type": "function_call", "call_id": "call_0", "name": "f", "arguments": ""}});
+    let server = Server::one(Reply::sse(events(&[
+        added(0),
+        delta(exact.clone()),
+        done_empty,
+        completed(),
+    ])))
+    .await;
+    let provider = OpenAiResponses::new(OpenAiResponsesConfig {
+        limits: json_bytes(40),
+        ..config(&server)
+    })
+    .unwrap();
+    let seen = observe(&provider, simple_request("m"), &allow()).await;
+    assert_eq!(seen.tool_calls.len(), 1, "{:?}", seen.failure);
+    assert_eq!(
+        seen.tool_calls[0].arguments().to_value(),
+        json!({"k": "x".repeat(72)})
+    );
     for (limits, items, says) in [
         (
             calls(2),

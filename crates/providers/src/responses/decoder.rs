@@ -683,6 +683,12 @@ mod tests {
                 vec![RawItem::text("No.")],
                 Some(FinishReason::ContentFilter),
             ),
+            // A done item without its added event: emitted all the same.
+            (
+                vec![call_done("{}")],
+                vec![call("{}")],
+                Some(FinishReason::ToolCalls),
+            ),
             // Completed with a call not done: protocol.
             (vec![call_added.clone()], vec![], None),
             // Arguments for no open call: protocol.

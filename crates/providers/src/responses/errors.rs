@@ -107,6 +107,12 @@ mod tests {
                 "stream error bio_policy",
             ),
             (
+                json!("engine_overloaded"),
+                "",
+                (Overloaded, true),
+                "stream error engine_overloaded",
+            ),
+            (
                 json!("vector_store_timeout"),
                 "",
                 (Timeout, true),
