@@ -1,5 +1,5 @@
-//! Fuzzes both provider SSE paths (framing, event bound, OpenAI-compatible
-//! and Anthropic decoders, key scrub) on arbitrary response bodies, through
+//! Fuzzes both Chat Completions and Anthropic SSE paths (framing, event
+//! bound, decoder, key scrub) on arbitrary response bodies, through
 //! `keel_providers::fuzzing::decode`, the same steps a live 2xx stream
 //! takes.
 //!
@@ -8,27 +8,17 @@
 //! event bound (64..=4,128 bytes, or the 1 MiB default); the rest is the
 //! body.
 //!
-//! Properties:
-//! - the raw stream ends with exactly one terminal (completion or
-//!   failure), and nothing follows it;
-//! - framing does not depend on how the body is split: the body in one
-//!   piece and in pieces of the chosen size yield equal items;
-//! - the key never appears in a failure message or completion metadata;
-//! - every text and reasoning delta is non-empty and within
-//!   `delta_bytes`;
-//! - the stream validator takes the items without panicking, and refuses
-//!   everything after a terminal or a violation.
+//! Properties: those of `common/provider.rs` (one terminal, last; the
+//! same items whole and in pieces; the key in no failure message or
+//! metadata; deltas non-empty and within `delta_bytes`; the validator
+//! ends on the terminal).
 #![no_main]
 
-use keel_message::Limits;
-use keel_providers::ApiKey;
-use keel_providers::fuzzing::{WireFormat, decode};
-use keel_stream::{MetadataAllowlist, RawItem, StreamValidator, ValidatorConfig};
-use libfuzzer_sys::fuzz_target;
+mod common;
 
-/// The configured key, when byte 0 asks for one. The seeds spell it in
-/// error bodies, so the fuzzer starts from echoes.
-const KEY: &str = "sk-keelfuzz-0123456789abcdefghij";
+use common::provider::check_decoding;
+use keel_providers::fuzzing::WireFormat;
+use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let [flags, bound, body @ ..] = data else {
@@ -39,89 +29,5 @@ fuzz_target!(|data: &[u8]| {
     } else {
         WireFormat::Anthropic
     };
-    let key = (flags & 2 != 0).then(|| ApiKey::new(KEY).expect("a valid key"));
-    let piece = 1 + usize::from(flags >> 2);
-    let max_event_bytes = if *bound < 128 {
-        64 + usize::from(*bound) * 32
-    } else {
-        keel_providers::DEFAULT_MAX_CHUNK_BYTES
-    };
-    let limits = Limits::default();
-
-    let whole = decode(
-        format,
-        &[body],
-        max_event_bytes,
-        limits.clone(),
-        key.clone(),
-    );
-    let pieces: Vec<&[u8]> = body.chunks(piece).collect();
-    let split = decode(
-        format,
-        &pieces,
-        max_event_bytes,
-        limits.clone(),
-        key.clone(),
-    );
-    assert_eq!(
-        whole, split,
-        "items depend on how the body is split (pieces of {piece})"
-    );
-
-    let terminals = whole.iter().filter(|i| i.is_terminal()).count();
-    assert_eq!(terminals, 1, "expected exactly one terminal: {whole:?}");
-    assert!(
-        whole.last().is_some_and(RawItem::is_terminal),
-        "the terminal is not last: {whole:?}"
-    );
-
-    for item in &whole {
-        match item {
-            RawItem::TextDelta(text) | RawItem::ReasoningDelta(text) => {
-                assert!(!text.is_empty(), "empty text or reasoning delta");
-                assert!(
-                    text.len() <= limits.delta_bytes.max(4),
-                    "text or reasoning delta of {} bytes > delta_bytes",
-                    text.len()
-                );
-            }
-            RawItem::Failure(problem) if key.is_some() => {
-                assert!(
-                    !problem.message.contains(KEY),
-                    "the key is in a failure message: {:?}",
-                    problem.message
-                );
-            }
-            RawItem::Completion(completion) if key.is_some() => {
-                let metadata = completion
-                    .metadata
-                    .as_ref()
-                    .map(|m| m.to_string())
-                    .unwrap_or_default();
-                assert!(
-                    !metadata.contains(KEY),
-                    "the key is in metadata: {metadata}"
-                );
-            }
-            _ => {}
-        }
-    }
-
-    let mut validator = StreamValidator::new(
-        ValidatorConfig::default(),
-        limits,
-        MetadataAllowlist::default(),
-    );
-    let mut ended = false;
-    for item in whole {
-        let result = validator.accept(item);
-        if ended {
-            assert!(
-                result.is_err(),
-                "the validator accepted an item after its end"
-            );
-        }
-        ended |= result.is_err() || validator.is_terminated();
-    }
-    assert!(ended, "the validator did not end on the terminal");
+    check_decoding(format, *flags, *bound, body);
 });

@@ -171,7 +171,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
     /// A network provider posted scenarios may use: its type
-    /// (openai-compatible, anthropic or gemini), the environment variable holding
+    /// (openai-compatible, anthropic, openai-responses or gemini), the environment variable holding
     /// its key, and its base URL (default: the type's own endpoint). The
     /// scenario must name all three exactly. Repeatable; without it, only
     /// scripted providers run.

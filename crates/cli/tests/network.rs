@@ -1,7 +1,9 @@
 //! `keel run` against a local server that replays real provider wire
-//! transcripts (the shared fixtures): OpenAI-compatible, Anthropic and
-//! Gemini, a retried 429 before the stream, tool round trips, and the key
-//! kept out of every output and of the database.
+//! transcripts (the shared fixtures): OpenAI-compatible, Anthropic, the
+//! OpenAI Responses API and Gemini, a retried 429 before the stream, tool
+//! round trips (the Responses one carrying its reasoning item back, the
+//! Gemini one its thought signature), and the key kept out of every output
+//! and of the database.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -197,6 +199,77 @@ fn gemini_retries_a_429_and_returns_the_thought_signature() {
     assert_eq!(response["id"], call["id"]);
     assert_eq!(response["name"], "get_weather");
     assert_eq!(response["response"], serde_json::json!({"output": "3 °C"}));
+    assert_no_secret(&sb, &out);
+    let verify = keel().arg("verify").args(sb.db_args()).output().unwrap();
+    assert_eq!(verify.status.code(), Some(0), "{}", text(&verify).1);
+}
+
+#[test]
+fn openai_responses_reasoning_round_trip() {
+    let (base, recorded) = replay(&[
+        "responses_reasoning_tool_call",
+        "responses_after_tool_result",
+    ]);
+    let sb = Sandbox::new();
+    let file = sb.write(
+        "net.json",
+        &format!(
+            r#"{{"model": "o4-mini", "messages": [{{"role": "user", "text": "Weather in Trondheim?"}}],
+                "allow_metadata": ["openai"],
+                "tools": [{{"name": "get_weather", "description": "Current weather for a city",
+                            "parameters": {{"type": "object", "properties": {{"city": {{"type": "string"}}}}}},
+                            "script": [{{"ok": {{"temp_c": 3}}}}]}}],
+                "provider": {{"type": "openai-responses", "base_url": "{base}", "api_key_env": "KEEL_TEST_API_KEY"}}}}"#
+        ),
+    );
+    let out = keel()
+        .arg("run")
+        .arg(&file)
+        .args(sb.db_args())
+        .args(["--approve", "all"])
+        .env("KEEL_TEST_API_KEY", SECRET)
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("It is 3 °C in Trondheim."), "{stdout}");
+    let requests = &recorded.lock().unwrap().requests;
+    assert_eq!(requests.len(), 2);
+    let (head, first) = &requests[0];
+    assert!(head.starts_with("POST /v1/responses"), "{head}");
+    let first: serde_json::Value = serde_json::from_str(first).unwrap();
+    assert_eq!(first["store"], false);
+    assert_eq!(
+        first["include"],
+        serde_json::json!(["reasoning.encrypted_content"])
+    );
+    // The second request carries the reasoning item exactly as the first
+    // response's output_item.done had it, then the call and its output.
+    let fixture = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/responses_reasoning_tool_call.sse"),
+    )
+    .unwrap();
+    let item = fixture
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap())
+        .find(|p| p["type"] == "response.output_item.done" && p["item"]["type"] == "reasoning")
+        .unwrap()["item"]
+        .clone();
+    let second: serde_json::Value = serde_json::from_str(&requests[1].1).unwrap();
+    assert_eq!(second["input"][1]["type"], "reasoning");
+    assert_eq!(second["input"][1]["id"], item["id"]);
+    assert_eq!(second["input"][1]["summary"], item["summary"]);
+    let encrypted = item["encrypted_content"].as_str().unwrap();
+    assert!(
+        requests[1]
+            .1
+            .contains(&format!("\"encrypted_content\":\"{encrypted}\""))
+    );
+    assert_eq!(second["input"][2]["call_id"], "call_Mh5rS0oB3zAx4Yp6");
+    assert_eq!(second["input"][3]["type"], "function_call_output");
     assert_no_secret(&sb, &out);
     let verify = keel().arg("verify").args(sb.db_args()).output().unwrap();
     assert_eq!(verify.status.code(), Some(0), "{}", text(&verify).1);

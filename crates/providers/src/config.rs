@@ -31,6 +31,7 @@ pub const DEFAULT_MAX_ERROR_BODY_BYTES: usize = 64 << 10;
 pub struct ProviderConfig<W> {
     /// The API base; requests go to `{base_url}/chat/completions`
     /// (OpenAI), `{base_url}/messages` (Anthropic) or
+    /// `{base_url}/responses` (OpenAI Responses),
     /// `{base_url}/models/{model}:streamGenerateContent?alt=sse` (Gemini).
     /// An absolute
     /// `http(s)` URL with no credentials, query or fragment; `https`
@@ -57,6 +58,7 @@ pub struct ProviderConfig<W> {
     /// What only this wire format has
     /// ([`OpenAiOptions`](crate::OpenAiOptions),
     /// [`AnthropicOptions`](crate::AnthropicOptions),
+    /// [`ResponsesOptions`](crate::ResponsesOptions),
     /// [`GeminiOptions`](crate::GeminiOptions)).
     pub wire: W,
 }

@@ -12,6 +12,7 @@ use crate::gemini::{CallIds, GeminiDecoder};
 use crate::key::ApiKey;
 use crate::openai::OpenAiDecoder;
 use crate::pump::{Decoder, Step, scrubbed, step};
+use crate::responses::ResponsesDecoder;
 use crate::sse::Events;
 use bytes::Bytes;
 use futures_core::Stream;
@@ -28,6 +29,8 @@ pub enum WireFormat {
     OpenAi,
     /// Anthropic messages.
     Anthropic,
+    /// OpenAI Responses API events.
+    OpenAiResponses,
     /// Gemini `streamGenerateContent` chunks.
     Gemini,
 }
@@ -48,6 +51,10 @@ pub fn decode(
         }
         WireFormat::Anthropic => {
             let decoder = AnthropicDecoder::new(limits, None, key.clone());
+            run(decoder, pieces, max_event_bytes, key.as_ref())
+        }
+        WireFormat::OpenAiResponses => {
+            let decoder = ResponsesDecoder::new(limits, "op_fuzz", None, key.clone());
             run(decoder, pieces, max_event_bytes, key.as_ref())
         }
         WireFormat::Gemini => {

@@ -1,11 +1,13 @@
 //! The network providers this crate adapts, by the type name a
-//! configuration writes (`openai-compatible`, `anthropic`, `gemini`).
+//! configuration writes (`openai-compatible`, `anthropic`,
+//! `openai-responses`, `gemini`).
 
 use crate::anthropic::{ANTHROPIC_BASE_URL, Anthropic, AnthropicConfig, AnthropicOptions};
 use crate::error::ProviderConfigError;
 use crate::gemini::{GEMINI_BASE_URL, Gemini, GeminiConfig, GeminiOptions};
 use crate::key::ApiKey;
 use crate::openai::{OPENAI_BASE_URL, OpenAiCompatible, OpenAiConfig, OpenAiOptions};
+use crate::responses::{OpenAiResponses, OpenAiResponsesConfig};
 use crate::shell::Wire;
 use keel_stream::ModelProvider;
 use std::fmt;
@@ -28,6 +30,8 @@ pub enum ProviderKind {
     OpenAiCompatible,
     /// Anthropic Messages streaming ([`Anthropic`]).
     Anthropic,
+    /// OpenAI Responses API streaming, stateless ([`OpenAiResponses`]).
+    OpenAiResponses,
     /// Google Gemini `streamGenerateContent` streaming ([`Gemini`]).
     Gemini,
 }
@@ -60,24 +64,27 @@ pub struct ConnectOptions {
 /// A type name that is not a [`ProviderKind`]. Does not echo the name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown provider type (rule provider.type: expected openai-compatible, anthropic or gemini)"
+    "unknown provider type (rule provider.type: expected openai-compatible, anthropic, openai-responses or gemini)"
 )]
 pub struct UnknownProviderKind;
 
 impl ProviderKind {
     /// Every kind.
-    pub const ALL: [ProviderKind; 3] = [
+    pub const ALL: [ProviderKind; 4] = [
         ProviderKind::OpenAiCompatible,
         ProviderKind::Anthropic,
+        ProviderKind::OpenAiResponses,
         ProviderKind::Gemini,
     ];
 
-    /// The type name: `openai-compatible`, `anthropic` or `gemini`.
+    /// The type name: `openai-compatible`, `anthropic`,
+    /// `openai-responses` or `gemini`.
     pub fn type_name(self) -> &'static str {
         match self {
             ProviderKind::OpenAiCompatible => "openai-compatible",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Gemini => "gemini",
+            ProviderKind::OpenAiResponses => "openai-responses",
         }
     }
 
@@ -95,6 +102,7 @@ impl ProviderKind {
             ProviderKind::OpenAiCompatible => OPENAI_BASE_URL,
             ProviderKind::Anthropic => ANTHROPIC_BASE_URL,
             ProviderKind::Gemini => GEMINI_BASE_URL,
+            ProviderKind::OpenAiResponses => OPENAI_BASE_URL,
         }
     }
 
@@ -132,6 +140,9 @@ impl ProviderKind {
                 wire: gemini_options(options),
                 ..GeminiConfig::new(base_url, Some(key))
             })?),
+            ProviderKind::OpenAiResponses => Arc::new(OpenAiResponses::new(
+                OpenAiResponsesConfig::new(base_url, Some(key)),
+            )?),
         })
     }
 
@@ -140,13 +151,14 @@ impl ProviderKind {
     /// `config.thinking_budget_tokens`), as building the adapter would;
     /// for a configuration loader, before any key is read.
     pub fn check_options(self, options: &ConnectOptions) -> Result<(), ProviderConfigError> {
+        let send_reasoning = options.send_reasoning.then_some("send_reasoning");
+        let budget = options
+            .thinking_budget_tokens
+            .map(|_| "thinking_budget_tokens");
         let foreign = match self {
-            ProviderKind::OpenAiCompatible => options
-                .thinking_budget_tokens
-                .map(|_| "thinking_budget_tokens"),
-            ProviderKind::Anthropic | ProviderKind::Gemini => {
-                options.send_reasoning.then_some("send_reasoning")
-            }
+            ProviderKind::OpenAiCompatible => budget,
+            ProviderKind::Anthropic | ProviderKind::Gemini => send_reasoning,
+            ProviderKind::OpenAiResponses => send_reasoning.or(budget),
         };
         if let Some(field) = foreign {
             return Err(ProviderConfigError::NotForKind {
@@ -158,6 +170,7 @@ impl ProviderKind {
             ProviderKind::OpenAiCompatible => openai_options(options).check(),
             ProviderKind::Anthropic => anthropic_options(options).check(),
             ProviderKind::Gemini => gemini_options(options).check(),
+            ProviderKind::OpenAiResponses => Ok(()),
         }
     }
 }
@@ -214,7 +227,12 @@ mod tests {
         }
         assert_eq!(
             ProviderKind::ALL.map(ProviderKind::type_name),
-            ["openai-compatible", "anthropic", "gemini"]
+            [
+                "openai-compatible",
+                "anthropic",
+                "openai-responses",
+                "gemini"
+            ]
         );
         for name in ["", "openai", "Anthropic", "scripted", "anthropic "] {
             let err = ProviderKind::parse(name).unwrap_err();
@@ -239,6 +257,10 @@ mod tests {
             OPENAI_BASE_URL
         );
         assert_eq!(ProviderKind::Gemini.default_base_url(), GEMINI_BASE_URL);
+        assert_eq!(
+            ProviderKind::OpenAiResponses.default_base_url(),
+            OPENAI_BASE_URL
+        );
     }
 
     fn check(kind: ProviderKind, options: ConnectOptions, refused: Option<&str>) {
@@ -279,6 +301,21 @@ mod tests {
             (ProviderKind::Anthropic, ConnectOptions::default(), None),
             (ProviderKind::OpenAiCompatible, reasoning, None),
             (ProviderKind::Anthropic, budget(1024), None),
+            (
+                ProviderKind::OpenAiResponses,
+                ConnectOptions::default(),
+                None,
+            ),
+            (
+                ProviderKind::OpenAiResponses,
+                reasoning,
+                Some("send_reasoning is not an option of an openai-responses provider"),
+            ),
+            (
+                ProviderKind::OpenAiResponses,
+                budget(2048),
+                Some("thinking_budget_tokens is not an option of an openai-responses provider"),
+            ),
             (ProviderKind::Anthropic, budget(4095), None),
             (ProviderKind::Gemini, ConnectOptions::default(), None),
             (ProviderKind::Gemini, budget(0), None),

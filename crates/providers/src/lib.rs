@@ -11,6 +11,9 @@
 //! - [`Gemini`]: Google Gemini streaming (`POST
 //!   {base_url}/models/{model}:streamGenerateContent?alt=sse`, the key in
 //!   `x-goog-api-key`, never in the URL).
+//! - [`OpenAiResponses`]: the OpenAI Responses API streaming
+//!   (`POST {base_url}/responses`), stateless (`store: false`, the whole
+//!   history as `input`), the API of OpenAI's reasoning models.
 //!
 //! Each builds the request from a [`ModelRequest`](keel_message::ModelRequest)
 //! (history, tools, model), sends it over HTTP/1.1 (reqwest; TLS through
@@ -26,8 +29,10 @@
 //!
 //! - **The stream ends at the wire's terminator.** OpenAI's completion is
 //!   yielded at `data: [DONE]` (the usage chunk comes after
-//!   `finish_reason`), Anthropic's at `message_stop`, Gemini's at the
-//!   chunk carrying a `finishReason` (its stream has no terminator). A body that ends
+//!   `finish_reason`), Anthropic's at `message_stop`, the Responses API's
+//!   at `response.completed` or `response.incomplete` (`max_output_tokens`
+//!   is the `length` finish), Gemini's at the chunk carrying a
+//!   `finishReason` (its stream has no terminator). A body that ends
 //!   before it is an `unavailable`, retryable failure; the host computes
 //!   whether it is `partial`.
 //! - **A broken chunk stops the stream.** A data line that is not JSON, an
@@ -48,18 +53,24 @@
 //!   Gemini every thought, and each signature on the part it came on;
 //!   OpenAI-compatible the text as `reasoning_content`, only when
 //!   [`OpenAiOptions::send_reasoning`] is on (off by default: DeepSeek
-//!   refuses it). Other reasoning is dropped without error.
+//!   refuses it). The Responses adapter (`openai-responses`) streams a
+//!   reasoning item's summary as reasoning deltas and seals the item (its
+//!   `id`, summary part lengths and `encrypted_content`, asked for with
+//!   `include`) into the part's signature (a redacted part when it had no
+//!   summary), and sends it back as the same `reasoning` input item, byte
+//!   for byte. Other reasoning is dropped without error.
 //! - **Images and files go in their documented shapes**: Anthropic
 //!   `image` and `document` blocks (images inside `tool_result` too);
 //!   Gemini `inlineData` (and `fileData` for an image URL);
 //!   OpenAI-compatible `image_url` data URLs and `file` parts, and a note
 //!   naming the images a tool result could not carry (count, media types,
-//!   sizes).
+//!   sizes); Responses `input_image` and `input_file` (in a tool result's
+//!   `output` list too).
 //! - **The key stays secret.** An [`ApiKey`] prints `[redacted]`, goes only
 //!   into its (sensitive) header, and is scrubbed from every problem
 //!   message and metadata value; redirects are not followed.
 //! - **Metadata is a handful of safe facts** under the namespaces
-//!   [`OPENAI_NAMESPACE`], [`ANTHROPIC_NAMESPACE`] and
+//!   [`OPENAI_NAMESPACE`] (both OpenAI adapters), [`ANTHROPIC_NAMESPACE`] and
 //!   [`GEMINI_NAMESPACE`]: the response id, the
 //!   model actually served, the service tier, OpenAI's system fingerprint
 //!   and the request id. A host keeps them by allowlisting the namespace.
@@ -69,8 +80,9 @@
 //! All are one adapter shell with a different wire format plugged in:
 //! they share [`ProviderConfig`] (base URL, key, timeouts, bounds; its
 //! `Debug` redacts the key), whose `wire` field holds what only that format
-//! has ([`OpenAiOptions`], [`AnthropicOptions`], [`GeminiOptions`]);
-//! [`OpenAiConfig`], [`AnthropicConfig`] and [`GeminiConfig`] name them.
+//! has ([`OpenAiOptions`], [`AnthropicOptions`], [`ResponsesOptions`],
+//! [`GeminiOptions`]); [`OpenAiConfig`], [`AnthropicConfig`],
+//! [`OpenAiResponsesConfig`] and [`GeminiConfig`] name them.
 //!
 //! | feature | default | what it adds | what it compiles |
 //! | --- | --- | --- | --- |
@@ -167,6 +179,7 @@ mod kind;
 mod openai;
 mod problem;
 mod pump;
+mod responses;
 mod screen;
 mod shell;
 mod sse;
@@ -186,3 +199,4 @@ pub use kind::{ConnectOptions, ProviderKind, UnknownProviderKind};
 pub use openai::{
     OPENAI_BASE_URL, OPENAI_NAMESPACE, OpenAiCompatible, OpenAiConfig, OpenAiOptions,
 };
+pub use responses::{OpenAiResponses, OpenAiResponsesConfig, ReasoningEffort, ResponsesOptions};

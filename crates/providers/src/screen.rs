@@ -33,6 +33,20 @@ pub(crate) fn safe_fact(value: &Option<Value>, key: Option<&ApiKey>) -> Option<S
     }
 }
 
+/// Puts each value that is a safe fact ([`safe_fact`]) in its slot; a
+/// slot whose value is not keeps what it had (facts repeat across
+/// chunks and events, and a later safe value replaces an earlier one).
+pub(crate) fn keep_facts<const N: usize>(
+    facts: [(&mut Option<String>, &Option<Value>); N],
+    key: Option<&ApiKey>,
+) {
+    for (slot, value) in facts {
+        if let Some(v) = safe_fact(value, key) {
+            *slot = Some(v);
+        }
+    }
+}
+
 /// A short, safe identifier from a provider's error body (an error `type`
 /// or `code`): `^[A-Za-z0-9_.:-]{1,64}$`.
 pub(crate) fn safe_code(value: &str) -> Option<&str> {

@@ -113,6 +113,7 @@ mod tests {
             ProviderAllowance::parse("openai-compatible,LOCAL_KEY,http://127.0.0.1:8000/v1/")
                 .unwrap(),
             ProviderAllowance::parse("gemini,GEMINI_API_KEY").unwrap(),
+            ProviderAllowance::parse("openai-responses,OPENAI_API_KEY").unwrap(),
         ];
         let check = |spec: ProviderSpec, expected: bool| {
             assert_eq!(permitted(&spec, &allowed), expected, "{spec:?}");
@@ -134,6 +135,16 @@ mod tests {
             network("gemini", "GEMINI_API_KEY", Some("http://127.0.0.1:8000/v1")),
             false,
         );
+        check(network("openai-responses", "OPENAI_API_KEY", None), true);
+        check(
+            network(
+                "openai-responses",
+                "OPENAI_API_KEY",
+                Some("http://evil.example/v1"),
+            ),
+            false,
+        );
+        check(network("openai-compatible", "OPENAI_API_KEY", None), false);
         // Another variable, another endpoint, another type: refused.
         check(network("anthropic", "HOME", None), false);
         check(

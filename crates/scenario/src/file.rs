@@ -152,7 +152,8 @@ pub enum ProviderSpec {
         /// One list of stream items per model call, in order.
         calls: Vec<Vec<ScriptItem>>,
     },
-    /// A network provider (`openai-compatible`, `anthropic`, `gemini`). The key is
+    /// A network provider (`openai-compatible`, `anthropic`,
+    /// `openai-responses`, `gemini`: a [`ProviderKind`]). The key is
     /// read from the named environment variable when the run starts, and
     /// never printed.
     Network {
@@ -629,14 +630,6 @@ fn check_tool(i: usize, t: ToolWire) -> Result<ToolEntry, RuleError> {
 
 /// `scripted, openai-compatible, … or gemini`: every type a file may
 /// name, from [`ProviderKind::ALL`].
-fn expected_types() -> String {
-    let kinds: Vec<&str> = ProviderKind::ALL.iter().map(|k| k.type_name()).collect();
-    match kinds.split_last() {
-        Some((last, rest)) => format!("scripted, {} or {last}", rest.join(", ")),
-        None => "scripted".to_owned(),
-    }
-}
-
 fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
     if p.kind == "scripted" {
         return check_scripted(p);
@@ -644,7 +637,7 @@ fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
     let kind = ProviderKind::parse(&p.kind).map_err(|_| {
         rule(
             "provider.type",
-            format!("unknown provider type (expected {})", expected_types()),
+            format!("unknown provider type (expected {})", provider_types()),
         )
     })?;
     if p.calls.is_some() {
@@ -693,6 +686,16 @@ fn check_provider(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
         api_key_env,
         options,
     })
+}
+
+/// `scripted, openai-compatible, … or {last kind}`: every type a file
+/// may name, from [`ProviderKind::ALL`].
+fn provider_types() -> String {
+    let mut names: Vec<&str> = std::iter::once("scripted")
+        .chain(ProviderKind::ALL.map(ProviderKind::type_name))
+        .collect();
+    let last = names.pop().unwrap_or_default();
+    format!("{} or {last}", names.join(", "))
 }
 
 fn check_scripted(p: ProviderWire) -> Result<ProviderSpec, RuleError> {
@@ -1009,6 +1012,15 @@ mod tests {
                     thinking_budget_tokens: Some(0),
                 },
             ),
+            // No base_url: the type's own endpoint.
+            (
+                r#"{"type":"openai-responses","api_key_env":"OPENAI_API_KEY"}"#,
+                ConnectOptions::default(),
+            ),
+            (
+                r#"{"type":"openai-responses","base_url":"http://127.0.0.1:8080/v1","api_key_env":"K"}"#,
+                ConnectOptions::default(),
+            ),
         ] {
             let s = load_str(&provider(p)).unwrap();
             assert!(
@@ -1020,7 +1032,7 @@ mod tests {
             (
                 r#"{"type":"openai","api_key_env":"K"}"#,
                 "provider.type",
-                "unknown provider type",
+                "unknown provider type (expected scripted, openai-compatible, anthropic or openai-responses)",
             ),
             (
                 r#"{"type":"anthropic","api_key_env":"2KEY"}"#,
@@ -1051,6 +1063,21 @@ mod tests {
                 r#"{"type":"gemini","api_key_env":"K","send_reasoning":true}"#,
                 "provider.send_reasoning",
                 "rule config.option_kind",
+            ),
+            (
+                r#"{"type":"openai-responses","api_key_env":"K","send_reasoning":true}"#,
+                "provider.send_reasoning",
+                "not an option of an openai-responses provider",
+            ),
+            (
+                r#"{"type":"openai-responses","base_url":"http://h/v1"}"#,
+                "provider",
+                "a openai-responses provider needs `api_key_env`",
+            ),
+            (
+                r#"{"type":"openai-responses","api_key_env":"sk-proj-secret"}"#,
+                "provider.api_key_env",
+                "env_var_name.charset",
             ),
             (
                 r#"{"type":"scripted","calls":[],"send_reasoning":false}"#,

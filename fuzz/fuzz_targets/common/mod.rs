@@ -1,6 +1,8 @@
 //! Helpers shared by the fuzz targets (not a target itself).
 
 pub mod events;
+#[allow(dead_code)]
+pub mod provider;
 
 /// Rotates the ASCII letters and digits inside JSON string *values*
 /// (`a→b … z→a`, `A→B … Z→A`, `0→1 … 9→0`), leaving escape sequences

@@ -11,7 +11,7 @@ use crate::decode::{
 use crate::key::ApiKey;
 use crate::problem::{bad_json, fail, protocol, too_many_calls};
 use crate::pump::{Decoder, Flow};
-use crate::screen::{safe_code, safe_fact};
+use crate::screen::{keep_facts, safe_code};
 use keel_message::Limits;
 use keel_stream::{
     FinishReason, ProblemKind, RawCompletion, RawItem, RawProblem, RawToolCall, RawUsage,
@@ -155,20 +155,18 @@ impl OpenAiDecoder {
     }
 
     fn remember(&mut self, chunk: &Chunk) {
-        let key = self.key.as_ref();
-        for (slot, value) in [
-            (&mut self.facts.id, &chunk.id),
-            (&mut self.facts.model, &chunk.model),
-            (
-                &mut self.facts.system_fingerprint,
-                &chunk.system_fingerprint,
-            ),
-            (&mut self.facts.service_tier, &chunk.service_tier),
-        ] {
-            if let Some(v) = safe_fact(value, key) {
-                *slot = Some(v);
-            }
-        }
+        keep_facts(
+            [
+                (&mut self.facts.id, &chunk.id),
+                (&mut self.facts.model, &chunk.model),
+                (
+                    &mut self.facts.system_fingerprint,
+                    &chunk.system_fingerprint,
+                ),
+                (&mut self.facts.service_tier, &chunk.service_tier),
+            ],
+            self.key.as_ref(),
+        );
     }
 
     fn metadata(&self) -> Option<Value> {

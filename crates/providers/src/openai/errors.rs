@@ -33,8 +33,9 @@ fn is_context_length(code: Option<&str>, message: &str) -> bool {
         || message.contains("context_length_exceeded")
 }
 
-/// The problem for a non-2xx response.
-pub(super) fn classify_http(status: u16, headers: &HeaderMap, body: &[u8]) -> RawProblem {
+/// The problem for a non-2xx response (the Responses API answers with
+/// the same error body).
+pub(crate) fn classify_http(status: u16, headers: &HeaderMap, body: &[u8]) -> RawProblem {
     let error = serde_json::from_slice::<ErrorEnvelope>(body)
         .ok()
         .and_then(|e| e.error)

@@ -9,7 +9,7 @@ mod errors;
 mod request;
 
 pub(crate) use decoder::OpenAiDecoder;
-use errors::classify_http;
+pub(crate) use errors::classify_http;
 use request::request_body;
 
 use crate::config::ProviderConfig;
@@ -112,8 +112,8 @@ impl ModelProvider for OpenAiCompatible {
     }
 }
 
-/// `Authorization: Bearer {key}`.
-fn bearer(key: &ApiKey) -> Option<(HeaderName, HeaderValue)> {
+/// `Authorization: Bearer {key}` (the Responses adapter sends it too).
+pub(crate) fn bearer(key: &ApiKey) -> Option<(HeaderName, HeaderValue)> {
     let value = HeaderValue::from_str(&format!("Bearer {}", key.expose())).ok()?;
     Some((AUTHORIZATION, value))
 }
