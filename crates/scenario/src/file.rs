@@ -1032,7 +1032,7 @@ mod tests {
             (
                 r#"{"type":"openai","api_key_env":"K"}"#,
                 "provider.type",
-                "unknown provider type (expected scripted, openai-compatible, anthropic or openai-responses)",
+                "unknown provider type (expected scripted, openai-compatible, anthropic, openai-responses or gemini)",
             ),
             (
                 r#"{"type":"anthropic","api_key_env":"2KEY"}"#,
