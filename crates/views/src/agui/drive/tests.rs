@@ -1,0 +1,1 @@
+//! The agent stream, event by event, through one `check` helper.

@@ -1,0 +1,1 @@
+//! `RunAgentInput` bodies through one `check` helper.
