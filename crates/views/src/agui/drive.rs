@@ -62,6 +62,13 @@ pub enum Wait {
     },
 }
 
+/// The call an approval is about.
+#[derive(Debug, Clone)]
+struct AskedCall {
+    call_id: CallId,
+    tool: ToolName,
+}
+
 /// The AG-UI event stream of one response, from a Keel run's events.
 #[derive(Debug, Clone)]
 pub struct AgentStream {
@@ -73,10 +80,10 @@ pub struct AgentStream {
     unfinished: BTreeMap<CallId, ToolName>,
     /// The open model call's tool calls (dropped if the call fails).
     attempt_calls: Vec<CallId>,
-    /// Pending approvals: interaction → call.
-    approvals: BTreeMap<InteractionId, CallId>,
-    /// Frontend calls started and not ended.
-    client_calls: BTreeSet<CallId>,
+    /// Pending approvals: interaction → the call it is about.
+    approvals: BTreeMap<InteractionId, AskedCall>,
+    /// Frontend calls started and not ended, with their tools.
+    client_calls: BTreeMap<CallId, ToolName>,
     model_open: bool,
     /// The last event's line (a pause's `rawEvent`).
     last_line: String,
@@ -98,7 +105,7 @@ impl AgentStream {
             unfinished: BTreeMap::new(),
             attempt_calls: Vec::new(),
             approvals: BTreeMap::new(),
-            client_calls: BTreeSet::new(),
+            client_calls: BTreeMap::new(),
             model_open: false,
             last_line: String::new(),
         }
@@ -141,20 +148,21 @@ impl AgentStream {
     /// What the run waits for from the client: its pending approvals and
     /// its frontend calls without a result, from the events seen.
     pub fn waits(&self) -> Vec<Wait> {
-        let tool = |call: &CallId| self.unfinished.get(call).cloned();
-        let approvals = self.approvals.iter().filter_map(|(interrupt_id, call_id)| {
-            Some(Wait::Approval {
+        let approvals = self
+            .approvals
+            .iter()
+            .map(|(interrupt_id, asked)| Wait::Approval {
                 interrupt_id: interrupt_id.clone(),
+                call_id: asked.call_id.clone(),
+                tool: asked.tool.clone(),
+            });
+        let calls = self
+            .client_calls
+            .iter()
+            .map(|(call_id, tool)| Wait::ClientTool {
                 call_id: call_id.clone(),
-                tool: tool(call_id)?,
-            })
-        });
-        let calls = self.client_calls.iter().filter_map(|call_id| {
-            Some(Wait::ClientTool {
-                call_id: call_id.clone(),
-                tool: tool(call_id)?,
-            })
-        });
+                tool: tool.clone(),
+            });
         approvals.chain(calls).collect()
     }
 
@@ -166,7 +174,8 @@ impl AgentStream {
     pub fn paused(&self) -> Option<Vec<Stamped>> {
         let waits = self.waits();
         let waiting = |call: &CallId| {
-            self.client_calls.contains(call) || self.approvals.values().any(|c| c == call)
+            self.client_calls.contains_key(call)
+                || self.approvals.values().any(|a| &a.call_id == call)
         };
         if self.ended()
             || self.model_open
@@ -238,12 +247,13 @@ impl AgentStream {
                 self.unfinished.insert(p.call_id, p.name);
             }
             Payload::InteractionStarted(p) => {
-                if let Some(call) = p.call_id {
-                    if !self.unfinished.contains_key(&call) {
+                if let Some(call_id) = p.call_id {
+                    let Some(tool) = self.unfinished.get(&call_id).cloned() else {
                         return Err(AguiError::UnknownCall { seq });
-                    }
+                    };
                     bounded(self.approvals.len(), seq)?;
-                    self.approvals.insert(p.interaction_id, call);
+                    self.approvals
+                        .insert(p.interaction_id, AskedCall { call_id, tool });
                 }
             }
             Payload::InteractionCompleted(p) => self.answered(&p.interaction_id, &p.decision),
@@ -253,7 +263,7 @@ impl AgentStream {
             }
             Payload::ToolStarted(p) if self.frontend_tools.contains(&p.tool) => {
                 bounded(self.client_calls.len(), seq)?;
-                self.client_calls.insert(p.call_id);
+                self.client_calls.insert(p.call_id, p.tool);
             }
             Payload::ToolCompleted(p) => self.tool_ended(&p.call_id),
             Payload::ToolFailed(p) => self.tool_ended(&p.call_id),
@@ -266,9 +276,9 @@ impl AgentStream {
     /// An approval answered: a denied or failed one leaves its call with
     /// no result to wait for.
     fn answered(&mut self, interaction: &InteractionId, decision: &str) {
-        let call = self.approvals.remove(interaction);
-        if let (Some(call), false) = (call, decision == "approved") {
-            self.unfinished.remove(&call);
+        let asked = self.approvals.remove(interaction);
+        if let (Some(asked), false) = (asked, decision == "approved") {
+            self.unfinished.remove(&asked.call_id);
         }
     }
 

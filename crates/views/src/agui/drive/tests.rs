@@ -508,3 +508,73 @@ fn the_turn_s_calls_without_a_result_are_bounded() {
         })
     );
 }
+
+/// Whether the run is paused after `script`, with `frontend` tools.
+fn pauses(script: &[(&str, Value)], frontend: &[&str]) -> bool {
+    let mut agent = stream(frontend);
+    for event in &run(script) {
+        agent.feed(event).unwrap_or_else(|e| panic!("{e}"));
+    }
+    agent.paused().is_some()
+}
+
+#[test]
+fn a_pause_needs_the_model_closed_and_the_run_live() {
+    let with = |extra: &[(&'static str, Value)]| {
+        let mut script = frontend_call();
+        script.extend(extra.iter().cloned());
+        script
+    };
+    assert!(pauses(&with(&[]), &["pick_color"]));
+    assert!(!pauses(
+        &with(&[model("model.started", "op_2")]),
+        &["pick_color"]
+    ));
+    assert!(!pauses(
+        &with(&[("run.cancelled", json!({}))]),
+        &["pick_color"]
+    ));
+}
+
+#[test]
+fn a_frontend_call_with_a_result_waits_no_more() {
+    for end in ["tool.completed", "tool.failed", "tool.cancelled"] {
+        let mut script = frontend_call();
+        script.push(tool(end, "c2", "pick_color"));
+        let mut agent = stream(&["pick_color"]);
+        for event in &run(&script) {
+            agent.feed(event).unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!((agent.paused(), agent.waits()), (None, vec![]), "{end}");
+    }
+}
+
+#[test]
+fn an_approved_call_is_about_to_run_a_denied_one_is_not() {
+    // c1 is approved (it runs next) or denied (it never runs) while the
+    // client's c2 is started.
+    let script = |decision: &str| {
+        let mut script = asking(true);
+        script.insert(script.len() - 1, answered("i_1", decision));
+        script
+    };
+    assert!(!pauses(&script("approved"), &["pick_color"]));
+    assert!(pauses(&script("denied"), &["pick_color"]));
+}
+
+#[test]
+fn each_turn_has_its_own_calls() {
+    // Turn 1's call c1 got no result; turn 2 waits only for the client.
+    let mut script = opening();
+    script.extend([
+        call("op_1", "c1", "lookup"),
+        model("model.completed", "op_1"),
+        turn("turn.completed"),
+        ("turn.started", json!({"turn": 2})),
+        ("model.started", json!({"turn": 2, "operation_id": "op_2", "model": "m", "attempt": 1})),
+        ("model.tool_call", json!({"turn": 2, "operation_id": "op_2", "call_id": "c2", "name": "pick_color", "arguments": {}})),
+        ("model.completed", json!({"turn": 2, "operation_id": "op_2", "finish": "tool_calls"})),
+        ("tool.started", json!({"turn": 2, "call_id": "c2", "tool": "pick_color"})),
+    ]);
+    assert!(pauses(&script, &["pick_color"]));
+}

@@ -114,7 +114,9 @@ fn check(limits: &InputLimits, body: &Value, want: Want<'_>) {
             assert_eq!((e.path(), e.rule()), (*path, *rule), "{text}: {e}");
             let shown = format!("{e} {e:?}");
             assert!(!shown.contains(SECRET), "{shown} echoes the content");
-            assert!(shown.contains(&format!("(rule {rule})")), "{shown}");
+            let display = format!("{}: {} (rule {})", e.path(), e.detail(), e.rule());
+            assert_eq!(e.to_string(), display);
+            assert!(!e.detail().is_empty() && e.detail() != "xyzzy", "{e}");
         }
         (got, want) => panic!("{text}: got {got:?}, wanted {want:?}"),
     }
