@@ -173,6 +173,18 @@ fn the_body_and_its_ids() {
 }
 
 #[test]
+fn the_opaque_bound_is_inclusive() {
+    let l = InputLimits {
+        max_opaque_bytes: 16,
+        ..limits()
+    };
+    // `{"a":"` + n bytes + `"}`: 16 canonical bytes at n = 8.
+    let state = |n: usize| hi(json!({"state": {"a": "x".repeat(n)}}));
+    let rule = "agui.input.opaque_bytes";
+    cases(&l, vec![(state(8), HI), refused(state(9), "state", rule)]);
+}
+
+#[test]
 fn members_accepted_and_not_used_are_bounded() {
     let (id, opaque) = ("agui.input.client_id", "agui.input.opaque_bytes");
     let big = "x".repeat(70_000);
