@@ -242,7 +242,16 @@ fn user_parts(
     parts.extend(context_part(context, limits)?);
     parts.extend(media);
     parts.extend(texts);
+    // Again with the context part the message gains.
+    parts_bound(parts.len(), &at, limits)?;
     Ok(parts)
+}
+
+/// At most `limits.parts_per_message` parts, refused at `at`.
+fn parts_bound(count: usize, at: &str, limits: &Limits) -> Result<(), InputError> {
+    Bound::PartsPerMessage
+        .check(limits, count)
+        .map_err(|e| InputError::new(at, e.bound.rule(), e.to_string()))
 }
 
 /// A text part of `text` unless it is empty.
@@ -273,11 +282,7 @@ fn content_parts(
     at: &str,
     limits: &Limits,
 ) -> Result<(Vec<Part>, Vec<Part>), InputError> {
-    if parts.len() > limits.parts_per_message {
-        let e = Bound::PartsPerMessage.check(limits, parts.len()).err();
-        let detail = e.map_or_else(String::new, |e| e.to_string());
-        return Err(InputError::new(at, Bound::PartsPerMessage.rule(), detail));
-    }
+    parts_bound(parts.len(), at, limits)?;
     let (mut media, mut texts) = (Vec::new(), Vec::new());
     for (j, p) in parts.iter().enumerate() {
         let at = format!("{at}[{j}]");

@@ -566,7 +566,10 @@ fn user_content_parts_become_keel_parts() {
 #[test]
 fn user_content_shapes_are_checked() {
     let (at, rule) = ("messages[0].content", "agui.input.user_content");
-    let five = json!([text("1"), text("2"), text("3"), text("4"), text("5")]);
+    // Counted as sent, empty texts too (the bound is on the work done).
+    let five = json!([text(""), text(""), text("1"), text(""), text("")]);
+    let four = json!([text("1"), text("2"), text("3"), text("4")]);
+    let with_context = |content: Value| body(user(content), json!({"context": [ctx("a", "b")]}));
     let png = data("image", "image/png", PNG);
     let no_type =
         json!([{"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}]);
@@ -578,6 +581,11 @@ fn user_content_shapes_are_checked() {
             refused(said(json!([text("")])), at, rule),
             refused(said(json!(7)), at, rule),
             refused(said(five), at, "limits.parts_per_message"),
+            (
+                said(four.clone()),
+                Want::User(&["text:1", "text:2", "text:3", "text:4"]),
+            ),
+            refused(with_context(four), at, "limits.parts_per_message"),
             refused(said(json!(["SECRET"])), "messages[0].content[0]", rule),
             refused(
                 said(json!([{"type": "text"}])),
