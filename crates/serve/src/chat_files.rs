@@ -11,21 +11,15 @@
 //! - Any other type is refused (SVG above all), as is a `data:` URL whose
 //!   type is not the part's `mediaType`.
 //!
-//! The rules and bounds (`limits.image_bytes`, `limits.file_bytes`, base64,
-//! signatures, file names) are `keel-message`'s; a refusal names the
-//! part's member (`url`, which `chat` puts under `messages[i].parts[j]`)
-//! and the rule, never the content.
+//! The rules and bounds are `keel_views::user_media`'s (shared with
+//! `POST /v1/agui`); this module reads the AI SDK's spelling (the `data:`
+//! URL) and names the part's member (`url`, which `chat` puts under
+//! `messages[i].parts[j]`) and the rule, never the content.
 
-use keel_message::{
-    Bound, FileMediaType, FileName, FilePart, HttpsUrl, ImageMediaType, ImagePart, Limits,
-    MediaBytes, MessageError, Part,
-};
+use keel_message::{Limits, Part};
+use keel_views::user_media::{MediaRefusal, MediaSource, user_media_part};
 use serde_json::Value;
 
-/// The name a file part gets when the client sends none.
-pub const DEFAULT_FILE_NAME: &str = "attachment";
-
-const MEDIA_TYPE_RULE: &str = "an allowed media type: image/png, image/jpeg, image/gif, image/webp, application/pdf, text/plain, text/markdown, text/csv or application/json (rules message.image_media_type, message.file_media_type)";
 const DATA_URL_RULE: &str =
     "a data URL of the part's mediaType, base64 (data:<mediaType>;base64,…)";
 const FILE_URL_RULE: &str = "a data URL of the part's mediaType, base64 (data:<mediaType>;base64,…); a document is not fetched";
@@ -42,7 +36,6 @@ pub struct FilePartError {
 /// The part `p` (a `file` part) describes.
 pub fn file_part(p: &Value, limits: &Limits) -> Result<Part, FilePartError> {
     let refuse = |member: &'static str, rule: &'static str| FilePartError { member, rule };
-    let broke = |member: &'static str| move |e: MessageError| refuse(member, e.kind().rule());
     let Some(Value::String(media_type)) = p.get("mediaType") else {
         return Err(refuse("mediaType", "a string"));
     };
@@ -54,30 +47,18 @@ pub fn file_part(p: &Value, limits: &Limits) -> Result<Part, FilePartError> {
         Some(Value::String(name)) => Some(name.as_str()),
         Some(_) => return Err(refuse("filename", "a string")),
     };
-    let data = match url.strip_prefix("data:") {
-        None => None,
-        Some(rest) => Some(
+    let source = match url.strip_prefix("data:") {
+        None => MediaSource::Url(url),
+        Some(rest) => MediaSource::Base64(
             rest.strip_prefix(media_type.as_str())
                 .and_then(|rest| rest.strip_prefix(";base64,"))
                 .ok_or_else(|| refuse("url", DATA_URL_RULE))?,
         ),
     };
-    if let Ok(image) = ImageMediaType::parse(media_type) {
-        let part = match data {
-            Some(base64) => ImagePart::from_base64_with(image, base64, limits),
-            None => HttpsUrl::parse(url).map(|url| ImagePart::from_url(url, Some(image))),
-        };
-        return part.map(Part::image).map_err(broke("url"));
-    }
-    let Ok(document) = FileMediaType::parse(media_type) else {
-        return Err(refuse("mediaType", MEDIA_TYPE_RULE));
-    };
-    let Some(base64) = data else {
-        return Err(refuse("url", FILE_URL_RULE));
-    };
-    let name = FileName::parse(filename.unwrap_or(DEFAULT_FILE_NAME)).map_err(broke("filename"))?;
-    MediaBytes::from_base64(base64, Bound::FileBytes, limits)
-        .and_then(|bytes| FilePart::from_media_bytes_with(document, name, bytes, limits))
-        .map(Part::File)
-        .map_err(broke("url"))
+    user_media_part(media_type, source, filename, limits).map_err(|e| match e {
+        MediaRefusal::MediaType => refuse("mediaType", keel_views::user_media::MEDIA_TYPE_RULE),
+        MediaRefusal::DocumentUrl => refuse("url", FILE_URL_RULE),
+        MediaRefusal::FileName(kind) => refuse("filename", kind.rule()),
+        MediaRefusal::Source(kind) => refuse("url", kind.rule()),
+    })
 }

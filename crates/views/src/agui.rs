@@ -50,6 +50,12 @@
 //! events; `agui/event.rs` the typed events and their encoding, `agui/message.rs` the snapshot's typed messages,
 //! `agui/prelude.rs` a join's prelude, `agui/check.rs` the view's own
 //! schema and stream checks ([`check_event`], [`check_stream`]).
+//!
+//! The agent endpoint (`POST /v1/agui`, a client driving a run rather
+//! than following one): [`input`] reads the client's `RunAgentInput`,
+//! [`drive`] is the response's stream ([`drive::AgentStream`]: the
+//! client's ids, this mapping, and the pauses at approvals and frontend
+//! tool calls).
 
 use keel_eventlog::{Event, Payload};
 use serde_json::Value;
@@ -96,6 +102,13 @@ pub enum AguiError {
         seq: u64,
         /// The bound.
         max: usize,
+    },
+    /// An approval about a tool call the run's turn did not make (an
+    /// agent stream names the tool in its interrupt).
+    #[error("event {seq} asks about a tool call the turn did not make (rule agui.known_call)")]
+    UnknownCall {
+        /// The event.
+        seq: u64,
     },
     /// A prelude asked for at or after the run's terminal (nothing follows).
     #[error("the run ended at or before the cursor (rule agui.prelude_before_terminal)")]
@@ -450,6 +463,14 @@ impl AguiMapper {
     /// `at`), the text message with its text so far, the tool calls with
     /// their arguments (each stamped with the line that opened it).
     fn reopen(&self, at: &Stamp) -> Vec<Stamped> {
+        self.reopen_scopes(at, true)
+    }
+
+    /// The scopes open now re-opened, `with_content` (a join's prelude:
+    /// the text and arguments so far) or without (a client that has the
+    /// content and needs only the starts again: an agent stream resumed
+    /// after a cut).
+    fn reopen_scopes(&self, at: &Stamp, with_content: bool) -> Vec<Stamped> {
         let mut out = Vec::new();
         if let Some(turn) = self.step {
             let step = AguiEvent::StepStarted {
@@ -459,26 +480,34 @@ impl AguiMapper {
         }
         if let Some(r) = &self.reasoning {
             let stamp = Stamp::of_line(&r.line);
-            out.extend(r.reopen_reasoning().map(|e| Stamped::new(e, stamp.clone())));
+            let events: Vec<AguiEvent> = match with_content {
+                true => r.reopen_reasoning().collect(),
+                false => r.reasoning_starts().into(),
+            };
+            out.extend(events.into_iter().map(|e| Stamped::new(e, stamp.clone())));
         }
         if let Some(t) = &self.text {
             let stamp = Stamp::of_line(&t.line);
-            let mut events = vec![
-                AguiEvent::TextMessageStart {
-                    message_id: t.message_id.clone(),
-                    role: TextRole::Assistant,
-                },
-                AguiEvent::TextMessageContent {
+            let mut events = vec![AguiEvent::TextMessageStart {
+                message_id: t.message_id.clone(),
+                role: TextRole::Assistant,
+            }];
+            if with_content {
+                events.push(AguiEvent::TextMessageContent {
                     message_id: t.message_id.clone(),
                     delta: t.text.clone(),
-                },
-            ];
-            events.extend(t.elided_event());
+                });
+                events.extend(t.elided_event());
+            }
             out.extend(events.into_iter().map(|e| Stamped::new(e, stamp.clone())));
         }
         for call in &self.calls {
             let stamp = Stamp::of_line(&call.line);
-            out.extend(call.start().map(|e| Stamped::new(e, stamp.clone())));
+            let [start, arguments] = call.start();
+            out.push(Stamped::new(start, stamp.clone()));
+            if with_content {
+                out.push(Stamped::new(arguments, stamp));
+            }
         }
         out
     }
@@ -525,7 +554,9 @@ impl OpenCall {
 }
 
 mod check;
+pub mod drive;
 mod event;
+pub mod input;
 mod message;
 mod prelude;
 mod reasoning;
@@ -534,8 +565,8 @@ mod tests;
 
 pub use check::{check_event, check_stream};
 pub use event::{
-    AguiEvent, Content, CustomValue, Discarded, EncryptedSubtype, ReasoningRole, RunOutcome, Stamp,
-    Stamped, TextElided, TextRole, TokenUsage, ToolRole,
+    AguiEvent, Content, CustomValue, Discarded, EncryptedSubtype, Interrupt, ReasoningRole,
+    RunOutcome, Stamp, Stamped, TextElided, TextRole, TokenUsage, ToolRole,
 };
 pub use message::{AguiMessage, AguiToolCall, FunctionCall};
 pub use prelude::{Prelude, PreludeFold, SNAPSHOT_OPEN, SnapshotWriter, prelude};

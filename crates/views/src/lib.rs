@@ -24,3 +24,4 @@
 pub mod agui;
 mod media;
 pub mod ui_stream;
+pub mod user_media;

@@ -43,10 +43,15 @@ pub fn check_event(event: &Value) -> Result<(), String> {
     {
         return Err("TOOL_CALL_RESULT.content is neither a string nor parts".to_owned());
     }
-    if event.get("rawEvent").is_none_or(Value::is_null) {
-        return Err(format!("{ty} has no rawEvent"));
+    // An agent stream's opening (`RUN_STARTED`, `CUSTOM` `keel.run`)
+    // stands for no Keel event; every other event carries its line.
+    let opening = ty == "RUN_STARTED"
+        || (ty == "CUSTOM" && event.get("name").and_then(Value::as_str) == Some("keel.run"));
+    match event.get("rawEvent") {
+        Some(Value::Null) => Err(format!("{ty} has a null rawEvent")),
+        None if !opening => Err(format!("{ty} has no rawEvent")),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// What an event does to a scope: opens it, continues it or closes it.

@@ -96,14 +96,46 @@ pub enum AguiEvent {
     Custom { name: String, value: CustomValue },
 }
 
-/// How a finished run ended (`RUN_FINISHED.outcome`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
+/// How a finished run (or response) ended (`RUN_FINISHED.outcome`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(
+    tag = "type",
+    rename_all = "lowercase",
+    rename_all_fields = "camelCase"
+)]
 pub enum RunOutcome {
     /// `run.completed`.
     Success,
     /// `run.cancelled`.
     Cancelled,
+    /// An agent stream paused for frontend tool calls only (`type:
+    /// "success"` with `pendingToolCallIds`): the client runs them and
+    /// posts their results.
+    #[serde(rename = "success")]
+    Pending {
+        /// The frontend calls the run waits for.
+        pending_tool_call_ids: Vec<String>,
+    },
+    /// An agent stream paused at approvals (`type: "interrupt"`): the
+    /// client answers them with `resume` entries.
+    Interrupt {
+        /// The pending approvals (at least one).
+        interrupts: Vec<Interrupt>,
+    },
+}
+
+/// A pending approval as an AG-UI interrupt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Interrupt {
+    /// The Keel interaction id (what a `resume` entry's `interruptId` names).
+    pub id: String,
+    /// `tool_approval`.
+    pub reason: String,
+    /// The call waiting for approval.
+    pub tool_call_id: String,
+    /// `Approve <tool>?`.
+    pub message: String,
 }
 
 /// The role of a text message this view opens: the model's.
@@ -223,6 +255,8 @@ pub struct Stamp {
     /// microseconds. Absent when the line has no `ts`.
     #[serde(skip_serializing_if = "Option::is_none")]
     timestamp: Option<u64>,
+    /// Left out when no Keel event stands for the AG-UI event.
+    #[serde(skip_serializing_if = "Value::is_null")]
     raw_event: Value,
 }
 
@@ -239,6 +273,15 @@ impl Stamp {
     /// which a decoded event's line always is).
     pub(crate) fn of_line(line: &str) -> Stamp {
         Stamp::of(serde_json::from_str(line).unwrap_or(Value::Null))
+    }
+
+    /// No Keel event: no `rawEvent`, no `timestamp` (an agent stream's
+    /// opening events).
+    pub(crate) fn none() -> Stamp {
+        Stamp {
+            timestamp: None,
+            raw_event: Value::Null,
+        }
     }
 
     /// The members as a JSON object (sorted), for a hand-written event.
@@ -264,6 +307,14 @@ impl Stamped {
     /// The event.
     pub fn event(&self) -> &AguiEvent {
         &self.event
+    }
+
+    /// The same stamp on another event (an agent stream's rewrite).
+    pub(crate) fn with_event(self, event: AguiEvent) -> Stamped {
+        Stamped {
+            event,
+            stamp: self.stamp,
+        }
     }
 
     /// The Keel event it stands for: its line as JSON (`rawEvent`).

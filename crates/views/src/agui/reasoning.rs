@@ -97,7 +97,7 @@ impl AguiMapper {
 
 impl OpenText {
     /// `REASONING_START` and `REASONING_MESSAGE_START` of this part.
-    fn reasoning_starts(&self) -> [AguiEvent; 2] {
+    pub(super) fn reasoning_starts(&self) -> [AguiEvent; 2] {
         [
             AguiEvent::ReasoningStart {
                 message_id: self.message_id.clone(),
