@@ -14,11 +14,15 @@
 //! daemon) never becomes a conversation's history.
 
 use super::Daemon;
+use super::factory::RunPlan;
 use super::problem::Problem;
+use super::runs;
 use axum::http::StatusCode;
-use keel_eventlog::{ChatId, Event, Payload};
-use keel_message::RunId;
-use keel_observers::{RunStatus, RunSummary};
+use keel_engine::RunRequest;
+use keel_eventlog::{ChatId, ChatRun, Event, Payload};
+use keel_message::{Message, MessageError, Part, Role, RunId};
+use keel_observers::{RunStatus, RunSummary, conversation};
+use std::sync::Arc;
 
 /// The prefix of every chat run id.
 pub const RUN_PREFIX: &str = "chat-";
@@ -112,6 +116,110 @@ pub async fn last_completed(daemon: &Daemon, id: &ChatId) -> Result<Option<u64>,
         .read(move |r| r.last_numbered_run(&lookup, Some(RunStatus::Completed)))
         .await?;
     Ok(found.and_then(|s| number_of(s.run_id.as_str(), &prefix)))
+}
+
+/// The run a conversation's next user message starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextRun {
+    /// Its number.
+    pub n: u64,
+    /// The completed run it continues; `None` starts from the agent's
+    /// messages.
+    pub previous: Option<u64>,
+}
+
+/// The run after `last` (the conversation's last run, [`last_run`]): 409
+/// while `last` is running or at the bound. The history is the last
+/// completed run's, and only the chat's own run is continued
+/// ([`check_owned`]); with none completed, the next run starts from the
+/// agent's messages, as run 1 does.
+pub async fn next_run(
+    daemon: &Daemon,
+    id: &ChatId,
+    last: Option<LastRun>,
+) -> Result<NextRun, Problem> {
+    let Some(last) = last else {
+        return Ok(NextRun {
+            n: 1,
+            previous: None,
+        });
+    };
+    if last.running() {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "conversation-busy",
+            "The conversation's run is still live",
+            "post the next message once the run has ended, or answer its approvals",
+        )
+        .with("run_id", run_name(id, last.n)));
+    }
+    if last.n >= MAX_CONVERSATION_RUNS {
+        return Err(conversation_full(id, last.n));
+    }
+    let previous = last_completed(daemon, id).await?;
+    if let Some(p) = previous {
+        check_owned(daemon, id, p).await?;
+    }
+    Ok(NextRun {
+        n: last.n + 1,
+        previous,
+    })
+}
+
+/// 400 for a user message that breaks a message rule.
+pub(crate) fn invalid_message(e: &MessageError) -> Problem {
+    let path = "messages";
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "invalid-body",
+        "Invalid chat request",
+        format!("at {path}: {e}"),
+    )
+    .with("path", path)
+}
+
+/// Starts run `next` of conversation `id` from the agent `template`, with
+/// one new user message of `parts`: run 1 from the agent's messages, a
+/// later run continuing its previous run's history as rebuilt from the
+/// journal. `extend` adds to the request before its admission (a
+/// frontend's own tools). Returns the run's id once its `run.started` is
+/// journaled ([`runs::admit_run`]).
+pub(crate) async fn start_run(
+    daemon: &Arc<Daemon>,
+    template: &dyn RunPlan,
+    id: &ChatId,
+    next: NextRun,
+    parts: Vec<Part>,
+    extend: impl FnOnce(RunRequest) -> Result<RunRequest, Problem>,
+) -> Result<String, Problem> {
+    let limits = daemon.message_limits().clone();
+    let bad = |e: MessageError| invalid_message(&e);
+    let name = run_name(id, next.n);
+    let run_id = RunId::parse(&name).map_err(|e| bad(e.into()))?;
+    let message_id = keel_eventlog::history::follow_up_message_id(&run_id, 1).map_err(bad)?;
+    let message = Message::new_with(message_id, Role::User, parts, &limits).map_err(bad)?;
+    let host = daemon.host_parts();
+    let request = match next.previous {
+        None => {
+            let mut history = template.messages().to_vec();
+            history.push(message);
+            template.request(run_id, history, &host)?
+        }
+        Some(p) => {
+            let reader = Arc::clone(&daemon.reader);
+            let (prev, new_run) = (run_name(id, p), run_id.clone());
+            let continuation = tokio::task::spawn_blocking(move || {
+                conversation::continuation(&reader, &prev, &[message], &new_run, &limits)
+            })
+            .await
+            .map_err(Problem::journal)?
+            .map_err(|e| runs::continue_problem(&run_name(id, p), &e))?;
+            runs::follow_up(template, run_id, &host, continuation)?
+        }
+    };
+    let request = extend(request.chat_run(ChatRun::new(id.clone(), next.n)))?;
+    runs::admit_run(daemon, template, request).await?;
+    Ok(name)
 }
 
 /// 409 for a conversation at its bound: run `n` is its last possible run.
