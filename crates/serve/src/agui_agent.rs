@@ -385,6 +385,8 @@ async fn respond(
 
 /// The end of a response whose run waits for the client (the open turn's
 /// `STEP_FINISHED`, then `RUN_FINISHED`), once nothing more is committed.
+/// Its messages carry the cursor of the last event sent (they close the
+/// response, not an event: a resume from that cursor sends them again).
 fn closing(view: &AgentStream, follower: &RunFollower) -> Option<Vec<Stamped>> {
     if follower.more_committed() {
         return None;
@@ -462,8 +464,8 @@ fn agent_stream(
                 match caught {
                     Ok(CaughtUp::Skipped) => continue,
                     Ok(CaughtUp::Ends(end)) => {
-                        for frame in agui::group(seq, &end) {
-                            yield Ok(frame);
+                        for event in &end {
+                            yield Ok(agui::frame(seq, event));
                         }
                     }
                     Err(e) => yield Ok(run_error(seq, &e.to_string())),
@@ -485,8 +487,8 @@ fn agent_stream(
                 return;
             }
             if let Some(end) = closing(&view, &follower) {
-                for frame in agui::group(seq, &end) {
-                    yield Ok(frame);
+                for event in &end {
+                    yield Ok(agui::frame(seq, event));
                 }
                 return;
             }
