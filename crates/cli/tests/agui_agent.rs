@@ -548,3 +548,90 @@ async fn agui_responses_count_toward_max_streams() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The SSE messages of `sse`: (id, event).
+fn messages(sse: &str) -> Vec<(u64, Value)> {
+    sse.split("\n\n")
+        .filter_map(|block| {
+            let id = block.lines().find_map(|l| l.strip_prefix("id: "))?;
+            let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((id.parse().unwrap(), serde_json::from_str(data).unwrap()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_resume_at_a_pause_ends_with_the_pause_again() {
+    let d = agui_daemon("tools.json", &[]);
+    let mut body = input("paused", vec![user("u1", "Refund A-17.")]);
+    body["tools"] =
+        json!([{"name": "pick_color", "description": "Asks", "parameters": {"type": "object"}}]);
+    let first = messages(&read_all(post(&client(), &d, "/v1/agui", body.to_string()).await).await);
+    let (cursor, finished) = first.last().unwrap().clone();
+    assert_eq!(finished["outcome"]["pendingToolCallIds"], json!(["c1"]));
+    // Cut at the pause (the client lost only the closing events): the
+    // resume is the head, the turn re-opened and closed, and the pause.
+    let resumed = client()
+        .post(d.url("/v1/agui"))
+        .header("last-event-id", cursor.to_string())
+        .body(body.to_string())
+        .send();
+    let resumed = tokio::time::timeout(Duration::from_secs(10), async {
+        read_all(resumed.await.unwrap()).await
+    })
+    .await
+    .expect("the resume at a pause ends");
+    let resumed = messages(&resumed);
+    let types: Vec<&str> = resumed
+        .iter()
+        .map(|(_, e)| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "RUN_STARTED",
+            "CUSTOM",
+            "STEP_STARTED",
+            "STEP_FINISHED",
+            "RUN_FINISHED"
+        ]
+    );
+    assert!(resumed.iter().all(|(id, _)| *id == cursor), "{resumed:?}");
+    assert_eq!(resumed.last().unwrap().1["outcome"], finished["outcome"]);
+    // Beyond the run's last cursor: 400, naming the header.
+    let (got, doc) = post_agui(&d, &body.to_string(), Some(&(cursor + 100).to_string())).await;
+    assert_eq!(
+        (got, doc["path"].as_str()),
+        (400, Some("Last-Event-ID")),
+        "{doc}"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_message_with_an_error_fails_the_frontend_call() {
+    let d = agui_daemon("tools.json", &[]);
+    let c = client();
+    let tools =
+        json!([{"name": "pick_color", "description": "Asks", "parameters": {"type": "object"}}]);
+    let mut body = input("err", vec![user("u1", "Refund A-17.")]);
+    body["tools"] = tools.clone();
+    read_all(post(&c, &d, "/v1/agui", body.to_string()).await).await;
+    let assistant = json!({"id": "a1", "role": "assistant", "toolCalls": [
+        {"id": "c1", "type": "function", "function": {"name": "pick_color", "arguments": "{}"}}]});
+    let failed = json!({"id": "t1", "role": "tool", "toolCallId": "c1", "content": "", "error": "no screen"});
+    let mut body = input("err", vec![user("u1", "Refund A-17."), assistant, failed]);
+    body["tools"] = tools;
+    let sse = read_all(post(&c, &d, "/v1/agui", body.to_string()).await).await;
+    assert!(
+        sse.contains(r#""type":"interrupt""#),
+        "the run went on: {sse}"
+    );
+    let log = log_of(&d, "chat-err-1").await;
+    let failed = log
+        .iter()
+        .find(|e| e["kind"] == "tool.failed")
+        .unwrap_or_else(|| panic!("{:?}", kinds(&log)));
+    assert_eq!(failed["payload"]["call_id"], "c1");
+    assert!(failed.to_string().contains("no screen"), "{failed}");
+    assert!(!kinds(&log).contains(&"tool.completed"));
+}

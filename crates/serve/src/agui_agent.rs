@@ -403,18 +403,6 @@ fn run_error(cursor: u64, message: &str) -> SseEvent {
         .data(super::sse_data::escape_separators(&event.to_string()))
 }
 
-/// The SSE messages of Keel event `seq`'s AG-UI events (the group rule of
-/// [`agui::group`]); one that maps to nothing is an id-only message, so
-/// every event's messages end with one carrying its seq (a client that
-/// lost the connection keeps what it has up to the first message carrying
-/// its last id, and resumes from that id).
-fn frames_of(seq: u64, mapped: &[Stamped]) -> Vec<SseEvent> {
-    if mapped.is_empty() {
-        return vec![SseEvent::default().id(seq.to_string())];
-    }
-    agui::group(seq, mapped)
-}
-
 /// What happened to an event of the run the client has.
 enum CaughtUp {
     /// Folded in; the response goes on.
@@ -479,7 +467,7 @@ fn agent_stream(
                     return;
                 }
             };
-            for frame in frames_of(seq, &mapped) {
+            for frame in agui::group(seq, &mapped) {
                 yield Ok(frame);
             }
             last = seq;
