@@ -27,7 +27,7 @@
 //! more committed, or the run's own terminal.
 //!
 //! SSE ids are Keel cursors with the group rule of `GET /v1/runs/{id}/agui`
-//! ([`super::agui::group`]). A POST with `Last-Event-ID: <cursor>` is a
+//! (`agui::group`). A POST with `Last-Event-ID: <cursor>` is a
 //! resume after a cut connection: nothing in its body is applied (it must
 //! still parse, and name the thread); the response follows the thread's
 //! latest run from the cursor to its next pause or terminal.
@@ -43,7 +43,7 @@ use super::chat_runs::{self, LastRun, run_name};
 use super::factory::RunPlan;
 use super::frontend_tools::{ClientResult, FrontendTool};
 use super::problem::Problem;
-use super::{Daemon, agui, events, read_body, stream_caps};
+use super::{Daemon, agui, chat_start, events, read_body, stream_caps};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -145,7 +145,7 @@ async fn drive(
         NewInput::User { parts } => {
             let tools = frontend_tools(daemon, input)?;
             let next = chat_runs::next_run(daemon, thread, last).await?;
-            let run = chat_runs::start_run(daemon, template, thread, next, parts.clone(), |r| {
+            let run = chat_start::start_run(daemon, template, thread, next, parts.clone(), |r| {
                 with_frontend_tools(daemon, r, tools)
             })
             .await?;

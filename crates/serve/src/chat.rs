@@ -51,7 +51,7 @@ pub use super::chat_runs::MAX_CONVERSATION_RUNS;
 use super::chat_runs::{self, LastRun, NextRun, run_name};
 use super::factory::RunPlan;
 use super::problem::Problem;
-use super::{Daemon, read_body, runs, stream_caps};
+use super::{Daemon, chat_start, read_body, runs, stream_caps};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -437,8 +437,8 @@ async fn start(
         .map(Ok)
         .chain(texts)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| chat_runs::invalid_message(&e))?;
-    let name = chat_runs::start_run(daemon, template, id, next, parts, Ok).await?;
+        .map_err(|e| chat_start::invalid_message(&e))?;
+    let name = chat_start::start_run(daemon, template, id, next, parts, Ok).await?;
     Ok(ui_response(ui_stream(Arc::clone(daemon), name, 0)))
 }
 

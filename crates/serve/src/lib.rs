@@ -75,6 +75,7 @@ pub mod body_timeout;
 pub mod chat;
 mod chat_files;
 pub mod chat_runs;
+mod chat_start;
 pub mod config;
 mod conn;
 pub mod cross_site;
