@@ -504,6 +504,27 @@ async fn cross_site_requests_are_refused_before_a_run_starts() {
 }
 
 #[tokio::test]
+async fn with_a_token_the_route_needs_it() {
+    let file = fixture("conversation.json");
+    let d = Serve::new()
+        .args(&["--chat-scenario", file.to_str().unwrap()])
+        .token(Some("s3cret-token"))
+        .start();
+    let body = input("tok", vec![user("u1", "hi")]).to_string();
+    let (got, doc) = post_agui(&d, &body, None).await;
+    assert_eq!(got, 401, "{doc}");
+    assert!(!doc.to_string().contains("s3cret-token"));
+    let resp = client()
+        .post(d.url("/v1/agui"))
+        .bearer_auth("s3cret-token")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert!(read_all(resp).await.contains("RUN_FINISHED"));
+}
+
+#[tokio::test]
 async fn agui_responses_count_toward_max_streams() {
     let d = agui_daemon(
         "slow.json",
