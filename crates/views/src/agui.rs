@@ -50,6 +50,12 @@
 //! events; `agui/event.rs` the typed events and their encoding, `agui/message.rs` the snapshot's typed messages,
 //! `agui/prelude.rs` a join's prelude, `agui/check.rs` the view's own
 //! schema and stream checks ([`check_event`], [`check_stream`]).
+//!
+//! The agent endpoint (`POST /v1/agui`, a client driving a run rather
+//! than following one): [`input`] reads the client's `RunAgentInput`,
+//! [`drive`] is the response's stream ([`drive::AgentStream`]: the
+//! client's ids, this mapping, and the pauses at approvals and frontend
+//! tool calls).
 
 use keel_eventlog::{Event, Payload};
 use serde_json::Value;
