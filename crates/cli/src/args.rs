@@ -201,7 +201,8 @@ pub struct ServeArgs {
     /// named on stderr ("left for recovery") and the exit code is 1.
     #[arg(long, default_value_t = 30_000, value_name = "MS")]
     pub shutdown_timeout_ms: u64,
-    /// The agent POST /v1/chat runs (the AI SDK's useChat): a scenario
+    /// The agent POST /v1/chat (the AI SDK's useChat) and POST /v1/agui
+    /// (AG-UI's HttpAgent, CopilotKit) run: a scenario
     /// giving the model, provider, tools, limits and system messages. Its
     /// provider must be scripted or allowed with --allow-provider.
     #[arg(long, value_name = "FILE")]
@@ -250,7 +251,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 65_536, value_name = "BYTES")]
     pub send_buffer_bytes: usize,
     /// Most event streams open at once (GET /v1/runs/{id}/events, /agui,
-    /// /v1/chat/{id}/stream; default 512); beyond it a 503
+    /// /v1/chat/{id}/stream, the responses of POST /v1/chat and POST
+    /// /v1/agui; default 512); beyond it a 503
     /// too-many-streams problem with Retry-After.
     #[arg(long, default_value_t = 512, value_name = "N")]
     pub max_streams: usize,

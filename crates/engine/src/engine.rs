@@ -8,7 +8,7 @@ use crate::follow::{FOLLOW_BOUNDS, FollowError, RunFollower};
 use crate::request::{RunCanceller, RunHandle, RunRequest};
 use crate::run::{RunEnv, Runner, commit_cancelled_terminals};
 use keel_eventlog::{Clock, RunLog, SubscriptionBounds};
-use keel_message::{Limits, Message, RunId};
+use keel_message::{Limits, Message, RunId, ToolName};
 use keel_observers::{RunHistory, ShutdownReport};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -213,6 +213,17 @@ impl Engine {
                 .map_err(|e| StartError::InvalidHistory(e.within(&format!("$.history[{i}]"))))?;
         }
         Ok(())
+    }
+
+    /// Whether a run of `request` would have a fixed tool named `name`:
+    /// one of the builder's tools or of the request's own (tool sources'
+    /// tools are read turn by turn and not counted). A host adding tools a
+    /// client declares (AG-UI's frontend tools) refuses a taken name with
+    /// it before the run starts, rather than meeting
+    /// [`StartError::DuplicateTool`] after its admission.
+    pub fn has_tool(&self, request: &RunRequest, name: &ToolName) -> bool {
+        self.inner.defaults.tools.get(name).is_some()
+            || request.tools.iter().any(|t| t.definition().name() == name)
     }
 
     /// How many runs are live.

@@ -1311,3 +1311,27 @@ async fn tool_output_is_bounded_by_part_bytes() {
         }
     }
 }
+
+#[tokio::test]
+async fn has_tool_names_the_builders_and_the_requests_tools_only() {
+    let provider = ScriptedProvider::new(vec![done()]);
+    let engine = builder(provider)
+        .tool(Arc::new(weather(vec![])))
+        .build()
+        .unwrap();
+    let name = |n: &str| ToolName::parse(n).unwrap();
+    let plain = request("run_has_tool");
+    assert!(
+        engine.has_tool(&plain, &name("get_weather")),
+        "the builder's"
+    );
+    assert!(!engine.has_tool(&plain, &name("pick_color")));
+    let own = ScriptedTool::named("pick_color", vec![]).unwrap();
+    let with_own = request("run_has_tool").tool(Arc::new(own));
+    assert!(
+        engine.has_tool(&with_own, &name("pick_color")),
+        "the request's"
+    );
+    assert!(engine.has_tool(&with_own, &name("get_weather")));
+    assert!(!engine.has_tool(&with_own, &name("other")));
+}

@@ -49,7 +49,7 @@ fn mapping_problem(e: &AguiError) -> Problem {
     )
 }
 
-fn frame(cursor: u64, event: &Stamped) -> SseEvent {
+pub(crate) fn frame(cursor: u64, event: &Stamped) -> SseEvent {
     SseEvent::default()
         .id(cursor.to_string())
         .data(super::sse_data::escape_separators(&event.to_json()))
@@ -57,7 +57,7 @@ fn frame(cursor: u64, event: &Stamped) -> SseEvent {
 
 /// The SSE messages of one Keel event's AG-UI events: `seq - 1` on all
 /// but the last, which carries `seq`.
-fn group(seq: u64, mapped: &[Stamped]) -> Vec<SseEvent> {
+pub(crate) fn group(seq: u64, mapped: &[Stamped]) -> Vec<SseEvent> {
     let n = mapped.len();
     mapped
         .iter()

@@ -24,7 +24,28 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// How long an answer waits for its question to be parked.
-const ANSWER_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const ANSWER_WAIT: Duration = Duration::from_secs(1);
+
+/// Tries `answer` until it takes or `until` passes: the engine commits
+/// `interaction.started` (or `tool.started`) just before it asks the
+/// handler (or calls the tool), so an answer may arrive a moment before
+/// the question is parked. Stops early once run `run` is not live.
+pub(crate) async fn when_parked(
+    daemon: &Daemon,
+    run: &str,
+    until: tokio::time::Instant,
+    mut answer: impl FnMut() -> bool,
+) -> bool {
+    loop {
+        if answer() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= until || daemon.engine.live_run(run).is_none() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
 
 /// (run id, interaction id).
 type Key = (String, String);
@@ -69,7 +90,8 @@ impl Approvals {
         sender.is_some_and(|tx| tx.send(decision).is_ok())
     }
 
-    fn is_pending(&self, run_id: &str, interaction_id: &str) -> bool {
+    /// Whether the question is waiting for an answer.
+    pub fn is_pending(&self, run_id: &str, interaction_id: &str) -> bool {
         let key = (run_id.to_owned(), interaction_id.to_owned());
         lock(&self.pending).contains_key(&key)
     }

@@ -48,10 +48,10 @@
 //! most [`MAX_CONVERSATION_RUNS`] runs per conversation.
 
 pub use super::chat_runs::MAX_CONVERSATION_RUNS;
-use super::chat_runs::{self, LastRun, run_name};
+use super::chat_runs::{self, LastRun, NextRun, run_name};
 use super::factory::RunPlan;
 use super::problem::Problem;
-use super::{Daemon, read_body, runs, stream_caps};
+use super::{Daemon, chat_start, read_body, runs, stream_caps};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -59,15 +59,13 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use keel_engine::{FollowError, InteractionDecision, RunFollower};
-use keel_eventlog::{ChatId, ChatRun, Event, Payload, SubscriptionError};
-use keel_message::{Message, Part, Role, RunId};
+use keel_eventlog::{ChatId, Event, Payload, SubscriptionError};
+use keel_message::{Part, RunId};
 use keel_observers::RunStatus;
-use keel_observers::conversation;
 use keel_views::ui_stream::{Chunk, DONE, STREAM_HEADER, UiStream};
 use serde_json::{Map, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Longest conversation id, in bytes: the eventlog's [`ChatId`] rule.
 pub use keel_eventlog::CHAT_ID_MAX_BYTES as MAX_CHAT_ID_BYTES;
@@ -75,8 +73,6 @@ pub use keel_eventlog::CHAT_ID_MAX_BYTES as MAX_CHAT_ID_BYTES;
 pub const MAX_MESSAGES: usize = 1000;
 /// Most parts in one message.
 pub const MAX_PARTS: usize = 256;
-/// How long an approval answer waits for its question to be parked.
-const ANSWER_WAIT: Duration = Duration::from_secs(1);
 
 /// What the client's last message asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -345,6 +341,19 @@ fn unknown_conversation(id: &ChatId) -> Problem {
     .with("id", id.as_str())
 }
 
+/// The daemon's chat agent (also `POST /v1/agui`'s), or 404
+/// `chat-not-configured`.
+pub(crate) fn chat_agent(daemon: &Daemon) -> Result<Arc<dyn RunPlan>, Problem> {
+    daemon.factory.chat_agent().ok_or_else(|| {
+        problem(
+            StatusCode::NOT_FOUND,
+            "chat-not-configured",
+            "No chat agent",
+            "this daemon has no chat agent (keel serve --chat-scenario FILE, or a run factory whose chat_agent() is Some)",
+        )
+    })
+}
+
 /// `POST /v1/chat`: the response stream holds a stream slot of the
 /// conversation ([`stream_caps`]), taken before anything starts.
 pub async fn post_chat(
@@ -355,14 +364,7 @@ pub async fn post_chat(
     if daemon.shutting_down() {
         return Err(super::reservation::shutting_down());
     }
-    let Some(template) = daemon.factory.chat_agent() else {
-        return Err(problem(
-            StatusCode::NOT_FOUND,
-            "chat-not-configured",
-            "No chat agent",
-            "this daemon has no chat agent (keel serve --chat-scenario FILE, or a run factory whose chat_agent() is Some)",
-        ));
-    };
+    let template = chat_agent(&daemon)?;
     let text = read_body(&headers, body).await?;
     let body = parse_body(&text).map_err(|e| body_problem(&e))?;
     let model_ok = body.model.as_deref().is_none_or(|m| m == template.model());
@@ -390,36 +392,13 @@ async fn converse(
     let last = chat_runs::last_run(daemon, &body.id).await?;
     match (body.ask, last) {
         (Ask::User(_), None) if body.claims_history => Err(unknown_conversation(&body.id)),
-        (Ask::User(texts), None) => {
+        (Ask::User(texts), last) => {
+            let next = chat_runs::next_run(daemon, &body.id, last).await?;
             let user = UserMessage {
                 texts: &texts,
                 files: &body.files,
             };
-            start(daemon, template, &body.id, 1, None, user).await
-        }
-        (Ask::User(_), Some(last)) if last.running() => Err(problem(
-            StatusCode::CONFLICT,
-            "conversation-busy",
-            "The conversation's run is still live",
-            "post the next message once the run has ended, or answer its approvals",
-        )
-        .with("run_id", run_name(&body.id, last.n))),
-        (Ask::User(texts), Some(last)) => {
-            if last.n >= MAX_CONVERSATION_RUNS {
-                return Err(chat_runs::conversation_full(&body.id, last.n));
-            }
-            // The history is the last completed run's, and only the chat's
-            // own run is continued; with none completed, the next run
-            // starts from the scenario's messages, as run 1 does.
-            let previous = chat_runs::last_completed(daemon, &body.id).await?;
-            if let Some(p) = previous {
-                chat_runs::check_owned(daemon, &body.id, p).await?;
-            }
-            let user = UserMessage {
-                texts: &texts,
-                files: &body.files,
-            };
-            start(daemon, template, &body.id, last.n + 1, previous, user).await
+            start(daemon, template, &body.id, next, user).await
         }
         (Ask::Approvals(_), None) => Err(unknown_conversation(&body.id)),
         (Ask::Approvals(answers), Some(last)) => {
@@ -436,29 +415,16 @@ struct UserMessage<'a> {
     files: &'a [Part],
 }
 
-/// Starts the conversation's `n`th run (continuing run `previous`) with
-/// the user's message, and streams it.
+/// Starts the conversation's next run with the user's message, and
+/// streams it.
 async fn start(
     daemon: &Arc<Daemon>,
     template: &dyn RunPlan,
     id: &ChatId,
-    n: u64,
-    previous: Option<u64>,
+    next: NextRun,
     user: UserMessage<'_>,
 ) -> Result<Response, Problem> {
     let limits = daemon.message_limits().clone();
-    let path = "messages";
-    let bad = |e: keel_message::MessageError| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-body",
-            "Invalid chat request",
-            format!("at {path}: {e}"),
-        )
-        .with("path", path)
-    };
-    let name = run_name(id, n);
-    let run_id = RunId::parse(&name).map_err(|e| bad(e.into()))?;
     let texts = user
         .texts
         .iter()
@@ -471,30 +437,8 @@ async fn start(
         .map(Ok)
         .chain(texts)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(bad)?;
-    let message_id = keel_eventlog::history::follow_up_message_id(&run_id, 1).map_err(bad)?;
-    let message = Message::new_with(message_id, Role::User, parts, &limits).map_err(bad)?;
-    let host = daemon.host_parts();
-    let request = match previous {
-        None => {
-            let mut history = template.messages().to_vec();
-            history.push(message);
-            template.request(run_id, history, &host)?
-        }
-        Some(p) => {
-            let reader = Arc::clone(&daemon.reader);
-            let (prev, new_run) = (run_name(id, p), run_id.clone());
-            let continuation = tokio::task::spawn_blocking(move || {
-                conversation::continuation(&reader, &prev, &[message], &new_run, &limits)
-            })
-            .await
-            .map_err(Problem::journal)?
-            .map_err(|e| runs::continue_problem(&run_name(id, p), &e))?;
-            runs::follow_up(template, run_id, &host, continuation)?
-        }
-    };
-    let request = request.chat_run(ChatRun::new(id.clone(), n));
-    runs::admit_run(daemon, template, request).await?;
+        .map_err(|e| chat_start::invalid_message(&e))?;
+    let name = chat_start::start_run(daemon, template, id, next, parts, Ok).await?;
     Ok(ui_response(ui_stream(Arc::clone(daemon), name, 0)))
 }
 
@@ -520,7 +464,7 @@ async fn answer(
     // What the client has: the run up to its last pause before now (its
     // stream is durable, so at most the durable watermark).
     let seen = live_run.log().durable_seq();
-    let until = tokio::time::Instant::now() + ANSWER_WAIT;
+    let until = tokio::time::Instant::now() + super::approvals::ANSWER_WAIT;
     let mut answered = 0;
     for (approval, approved) in answers {
         let decision = if *approved {
@@ -530,15 +474,11 @@ async fn answer(
         };
         // The question is parked just after `interaction.started`: while
         // the run is live, wait for it a little.
-        loop {
-            if daemon.approvals.answer(run, approval, decision) {
-                answered += 1;
-                break;
-            }
-            if tokio::time::Instant::now() >= until || daemon.engine.live_run(run).is_none() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let parked = super::approvals::when_parked(daemon, run, until, || {
+            daemon.approvals.answer(run, approval, decision)
+        });
+        if parked.await {
+            answered += 1;
         }
     }
     if answered == 0 {
@@ -644,7 +584,7 @@ fn ui_response(
 /// a crash could take back). A client that fell behind the live log's
 /// bounds is not failed: the follower is reopened at its cursor, and the
 /// journal serves what it missed.
-async fn next_event(
+pub(crate) async fn next_event(
     daemon: &Daemon,
     follower: &mut RunFollower,
 ) -> Option<Result<Arc<Event>, String>> {
@@ -664,7 +604,7 @@ async fn next_event(
 }
 
 /// A follower of the chat's run `run` from its first event.
-async fn open_follower(daemon: &Daemon, run: &str) -> Result<RunFollower, String> {
+pub(crate) async fn open_follower(daemon: &Daemon, run: &str) -> Result<RunFollower, String> {
     let run_id = RunId::parse(run).map_err(|e| e.to_string())?;
     daemon
         .engine

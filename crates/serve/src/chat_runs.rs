@@ -114,6 +114,54 @@ pub async fn last_completed(daemon: &Daemon, id: &ChatId) -> Result<Option<u64>,
     Ok(found.and_then(|s| number_of(s.run_id.as_str(), &prefix)))
 }
 
+/// The run a conversation's next user message starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextRun {
+    /// Its number.
+    pub n: u64,
+    /// The completed run it continues; `None` starts from the agent's
+    /// messages.
+    pub previous: Option<u64>,
+}
+
+/// The run after `last` (the conversation's last run, [`last_run`]): 409
+/// while `last` is running or at the bound. The history is the last
+/// completed run's, and only the chat's own run is continued
+/// ([`check_owned`]); with none completed, the next run starts from the
+/// agent's messages, as run 1 does.
+pub async fn next_run(
+    daemon: &Daemon,
+    id: &ChatId,
+    last: Option<LastRun>,
+) -> Result<NextRun, Problem> {
+    let Some(last) = last else {
+        return Ok(NextRun {
+            n: 1,
+            previous: None,
+        });
+    };
+    if last.running() {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "conversation-busy",
+            "The conversation's run is still live",
+            "post the next message once the run has ended, or answer its approvals",
+        )
+        .with("run_id", run_name(id, last.n)));
+    }
+    if last.n >= MAX_CONVERSATION_RUNS {
+        return Err(conversation_full(id, last.n));
+    }
+    let previous = last_completed(daemon, id).await?;
+    if let Some(p) = previous {
+        check_owned(daemon, id, p).await?;
+    }
+    Ok(NextRun {
+        n: last.n + 1,
+        previous,
+    })
+}
+
 /// 409 for a conversation at its bound: run `n` is its last possible run.
 pub fn conversation_full(id: &ChatId, last: u64) -> Problem {
     Problem::new(

@@ -3,8 +3,9 @@
 //! The HTTP surface of Keel over one [`Engine`]: runs (`POST /v1/runs`,
 //! follow-ups, cancel, status, a paged list), SSE event streams with
 //! resume, the embedded run viewer, the AI SDK's `POST /v1/chat` for
-//! `useChat`, AG-UI streams, approvals, recovery at startup and a graceful
-//! shutdown. `keel serve` is this crate plus a command line; a Rust host
+//! `useChat`, AG-UI streams, the AG-UI agent endpoint `POST /v1/agui` for
+//! `HttpAgent` and CopilotKit (with frontend tools), approvals, recovery at
+//! startup and a graceful shutdown. `keel serve` is this crate plus a command line; a Rust host
 //! embeds the same daemon with its own provider and tools.
 //!
 //! What it is not: it decides no run semantics (the engine does), holds
@@ -67,18 +68,21 @@
 
 pub mod admission;
 pub mod agui;
+pub mod agui_agent;
 pub mod approvals;
 pub mod auth;
 pub mod body_timeout;
 pub mod chat;
 mod chat_files;
 pub mod chat_runs;
+mod chat_start;
 pub mod config;
 mod conn;
 pub mod cross_site;
 pub mod error;
 pub mod events;
 pub mod factory;
+pub mod frontend_tools;
 pub mod limits;
 pub mod nats_connect;
 pub mod problem;
@@ -126,6 +130,8 @@ pub struct Daemon {
     reader: Arc<JournalReader>,
     /// The engine's interaction handler (pending approvals).
     approvals: Arc<Approvals>,
+    /// `POST /v1/agui`'s frontend calls waiting for their client.
+    frontend_calls: Arc<frontend_tools::FrontendCalls>,
     /// One admission at a time (the live-run bound, the id checks).
     admission: tokio::sync::Mutex<()>,
     /// Runs admitted and not started yet (their tool servers starting).
@@ -204,6 +210,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
         .route("/v1/runs/{id}/messages", post(runs::continue_run))
         .route("/v1/chat", post(chat::post_chat))
+        .route("/v1/agui", post(agui_agent::post_agui))
         .route(
             "/v1/chat/{id}/stream",
             get(chat::resume_stream).route_layer(capped()),

@@ -142,6 +142,7 @@ async fn open_daemon(
         journal,
         reader,
         approvals,
+        frontend_calls: Arc::new(crate::frontend_tools::FrontendCalls::new()),
         admission: tokio::sync::Mutex::new(()),
         reserved: Mutex::default(),
         token: config.token.clone(),
