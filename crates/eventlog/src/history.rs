@@ -86,6 +86,21 @@ pub fn turn_message_id(run_id: &RunId, turn: u64, role: Role) -> Result<MessageI
     scoped_id(run_id, &format!("t{turn}.{suffix}"))
 }
 
+/// The id of the summary a compaction in `turn` puts in place of the range
+/// it replaces (`context.compacted`'s `summary`): `<run_id>.t<turn>.s` (or
+/// `h<hash>.t<turn>.s` for a run id too long to fit). One compaction per
+/// turn at most is what keeps it unique.
+///
+/// ```
+/// use keel_eventlog::history::compaction_message_id;
+/// use keel_message::RunId;
+/// assert_eq!(compaction_message_id(&RunId::parse("run_1")?, 3)?.as_str(), "run_1.t3.s");
+/// # Ok::<(), keel_message::MessageError>(())
+/// ```
+pub fn compaction_message_id(run_id: &RunId, turn: u64) -> Result<MessageId, MessageError> {
+    scoped_id(run_id, &format!("t{turn}.s"))
+}
+
 /// The id of the `n`th new message (from 1) a follow-up run adds to the
 /// history it continues: `<run_id>.u<n>` (or `h<hash>.u<n>` for a run id
 /// too long to fit), so ids stay unique across a conversation.

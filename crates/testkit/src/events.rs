@@ -127,6 +127,7 @@ impl ModelAttempt {
             operation_id: self.operation_id.clone(),
             model,
             attempt: 1,
+            purpose: None,
             extra: Extra::new(),
         })
     }

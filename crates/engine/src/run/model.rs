@@ -79,6 +79,7 @@ impl Runner {
                     operation_id: operation_id.clone(),
                     model: self.model.clone(),
                     attempt,
+                    purpose: None,
                     extra: Extra::new(),
                 }))
                 .await?;
