@@ -41,6 +41,15 @@
 //! typed error [`AguiError::TooManyOpenCalls`]). Each event is mapped on
 //! its own: nothing is buffered across events beyond that state.
 //!
+//! Compaction: a model call with a `purpose` (a compaction call) is not
+//! an assistant message, so its stream (text, reasoning, tool calls) maps
+//! to the default `CUSTOM keel.model.*` events, never `TEXT_MESSAGE_*`;
+//! `context.compacted` is `CUSTOM keel.compacted` and
+//! `context.compaction_failed` `CUSTOM keel.compaction_failed`, each
+//! carrying the payload as logged. The `MESSAGES_SNAPSHOT` is the
+//! transcript ([`HistoryFold::take_completed`](keel_eventlog::history::HistoryFold::take_completed)):
+//! every message that happened, the compacted ones too, never the summary.
+//!
 //! Values a newer version added to an extensible wire enum (a finish
 //! reason, problem kind, retry position, tool outcome or retry) need no
 //! mapping here: they reach the client verbatim inside the `keel.*`
@@ -138,6 +147,9 @@ pub struct AguiMapper {
     /// The reasoning messages of the open model call, in order.
     attempt_reasoning: Vec<String>,
     calls: Vec<OpenCall>,
+    /// The open model call when it has a `purpose` (a compaction call):
+    /// its stream is not an assistant message, so it maps to `CUSTOM`.
+    purposed: Option<String>,
 }
 
 fn custom(name: &str, value: Value) -> AguiEvent {
@@ -237,7 +249,23 @@ impl AguiMapper {
                 self.close_step(out);
                 out.push(custom(kind, body.clone()));
             }
-            Payload::ModelStarted(_) => self.attempt_reasoning.clear(),
+            Payload::ModelStarted(p) => {
+                self.attempt_reasoning.clear();
+                self.purposed = p
+                    .purpose
+                    .as_ref()
+                    .map(|_| p.operation_id.as_str().to_owned());
+            }
+            // A compaction call's stream (its text is the summary, shown
+            // by `keel.compacted`) stays `CUSTOM`: not an assistant message.
+            Payload::ReasoningDelta(p) if self.is_purposed(p.operation_id.as_str()) => {}
+            Payload::ReasoningEnd(p) if self.is_purposed(p.operation_id.as_str()) => {}
+            Payload::TextDelta(p) if self.is_purposed(p.operation_id.as_str()) => {}
+            Payload::ToolCall(p) if self.is_purposed(p.operation_id.as_str()) => {}
+            Payload::ContextCompacted(_) => out.push(custom("keel.compacted", body.clone())),
+            Payload::ContextCompactionFailed(_) => {
+                out.push(custom("keel.compaction_failed", body.clone()));
+            }
             Payload::ReasoningDelta(p) => {
                 self.reasoning_delta(p.operation_id.as_str(), &p.text, line, out);
             }
@@ -281,6 +309,11 @@ impl AguiMapper {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Whether `operation_id` is the open compaction call.
+    fn is_purposed(&self, operation_id: &str) -> bool {
+        self.purposed.as_deref() == Some(operation_id)
     }
 
     fn run_started(&self) -> AguiEvent {
