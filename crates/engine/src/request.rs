@@ -58,6 +58,20 @@ pub struct RunRequest {
     pub(crate) continues: Option<RunId>,
     pub(crate) chat: Option<ChatRun>,
     pub(crate) inherits: Option<Inheritance>,
+    pub(crate) compaction: CompactionRequest,
+}
+
+/// What a request asks of compaction beyond the policy's threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum CompactionRequest {
+    /// Compact when the estimate reaches the threshold (the default).
+    #[default]
+    Threshold,
+    /// Compact before the first answer call whatever the estimate.
+    First,
+    /// One turn holding only the compaction; the run's final message is
+    /// the summary.
+    Only,
 }
 
 /// The part of a continued run's history it inherits from the run it
@@ -91,6 +105,7 @@ impl std::fmt::Debug for RunRequest {
             .field("continues", &self.continues)
             .field("chat", &self.chat)
             .field("inherits", &self.inherits)
+            .field("compaction", &self.compaction)
             .finish_non_exhaustive()
     }
 }
@@ -112,6 +127,7 @@ impl RunRequest {
             continues: None,
             chat: None,
             inherits: None,
+            compaction: CompactionRequest::Threshold,
         }
     }
     /// A run of `model` on one user message, `question`, under a fresh
@@ -183,6 +199,31 @@ impl RunRequest {
         });
         self
     }
+    /// Compacts the history before the first answer call whatever the
+    /// estimate (`true`), as the policy in the limits says (`limits.context`;
+    /// without one the run fails before its first model call naming
+    /// `limits.context`). `false` restores the default: compact at the
+    /// policy's threshold.
+    pub fn compact_first(mut self, first: bool) -> RunRequest {
+        self.compaction = if first {
+            CompactionRequest::First
+        } else {
+            CompactionRequest::Threshold
+        };
+        self
+    }
+
+    /// A compaction-only run: one turn holding the compaction call and its
+    /// `context.compacted`, then `run.completed`; its final message is the
+    /// summary. Continue a run with it (see [`RunRequest::inherits`]) and
+    /// the conversation's next run starts from the compacted history. A
+    /// compaction that fails, or a history with nothing to compact, fails
+    /// the run naming the rule.
+    pub fn compaction_only(mut self) -> RunRequest {
+        self.compaction = CompactionRequest::Only;
+        self
+    }
+
     /// Calls the provider the builder registered under `name`.
     pub fn provider_named(mut self, name: impl Into<String>) -> RunRequest {
         self.provider = ProviderChoice::Named(name.into());
