@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 mod context;
-pub use context::{ContextPolicy, DEFAULT_COMPACTION_INSTRUCTION, MAX_COMPACTION_INSTRUCTION_BYTES};
+pub use context::{
+    ContextPolicy, DEFAULT_COMPACTION_INSTRUCTION, MAX_COMPACTION_INSTRUCTION_BYTES,
+};
 
 /// What to do when a model call fails after yielding output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

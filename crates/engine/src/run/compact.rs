@@ -30,7 +30,10 @@ pub(super) enum Compaction {
     /// The history is now system messages, the summary, the kept tail.
     Compacted { summary: Message, after: Estimate },
     /// Recorded as `context.compaction_failed`; the history is unchanged.
-    Refused { rule: CompactionRule, detail: String },
+    Refused {
+        rule: CompactionRule,
+        detail: String,
+    },
     /// No call was made: nothing to compact, or no request to send that
     /// fits (the range plus the instruction reach the window).
     NotRun { reason: String },
@@ -213,7 +216,10 @@ impl Runner {
             Err(e) => return refuse(CompactionRule::ModelFailed, e.to_string()),
         };
         if text.trim().is_empty() {
-            return refuse(CompactionRule::Empty, "the compaction answer held no text".into());
+            return refuse(
+                CompactionRule::Empty,
+                "the compaction answer held no text".into(),
+            );
         }
         let summary = compaction_message_id(&self.run_id, turn).and_then(|id| {
             let part = Part::text_with(&text, limits)?;

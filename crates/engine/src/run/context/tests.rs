@@ -66,7 +66,12 @@ fn the_range_keeps_system_messages_the_tail_and_every_call_with_its_result() {
         Some(1..4),
     );
     // The range stops after the last system message before the tail.
-    check("late system", &["u", "a", "s", "u", "a", "u"], 1, Some(3..5));
+    check(
+        "late system",
+        &["u", "a", "s", "u", "a", "u"],
+        1,
+        Some(3..5),
+    );
     // A pending call (no result yet) stays, and so does all after it.
     check("pending call", &["s", "u", "a1", "u", "a"], 0, Some(1..2));
     check("no system", &["u", "a", "u"], 1, Some(0..2));
