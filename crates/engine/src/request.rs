@@ -200,10 +200,13 @@ impl RunRequest {
         self
     }
     /// Compacts the history before the first answer call whatever the
-    /// estimate (`true`), as the policy in the limits says (`limits.context`;
-    /// without one the run fails before its first model call naming
-    /// `limits.context`). `false` restores the default: compact at the
+    /// estimate (`true`), as the policy in the limits says
+    /// (`EngineLimits::context`; without one, [`ContextPolicy::new`]'s
+    /// defaults over an unbounded window, so only a policy's window can
+    /// fail the run). `false` restores the default: compact at the
     /// policy's threshold.
+    ///
+    /// [`ContextPolicy::new`]: crate::ContextPolicy::new
     pub fn compact_first(mut self, first: bool) -> RunRequest {
         self.compaction = if first {
             CompactionRequest::First
@@ -288,16 +291,21 @@ impl RunRequest {
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunOutcome {
-    /// The model stopped calling tools.
+    /// The model stopped calling tools (or, for a
+    /// [`compaction_only`](RunRequest::compaction_only) run, the
+    /// compaction completed).
     Completed {
-        /// The last assistant message.
+        /// The last assistant message (a compaction-only run's: the
+        /// summary).
         final_message: Message,
         /// Usage summed over every model call that reported it.
         usage: Usage,
         /// The whole history the run ended with: its input, then each
         /// turn's assistant message and tool results, in order (what
         /// `keel_eventlog::history::rebuild` gives from the log). A
-        /// follow-up run starts from it plus its new message.
+        /// compaction replaced a range of it by its summary: this is the
+        /// model context, the log holds every message. A follow-up run
+        /// starts from it plus its new message.
         transcript: Vec<Message>,
     },
     /// It failed; `cause` says why.

@@ -36,6 +36,8 @@ enum Summary {
     CallsTool,
     /// Whitespace only.
     Blank,
+    /// Nothing for a minute.
+    Stalls,
 }
 
 /// A scripted model that decides per request: a compaction request (no
@@ -88,6 +90,7 @@ impl Conversation {
                 ScriptItem::complete(FinishReason::ToolCalls),
             ],
             Summary::Blank => vec![ScriptItem::text("   "), stop],
+            Summary::Stalls => vec![ScriptItem::delay(Duration::from_secs(60)), stop],
         }
     }
 
@@ -505,6 +508,19 @@ async fn a_failed_compaction_continues_on_the_old_history_or_fails_typed() {
             expect: Expect::FailsOnWindow,
         },
         Case {
+            name: "window exceeded, the range alone fills the window",
+            summary: Summary::Short,
+            history: vec![
+                message("u1", Role::User, &"x".repeat(4500)),
+                message("a1", Role::Assistant, "ok"),
+                message("u2", Role::User, "y"),
+                message("a2", Role::Assistant, "ok"),
+                message("u3", Role::User, "z"),
+            ],
+            window: 1_000,
+            expect: Expect::FailsOnWindow,
+        },
+        Case {
             name: "window exceeded even after compacting",
             summary: Summary::Short,
             history: past_the_window(4500),
@@ -725,5 +741,49 @@ fn a_context_policy_is_checked_with_the_limits() {
         }
         .threshold_tokens(),
         1
+    );
+}
+
+/// A run cancelled during its compaction call ends cancelled, the call
+/// closed with it, and `keel verify` passes the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cancelled_during_its_compaction_call_closes_cleanly() {
+    let model = Arc::new(Conversation::new(0, Summary::Stalls));
+    let recorder = Arc::new(RecordingObserver::new());
+    let engine = Engine::builder()
+        .provider("scripted", model.clone())
+        .required_observer(recorder.clone())
+        .build()
+        .unwrap();
+    let input = vec![
+        message("u1", Role::User, &"x".repeat(300)),
+        message("a1", Role::Assistant, "ok"),
+        message("u2", Role::User, "and?"),
+        message("a2", Role::Assistant, "fine"),
+    ];
+    let handle = engine
+        .start(request("stalled", input.clone()).compaction_only())
+        .unwrap();
+    let mut events = handle.subscribe(0).unwrap();
+    while let Some(Ok(event)) = events.recv().await {
+        if matches!(event.payload().unwrap(), Payload::ModelStarted(m) if m.purpose.is_some()) {
+            handle.cancel();
+        }
+    }
+    assert!(matches!(handle.join().await, RunOutcome::Cancelled));
+    engine.shutdown(Duration::from_secs(5)).await;
+    let ran = Ran {
+        outcome: RunOutcome::Cancelled,
+        events: recorder.events(),
+        lines: recorder.lines(),
+        requests: model.requests(),
+    };
+    ran.verify(RunStatus::Cancelled);
+    let kinds: Vec<String> = ran.events.iter().map(|e| e.kind().to_string()).collect();
+    assert!(kinds.contains(&"model.cancelled".to_owned()), "{kinds:?}");
+    assert!(ran.compacted().is_empty());
+    assert_eq!(
+        history::rebuild(&ran.events, &Limits::default()).unwrap(),
+        input
     );
 }
