@@ -2,7 +2,8 @@ use super::{UsageBase, compaction_range, estimate, message_bytes, tokens_of};
 use keel_eventlog::EstimatorKind;
 use keel_eventlog::history::tool_result_part;
 use keel_message::{
-    CallId, CanonicalJson, Limits, Message, MessageId, Part, Role, ToolCallPart, ToolName,
+    CallId, CanonicalJson, Limits, Message, MessageId, Part, Role, ToolCallPart, ToolDefinition,
+    ToolName,
 };
 
 /// A history from a compact notation: `s` system, `u` user, `a` assistant
@@ -106,6 +107,21 @@ fn the_estimator_uses_usage_when_it_describes_a_prefix_else_bytes() {
         messages: 9,
     };
     assert_eq!(estimate(&h, &[], Some(stale), 4).kind, EstimatorKind::Bytes);
+    // The bytes measure counts the tool definitions the request lists; a
+    // usage base already does (the provider counted them).
+    let tool = ToolDefinition::new(
+        ToolName::parse("lookup").unwrap(),
+        "finds things",
+        CanonicalJson::parse(r#"{"type":"object"}"#).unwrap(),
+    )
+    .unwrap();
+    let tool_bytes = serde_json::to_vec(&tool).unwrap().len() as u64;
+    let tools = [tool];
+    assert_eq!(
+        estimate(&h, &tools, None, 4).tokens,
+        (bytes + tool_bytes).div_ceil(4)
+    );
+    assert_eq!(estimate(&h, &tools, Some(base), 4), by_usage);
     assert_eq!(tokens_of(9, 4), 3);
     assert_eq!(tokens_of(8, 4), 2);
     assert_eq!(tokens_of(0, 4), 0);
