@@ -545,7 +545,13 @@ fn compaction_events_stand_where_the_rule_says() {
                 k.completed(stop(), None),
                 turn_completed(1),
                 turn_started(2),
-                failed(2, CompactionRule::NotSmaller),
+                Payload::ContextCompactionFailed(ContextCompactionFailed {
+                    turn: 2,
+                    ..match failed(1, CompactionRule::NotSmaller) {
+                        Payload::ContextCompactionFailed(f) => f,
+                        _ => unreachable!(),
+                    }
+                }),
             ],
             Err((order, "context.compaction_failed")),
         ),

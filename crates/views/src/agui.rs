@@ -256,16 +256,7 @@ impl AguiMapper {
                     .as_ref()
                     .map(|_| p.operation_id.as_str().to_owned());
             }
-            // A compaction call's stream (its text is the summary, shown
-            // by `keel.compacted`) stays `CUSTOM`: not an assistant message.
-            Payload::ReasoningDelta(p) if self.is_purposed(p.operation_id.as_str()) => {}
-            Payload::ReasoningEnd(p) if self.is_purposed(p.operation_id.as_str()) => {}
-            Payload::TextDelta(p) if self.is_purposed(p.operation_id.as_str()) => {}
-            Payload::ToolCall(p) if self.is_purposed(p.operation_id.as_str()) => {}
-            Payload::ContextCompacted(_) => out.push(custom("keel.compacted", body.clone())),
-            Payload::ContextCompactionFailed(_) => {
-                out.push(custom("keel.compaction_failed", body.clone()));
-            }
+            _ if self.compaction(payload, body, out) => {}
             Payload::ReasoningDelta(p) => {
                 self.reasoning_delta(p.operation_id.as_str(), &p.text, line, out);
             }
@@ -311,9 +302,27 @@ impl AguiMapper {
         Ok(())
     }
 
-    /// Whether `operation_id` is the open compaction call.
-    fn is_purposed(&self, operation_id: &str) -> bool {
-        self.purposed.as_deref() == Some(operation_id)
+    /// Maps a compaction's events, and says whether `payload` was one: a
+    /// compaction call's stream (its text is the summary, shown by
+    /// `keel.compacted`) stays `CUSTOM` (the default), never an assistant
+    /// message; its outcome is `keel.compacted` or `keel.compaction_failed`.
+    fn compaction(&self, payload: &Payload, body: &Value, out: &mut Vec<AguiEvent>) -> bool {
+        let operation_id = match payload {
+            Payload::ContextCompacted(_) => {
+                out.push(custom("keel.compacted", body.clone()));
+                return true;
+            }
+            Payload::ContextCompactionFailed(_) => {
+                out.push(custom("keel.compaction_failed", body.clone()));
+                return true;
+            }
+            Payload::ReasoningDelta(p) => &p.operation_id,
+            Payload::ReasoningEnd(p) => &p.operation_id,
+            Payload::TextDelta(p) => &p.operation_id,
+            Payload::ToolCall(p) => &p.operation_id,
+            _ => return false,
+        };
+        self.purposed.as_deref() == Some(operation_id.as_str())
     }
 
     fn run_started(&self) -> AguiEvent {

@@ -110,7 +110,7 @@ fn locate(
     (0..ids.len())
         .filter(|start| ids[*start] == first)
         .map(|start| start..start.saturating_add(count))
-        .find(|span| span.end <= ids.len() && ids.get(span.end - 1).is_some_and(|id| *id == last))
+        .find(|span| ids.get(span.end - 1).is_some_and(|id| *id == last))
 }
 
 /// The range rules beyond contiguity: no system message inside, and no
