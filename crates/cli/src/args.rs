@@ -32,6 +32,10 @@ pub enum Command {
     /// Close the runs a dead host left running (recovery terminals, rule
     /// run.host_lost); runs a live process owns are left to it.
     Recover(DbArgs),
+    /// Compact a completed run's history: a compaction-only run continuing
+    /// it (by reference), whose one turn replaces all but the system
+    /// messages and the last turns by a summary the model writes.
+    Compact(CompactArgs),
     /// Write a run as JSON Lines: a header line, then its events.
     Export(ExportArgs),
     /// Store a run from a file written by `keel export`.
@@ -79,6 +83,29 @@ pub struct RunArgs {
     /// The follow-up user message (with --continue).
     #[arg(long, value_name = "TEXT", requires = "continue_run")]
     pub message: Option<String>,
+    /// Set by `keel compact`: the run continuing --continue is a
+    /// compaction-only run.
+    #[arg(skip)]
+    pub compact: bool,
+}
+
+/// `keel compact`.
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// The completed run whose history is compacted.
+    #[arg(value_name = "RUN_ID")]
+    pub run_id: String,
+    /// The scenario giving the model, the provider and `limits.context`
+    /// (keep_turns, instruction; without it, the defaults). Required: keel
+    /// has no default provider. Its messages are not used.
+    #[arg(long, value_name = "FILE")]
+    pub scenario: Option<PathBuf>,
+    /// The journal.
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Print each event's canonical line, exactly as stored, and nothing else.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `keel runs`.

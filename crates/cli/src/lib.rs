@@ -8,6 +8,7 @@
 //! | `keel run SCENARIO [--db PATH] [--json] [--approve all\|none\|ask] [--files DIR]` | one run: a live transcript (or, with `--json`, each event's canonical line exactly as stored), journaled; exit 0 completed, 1 failed, 130 cancelled (Ctrl-C), 2 bad input |
 //! | `keel events RUN_ID [--after N] [--follow]` | a run's stored lines, in order |
 //! | `keel run SCENARIO --continue RUN_ID --message TEXT` | a follow-up run: the completed run's history (rebuilt from the journal) plus the message; the run records the run it continues |
+//! | `keel compact RUN_ID --scenario FILE` | a compaction-only run continuing RUN_ID: the scenario's model summarizes all but the system messages and the last turns (`limits.context`), recorded as `context.compacted`; the conversation continues from it; exit 2 without `--scenario` |
 //! | `keel runs [--conversation RUN_ID]` | one line per run: id, status, turns, events, duration, the run it continues; or one conversation's chain |
 //! | `keel recover` | close every abandoned run (rule `run.host_lost`); runs a live process owns are skipped; exit 1 if a run needs attention |
 //! | `keel verify` | every run: contiguous seqs from 1, canonical lines, lifecycle, status; exit 1 on the first violation |
@@ -57,6 +58,7 @@ pub fn main() -> i32 {
         args::Command::Runs(a) => commands::history::runs(a),
         args::Command::Verify(a) => commands::history::verify(a),
         args::Command::Recover(a) => commands::recover::recover(a),
+        args::Command::Compact(a) => commands::run::compact(a),
         args::Command::Export(a) => commands::transfer::export(a),
         args::Command::Import(a) => commands::transfer::import(a),
         args::Command::Serve(a) => commands::serve::serve(a),

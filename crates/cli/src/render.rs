@@ -194,6 +194,19 @@ impl Transcript {
                     self.end_reasoning(&mut out);
                 }
             }
+            Payload::ContextCompacted(p) => {
+                let text = format!(
+                    "· context compacted: {} messages into a summary, ~{} → ~{} tokens",
+                    p.replaces.count, p.tokens_before, p.tokens_after
+                );
+                let text = self.paint("2", &text);
+                self.line(&mut out, &text);
+            }
+            Payload::ContextCompactionFailed(p) => {
+                let text = format!("· compaction failed ({}): {}", p.rule.rule_name(), p.detail);
+                let text = self.paint("33", &text);
+                self.line(&mut out, &text);
+            }
             Payload::Extension { kind, .. } => {
                 let text = self.paint("2", &format!("· {kind}"));
                 self.line(&mut out, &text);

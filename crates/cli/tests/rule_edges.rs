@@ -209,6 +209,7 @@ fn ui_stream_finish_reasons() {
                 operation_id: op.clone(),
                 model: ModelName::parse("m").unwrap(),
                 attempt: 1,
+                purpose: None,
                 extra: Extra::new(),
             }),
             Payload::ModelCompleted(ModelCompleted {
@@ -265,6 +266,7 @@ fn ui_stream_pending_approvals() {
             operation_id: op.clone(),
             model: ModelName::parse("m").unwrap(),
             attempt: 1,
+            purpose: None,
             extra: Extra::new(),
         }),
         Payload::ToolCall(ToolCall {

@@ -5,6 +5,11 @@
 
 use std::time::Duration;
 
+mod context;
+pub use context::{
+    ContextPolicy, DEFAULT_COMPACTION_INSTRUCTION, MAX_COMPACTION_INSTRUCTION_BYTES,
+};
+
 /// What to do when a model call fails after yielding output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PartialRetry {
@@ -134,6 +139,14 @@ pub enum LimitField {
     RetryMultiplier,
     /// [`RetryPolicy::jitter`].
     RetryJitter,
+    /// [`ContextPolicy::window_tokens`].
+    ContextWindowTokens,
+    /// [`ContextPolicy::compact_at`].
+    ContextCompactAt,
+    /// [`ContextPolicy::bytes_per_token`].
+    ContextBytesPerToken,
+    /// [`ContextPolicy::instruction`].
+    ContextInstruction,
 }
 
 impl LimitField {
@@ -152,6 +165,10 @@ impl LimitField {
             LimitField::RetryInitialBackoff => "retry.initial_backoff",
             LimitField::RetryMultiplier => "retry.multiplier",
             LimitField::RetryJitter => "retry.jitter",
+            LimitField::ContextWindowTokens => "context.window_tokens",
+            LimitField::ContextCompactAt => "context.compact_at",
+            LimitField::ContextBytesPerToken => "context.bytes_per_token",
+            LimitField::ContextInstruction => "context.instruction",
         }
     }
 }
@@ -208,8 +225,11 @@ pub struct EngineLimits {
     /// How long an approval may stay unanswered before the interaction
     /// fails (`interaction.failed`, the tool is not run). Default 10 min.
     pub approval_timeout: Duration,
-    /// Retries of failed model calls.
+    /// Retries of failed model calls (compaction calls included).
     pub retry: RetryPolicy,
+    /// When and how the model context is compacted. `None` (the default)
+    /// never compacts.
+    pub context: Option<ContextPolicy>,
 }
 
 impl Default for EngineLimits {
@@ -223,6 +243,7 @@ impl Default for EngineLimits {
             closing_deadline: Duration::from_secs(2),
             approval_timeout: Duration::from_secs(600),
             retry: RetryPolicy::default(),
+            context: None,
         }
     }
 }
@@ -291,7 +312,11 @@ impl EngineLimits {
             return invalid(field, "0 ms".into(), "at least 1 ms");
         }
         check_closing_deadline(self.closing_deadline)?;
-        self.retry.check()
+        self.retry.check()?;
+        match &self.context {
+            Some(context) => context.check(),
+            None => Ok(()),
+        }
     }
 }
 

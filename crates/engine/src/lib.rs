@@ -85,7 +85,8 @@ mod tool_set;
 
 pub use builder::EngineBuilder;
 pub use config::{
-    EngineLimits, LimitError, LimitField, MIN_CLOSING_DEADLINE, PartialRetry, RetryPolicy,
+    ContextPolicy, DEFAULT_COMPACTION_INSTRUCTION, EngineLimits, LimitError, LimitField,
+    MAX_COMPACTION_INSTRUCTION_BYTES, MIN_CLOSING_DEADLINE, PartialRetry, RetryPolicy,
     check_closing_deadline,
 };
 pub use engine::{Engine, EngineShutdown, LiveRun};

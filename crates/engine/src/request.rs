@@ -58,6 +58,20 @@ pub struct RunRequest {
     pub(crate) continues: Option<RunId>,
     pub(crate) chat: Option<ChatRun>,
     pub(crate) inherits: Option<Inheritance>,
+    pub(crate) compaction: CompactionRequest,
+}
+
+/// What a request asks of compaction beyond the policy's threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum CompactionRequest {
+    /// Compact when the estimate reaches the threshold (the default).
+    #[default]
+    Threshold,
+    /// Compact before the first answer call whatever the estimate.
+    First,
+    /// One turn holding only the compaction; the run's final message is
+    /// the summary.
+    Only,
 }
 
 /// The part of a continued run's history it inherits from the run it
@@ -91,6 +105,7 @@ impl std::fmt::Debug for RunRequest {
             .field("continues", &self.continues)
             .field("chat", &self.chat)
             .field("inherits", &self.inherits)
+            .field("compaction", &self.compaction)
             .finish_non_exhaustive()
     }
 }
@@ -112,6 +127,7 @@ impl RunRequest {
             continues: None,
             chat: None,
             inherits: None,
+            compaction: CompactionRequest::Threshold,
         }
     }
     /// A run of `model` on one user message, `question`, under a fresh
@@ -183,6 +199,34 @@ impl RunRequest {
         });
         self
     }
+    /// Compacts the history before the first answer call whatever the
+    /// estimate (`true`), as the policy in the limits says
+    /// (`EngineLimits::context`; without one, [`ContextPolicy::new`]'s
+    /// defaults over an unbounded window, so only a policy's window can
+    /// fail the run). `false` restores the default: compact at the
+    /// policy's threshold.
+    ///
+    /// [`ContextPolicy::new`]: crate::ContextPolicy::new
+    pub fn compact_first(mut self, first: bool) -> RunRequest {
+        self.compaction = if first {
+            CompactionRequest::First
+        } else {
+            CompactionRequest::Threshold
+        };
+        self
+    }
+
+    /// A compaction-only run: one turn holding the compaction call and its
+    /// `context.compacted`, then `run.completed`; its final message is the
+    /// summary. Continue a run with it (see [`RunRequest::inherits`]) and
+    /// the conversation's next run starts from the compacted history. A
+    /// compaction that fails, or a history with nothing to compact, fails
+    /// the run naming the rule.
+    pub fn compaction_only(mut self) -> RunRequest {
+        self.compaction = CompactionRequest::Only;
+        self
+    }
+
     /// Calls the provider the builder registered under `name`.
     pub fn provider_named(mut self, name: impl Into<String>) -> RunRequest {
         self.provider = ProviderChoice::Named(name.into());
@@ -247,16 +291,21 @@ impl RunRequest {
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunOutcome {
-    /// The model stopped calling tools.
+    /// The model stopped calling tools (or, for a
+    /// [`compaction_only`](RunRequest::compaction_only) run, the
+    /// compaction completed).
     Completed {
-        /// The last assistant message.
+        /// The last assistant message (a compaction-only run's: the
+        /// summary).
         final_message: Message,
         /// Usage summed over every model call that reported it.
         usage: Usage,
         /// The whole history the run ended with: its input, then each
         /// turn's assistant message and tool results, in order (what
         /// `keel_eventlog::history::rebuild` gives from the log). A
-        /// follow-up run starts from it plus its new message.
+        /// compaction replaced a range of it by its summary: this is the
+        /// model context, the log holds every message. A follow-up run
+        /// starts from it plus its new message.
         transcript: Vec<Message>,
     },
     /// It failed; `cause` says why.

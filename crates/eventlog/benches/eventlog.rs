@@ -113,6 +113,7 @@ fn open_log(max_events: usize) -> RunLog {
         operation_id: op(),
         model: ModelName::parse("gpt-5").unwrap(),
         attempt: 1,
+        purpose: None,
         extra: Extra::new(),
     }))
     .unwrap();

@@ -109,6 +109,7 @@ fn main() {
         operation_id: op.clone(),
         model: ModelName::parse("gpt-5").unwrap(),
         attempt: 1,
+        purpose: None,
         extra: Extra::new(),
     }))
     .unwrap();

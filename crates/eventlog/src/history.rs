@@ -11,15 +11,17 @@
 //! the references, checked, through any store ([`HistoryStore`]).
 
 use crate::event::Event;
-use crate::payload::{ErrorText, Payload};
+use crate::payload::{ContextCompacted, ErrorText, Payload};
 use crate::reference::HistoryReference;
 
 mod assistant;
 mod chain;
+mod compaction;
 pub use assistant::AssistantDraft;
 pub use chain::{
     ChainError, HistoryStore, MAX_CHAIN_DEPTH, RebuiltChain, chain_runs, rebuild_chain,
 };
+pub use compaction::RangeFault;
 use keel_message::{
     CallId, ImagePart, Limits, Message, MessageError, MessageId, Part, Role, RunId, ToolCallPart,
 };
@@ -86,6 +88,21 @@ pub fn turn_message_id(run_id: &RunId, turn: u64, role: Role) -> Result<MessageI
     scoped_id(run_id, &format!("t{turn}.{suffix}"))
 }
 
+/// The id of the summary a compaction in `turn` puts in place of the range
+/// it replaces (`context.compacted`'s `summary`): `<run_id>.t<turn>.s` (or
+/// `h<hash>.t<turn>.s` for a run id too long to fit). One compaction per
+/// turn at most is what keeps it unique.
+///
+/// ```
+/// use keel_eventlog::history::compaction_message_id;
+/// use keel_message::RunId;
+/// assert_eq!(compaction_message_id(&RunId::parse("run_1")?, 3)?.as_str(), "run_1.t3.s");
+/// # Ok::<(), keel_message::MessageError>(())
+/// ```
+pub fn compaction_message_id(run_id: &RunId, turn: u64) -> Result<MessageId, MessageError> {
+    scoped_id(run_id, &format!("t{turn}.s"))
+}
+
 /// The id of the `n`th new message (from 1) a follow-up run adds to the
 /// history it continues: `<run_id>.u<n>` (or `h<hash>.u<n>` for a run id
 /// too long to fit), so ids stay unique across a conversation.
@@ -139,6 +156,24 @@ pub enum HistoryError {
         /// The run it names.
         parent: RunId,
     },
+    /// A `context.compacted` whose range does not fit the history as it
+    /// stood: not contiguous, splitting a tool call from its result, or
+    /// covering a system message.
+    #[error(
+        "event {seq}: context.compacted replaces {first}..={last} ({count} messages), which {fault} (rule compaction.range)"
+    )]
+    CompactionRange {
+        /// The `context.compacted`.
+        seq: u64,
+        /// The range's first message.
+        first: MessageId,
+        /// The range's last message.
+        last: MessageId,
+        /// The range's length.
+        count: u64,
+        /// What is wrong with it.
+        fault: RangeFault,
+    },
     /// A `run.input` reference anywhere but right after `run.started`.
     #[error(
         "event {seq} is a run.input reference; only seq 2 may be one (rule lifecycle.input_reference)"
@@ -155,6 +190,9 @@ pub enum HistoryError {
 struct TurnState {
     /// The current model attempt's message, as its events arrive.
     draft: AssistantDraft,
+    /// Whether the current model attempt has a `purpose` (a compaction
+    /// call): its message is not the turn's answer.
+    purposed: bool,
     /// The completed call's tool calls, in call order.
     awaited: Vec<ToolCallPart>,
     results: HashMap<CallId, Part>,
@@ -213,11 +251,44 @@ pub fn rebuild_after<E: AsRef<Event>>(
     fold.finish()
 }
 
+/// What a [`HistoryFold`] hands out, in history order
+/// ([`HistoryFold::take_items`]): a message the history gained, or a
+/// compaction that replaced a range of the messages before it by a summary.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum HistoryItem {
+    /// A message that happened: an input, an answer, a turn's tool results.
+    Message(Message),
+    /// A `context.compacted` (at `seq`), checked against the history as
+    /// it stood (rule `compaction.range`).
+    Compaction {
+        /// The event's seq.
+        seq: u64,
+        /// The range it replaces and the summary that replaces it.
+        compacted: Box<ContextCompacted>,
+    },
+}
+
 /// [`rebuild`] one event at a time, for a reader that pages through a
-/// long run instead of holding it: each message is handed out
-/// ([`HistoryFold::take_completed`]) as soon as an event completes it (a
-/// message once completed never changes), so the fold holds only the
-/// turn in progress and the messages not yet taken.
+/// long run instead of holding it.
+///
+/// A compaction never changes a message that was handed out: the fold
+/// hands out what happened, in order ([`HistoryItem`]s from
+/// [`HistoryFold::take_items`]), and a compaction is an item of its own
+/// that a consumer applies to its copy or shows. Two views follow:
+///
+/// - the **transcript**, every message that happened:
+///   [`HistoryFold::take_completed`] hands out each message as soon as an
+///   event completes it (a message once completed never changes) and
+///   drops the compactions, so the fold holds only the turn in progress
+///   and the messages not yet taken (the AG-UI `MESSAGES_SNAPSHOT`);
+/// - the **model context**, what the next model request carries:
+///   [`HistoryFold::finish`] applies the compactions to the items not
+///   taken ([`rebuild`], [`rebuild_after`], [`rebuild_chain`]).
+///
+/// Either way each compaction is checked when it is folded in, against
+/// the whole context (the fold keeps its ids and tool-call links, not its
+/// content).
 ///
 /// ```
 /// use keel_eventlog::{history::HistoryFold, Payload, RunInput, RunLog, LogConfig, RunStarted, SystemClock, Extra};
@@ -242,14 +313,17 @@ pub struct HistoryFold {
     limits: Limits,
     turn: TurnState,
     inputs: usize,
-    completed: Vec<Message>,
+    /// What happened and was not taken yet, in order.
+    items: Vec<HistoryItem>,
+    /// The model context's shape, for checking compactions.
+    context: compaction::ContextIndex,
 }
 
 impl std::fmt::Debug for HistoryFold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HistoryFold")
             .field("inputs", &self.inputs)
-            .field("completed", &self.completed.len())
+            .field("completed", &self.items.len())
             .finish_non_exhaustive()
     }
 }
@@ -264,19 +338,22 @@ impl HistoryFold {
     }
 
     /// A fold of a continued run from `inherited`: the history its
-    /// `run.input` reference names (resolved by the caller), handed out
-    /// first by [`HistoryFold::take_completed`].
+    /// `run.input` reference names (resolved by the caller: the model
+    /// context the run it continues ended with), handed out first by
+    /// [`HistoryFold::take_completed`].
     pub fn after(inherited: Vec<Message>, limits: Limits) -> HistoryFold {
-        HistoryFold {
-            limits,
-            completed: inherited,
-            ..HistoryFold::default()
+        let mut fold = HistoryFold::new(limits);
+        for message in inherited {
+            fold.add(message);
         }
+        fold
     }
 
     /// Folds in the run's next event (in order, from seq 1). A `run.input`
     /// reference (only at seq 2) is handed back for the caller to resolve:
     /// its history is what this fold started from ([`HistoryFold::after`]).
+    /// A `context.compacted` whose range does not fit the history is
+    /// [`HistoryError::CompactionRange`].
     pub fn push(&mut self, event: &Event) -> Result<Option<HistoryReference>, HistoryError> {
         let payload = event.payload().map_err(|e| HistoryError::Undecodable {
             seq: event.seq(),
@@ -285,7 +362,7 @@ impl HistoryFold {
         match payload {
             Payload::RunInput(p) => {
                 self.inputs += 1;
-                self.completed.push(p.message);
+                self.add(p.message);
             }
             Payload::RunInputReference(p) => {
                 if event.seq() != crate::lifecycle::REFERENCE_SEQ {
@@ -294,20 +371,52 @@ impl HistoryFold {
                 self.inputs += 1;
                 return Ok(Some(p.history));
             }
-            payload => apply(
-                &mut self.turn,
-                &mut self.completed,
-                event.run_id(),
-                payload,
-                &self.limits,
-            ),
+            Payload::ContextCompacted(compacted) => {
+                self.context.compact(event.seq(), &compacted)?;
+                self.items.push(HistoryItem::Compaction {
+                    seq: event.seq(),
+                    compacted: Box::new(compacted),
+                });
+            }
+            payload => {
+                let mut added = Vec::new();
+                apply(
+                    &mut self.turn,
+                    &mut added,
+                    event.run_id(),
+                    payload,
+                    &self.limits,
+                );
+                for message in added {
+                    self.add(message);
+                }
+            }
         }
         Ok(None)
     }
 
-    /// The messages completed since the last call, in history order.
+    fn add(&mut self, message: Message) {
+        self.context.add(&message);
+        self.items.push(HistoryItem::Message(message));
+    }
+
+    /// The messages completed since the last take, in history order: the
+    /// transcript. Compactions are not messages and are dropped here; a
+    /// consumer that needs them takes [`HistoryFold::take_items`] instead.
     pub fn take_completed(&mut self) -> Vec<Message> {
-        std::mem::take(&mut self.completed)
+        std::mem::take(&mut self.items)
+            .into_iter()
+            .filter_map(|item| match item {
+                HistoryItem::Message(message) => Some(message),
+                HistoryItem::Compaction { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The messages and compactions folded in since the last take, in
+    /// history order.
+    pub fn take_items(&mut self) -> Vec<HistoryItem> {
+        std::mem::take(&mut self.items)
     }
 
     /// Whether a `run.input` (a message or a reference) was folded in:
@@ -317,13 +426,25 @@ impl HistoryFold {
         self.inputs > 0
     }
 
-    /// The messages not yet taken; [`HistoryError::NoInput`] when no
-    /// `run.input` was folded in.
+    /// The model context of what was not taken: the messages, each
+    /// compaction applied in order (its range replaced by its summary);
+    /// [`HistoryError::NoInput`] when no `run.input` was folded in, and
+    /// [`HistoryError::CompactionRange`] when a compaction names messages
+    /// that were taken.
     pub fn finish(self) -> Result<Vec<Message>, HistoryError> {
         if !self.has_input() {
             return Err(HistoryError::NoInput);
         }
-        Ok(self.completed)
+        let mut messages = Vec::with_capacity(self.items.len());
+        for item in self.items {
+            match item {
+                HistoryItem::Message(message) => messages.push(message),
+                HistoryItem::Compaction { seq, compacted } => {
+                    compaction::replace(&mut messages, seq, *compacted)?;
+                }
+            }
+        }
+        Ok(messages)
     }
 }
 
@@ -336,7 +457,10 @@ fn apply(
 ) {
     match payload {
         Payload::TurnStarted(_) => *turn = TurnState::default(),
-        Payload::ModelStarted(_) => turn.draft = AssistantDraft::default(),
+        Payload::ModelStarted(p) => {
+            turn.draft = AssistantDraft::default();
+            turn.purposed = p.purpose.is_some();
+        }
         Payload::TextDelta(p) => turn.draft.push_text(&p.text),
         Payload::ReasoningDelta(p) => turn.draft.push_reasoning_delta(&p.text),
         Payload::ReasoningEnd(p) => match p.redacted {
@@ -350,6 +474,11 @@ fn apply(
         }
         Payload::ModelCompleted(p) => {
             let draft = std::mem::take(&mut turn.draft);
+            if turn.purposed {
+                // A compaction call's text is a summary, which only a
+                // `context.compacted` puts into the history.
+                return;
+            }
             if let Ok(message) = draft.to_message(run_id, p.turn, limits) {
                 history.push(message);
                 turn.awaited = draft.calls().cloned().collect();

@@ -112,6 +112,10 @@ pub enum EventKind {
     /// `run.input`: one message of the run's input history, recorded in
     /// order after `run.started` and before the first turn.
     RunInput,
+    /// `context.compacted`: a range of the history replaced by a summary.
+    ContextCompacted,
+    /// `context.compaction_failed`: a compaction that changed nothing.
+    ContextCompactionFailed,
     /// A kind this version does not know, kept opaque.
     Extension(Arc<str>),
 }
@@ -163,6 +167,8 @@ impl EventKind {
             "model.reasoning_delta" => return Ok(EventKind::ReasoningDelta),
             "model.reasoning_end" => return Ok(EventKind::ReasoningEnd),
             "run.input" => return Ok(EventKind::RunInput),
+            "context.compacted" => return Ok(EventKind::ContextCompacted),
+            "context.compaction_failed" => return Ok(EventKind::ContextCompactionFailed),
             _ => {}
         }
         let (head, last) = name.rsplit_once('.').unwrap_or((name, ""));
@@ -193,6 +199,8 @@ impl EventKind {
             EventKind::ReasoningDelta => Cow::Borrowed("model.reasoning_delta"),
             EventKind::ReasoningEnd => Cow::Borrowed("model.reasoning_end"),
             EventKind::RunInput => Cow::Borrowed("run.input"),
+            EventKind::ContextCompacted => Cow::Borrowed("context.compacted"),
+            EventKind::ContextCompactionFailed => Cow::Borrowed("context.compaction_failed"),
             EventKind::Lifecycle(scope, phase) => Cow::Borrowed(lifecycle_name(*scope, *phase)),
             EventKind::Extension(name) => Cow::Owned(name.to_string()),
         }

@@ -5,7 +5,10 @@
 use crate::kind::{Phase, Terminal};
 use crate::payload::{Extra, InteractionRef, ModelRef, Payload, RunCancelled, ToolRef, TurnRef};
 use crate::scope::{ScopeKey, Transition};
-use keel_message::ToolName;
+use keel_message::{OperationId, ToolName};
+
+mod compaction;
+use compaction::CompactionOrder;
 
 /// A lifecycle rule an event broke.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,6 +122,19 @@ pub enum LifecycleError {
         /// Where it was.
         seq: u64,
     },
+    /// A `context.compacted` that does not directly follow the
+    /// `model.completed` of the compaction call it names, or a
+    /// `context.compaction_failed` that does not follow that call's
+    /// terminal (each once per call, in the call's turn).
+    #[error(
+        "{kind} names operation {operation_id}, which is not a compaction call of this turn that just ended (rule lifecycle.compaction_order)"
+    )]
+    CompactionOrder {
+        /// `context.compacted` or `context.compaction_failed`.
+        kind: &'static str,
+        /// The operation it names.
+        operation_id: OperationId,
+    },
     /// A snapshot's open tool scope that does not name its tool, in a
     /// window whose start event is gone: its terminal could not be checked
     /// or built.
@@ -154,6 +170,7 @@ impl LifecycleError {
             LifecycleError::ScopeNotOpen { .. } => "lifecycle.in_open_scope",
             LifecycleError::TooManyOpen { .. } => "limits.open_scopes",
             LifecycleError::InputReferenceNotFirst { .. } => "lifecycle.input_reference",
+            LifecycleError::CompactionOrder { .. } => "lifecycle.compaction_order",
             LifecycleError::IdentityMismatch { .. } | LifecycleError::IdentityMissing { .. } => {
                 "lifecycle.same_identity"
             }
@@ -291,6 +308,8 @@ pub struct LifecycleTracker {
     /// unique-start rule. Cleared when the next turn starts, so memory is
     /// bounded by one turn's scopes, not the run's length.
     started_in_turn: std::collections::HashSet<ScopeKey>,
+    /// Where the compaction events of the current turn may stand.
+    compactions: CompactionOrder,
     run_started: bool,
     run_ended: bool,
     max_open: usize,
@@ -305,6 +324,7 @@ impl LifecycleTracker {
             tools: Vec::new(),
             last_turn: None,
             started_in_turn: std::collections::HashSet::new(),
+            compactions: CompactionOrder::default(),
             run_started: false,
             run_ended: false,
             max_open,
@@ -383,14 +403,30 @@ impl LifecycleTracker {
     /// Checks what `payload` does without applying it, its identity
     /// included: a tool terminal must name the tool its start named.
     pub fn check_payload(&self, payload: &Payload) -> Result<(), LifecycleError> {
-        self.check_named(&payload.transition(), payload.tool_name())
+        self.check_named(&payload.transition(), payload.tool_name())?;
+        self.compactions.check(payload)
     }
 
     /// Checks and applies what `payload` does (see
     /// [`check_payload`](Self::check_payload)); a tool start's tool is
     /// remembered while its scope is open.
     pub fn apply_payload(&mut self, payload: &Payload) -> Result<(), LifecycleError> {
-        self.apply_named(&payload.transition(), payload.tool_name())
+        self.compactions.check(payload)?;
+        self.apply_named(&payload.transition(), payload.tool_name())?;
+        self.compactions.apply(payload);
+        Ok(())
+    }
+
+    /// The compaction order rule alone (rule `lifecycle.compaction_order`),
+    /// for the commit path, which checks the transition itself.
+    pub(crate) fn check_order(&self, payload: &Payload) -> Result<(), LifecycleError> {
+        self.compactions.check(payload)
+    }
+
+    /// Records what a committed `payload` changes for the compaction order
+    /// rule (every committed event: "right after" is about the last one).
+    pub(crate) fn apply_order(&mut self, payload: &Payload) {
+        self.compactions.apply(payload);
     }
 
     /// Checks `transition` without applying it. A bare transition names no

@@ -214,6 +214,7 @@ impl RunLog {
             return Err(CommitError::Closed(reason));
         }
         state.tracker.check_named(transition, tool)?;
+        state.tracker.check_order(payload)?;
         crate::lifecycle::check_position(payload, state.next_seq)?;
         let seq = state.next_seq;
         let ts = now.max(state.last_ts);
@@ -224,6 +225,7 @@ impl RunLog {
         if let Transition::Lifecycle(..) = transition {
             state.tracker.apply_named(transition, tool)?;
         }
+        state.tracker.apply_order(payload);
         let event = std::sync::Arc::new(head.finish(
             self.shared.run_id.clone(),
             &self.shared.tail,
@@ -248,6 +250,7 @@ impl RunLog {
             return Err(CommitError::Closed(reason));
         }
         state.tracker.check_named(&transition, tool)?;
+        state.tracker.check_order(payload)?;
         crate::lifecycle::check_position(payload, event.seq())?;
         if event.seq() != state.next_seq {
             return Err(CommitError::OutOfSequence {
@@ -257,6 +260,7 @@ impl RunLog {
         }
         self.check_size(event.line().len(), &transition)?;
         state.tracker.apply_named(&transition, tool)?;
+        state.tracker.apply_order(payload);
         self.append_locked(&mut state, std::sync::Arc::clone(event));
         // Restored and imported events are durable by definition (they
         // were read back from where they were kept).

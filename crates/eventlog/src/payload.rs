@@ -22,7 +22,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
+mod compaction;
 mod media_line;
+pub use compaction::{
+    CompactedRange, CompactionRule, ContextCompacted, ContextCompactionFailed, EstimatorKind,
+    ModelPurpose, TokenEstimator,
+};
 use media_line::MediaPayload;
 
 /// Members a payload does not know, kept for a byte-identical round trip.
@@ -233,8 +238,13 @@ pub struct ModelStarted {
     pub operation_id: OperationId,
     /// The model called.
     pub model: ModelName,
-    /// Which attempt of this turn's model call, from 1.
+    /// Which attempt of this turn's model call, from 1 (a compaction call's
+    /// attempts count separately from the answer call's).
     pub attempt: u32,
+    /// What the call is for; absent for the turn's answer call, which is
+    /// the only call the history makes an assistant message of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<ModelPurpose>,
     /// Unknown members.
     #[serde(flatten)]
     pub extra: Extra,
@@ -573,6 +583,8 @@ pub enum Payload {
     ReasoningDelta(ReasoningDelta),
     ReasoningEnd(ReasoningEnd),
     RunInput(RunInput),
+    ContextCompacted(ContextCompacted),
+    ContextCompactionFailed(ContextCompactionFailed),
     /// `run.input` in its reference form: the history of the run this one
     /// continues (see [`RunInputReference`]).
     RunInputReference(RunInputReference),
@@ -639,6 +651,26 @@ pub enum PayloadError {
         /// The value found.
         last_seq: u64,
     },
+    /// A `context.compacted` range of no message, or of one message whose
+    /// `first` and `last` differ.
+    #[error(
+        "context.compacted replaces.count {count} does not fit first..=last (rule payload.compacted_count: at least 1; 1 when first = last)"
+    )]
+    CompactedCount {
+        /// The count found.
+        count: u64,
+    },
+    /// A `context.compacted` summary whose role is not `user`.
+    #[error("context.compacted summary has role {role}, not user (rule payload.summary_role)")]
+    SummaryRole {
+        /// The role found.
+        role: String,
+    },
+    /// A `context.compacted` estimator of 0 bytes per token.
+    #[error(
+        "context.compacted estimator.bytes_per_token is 0 (rule payload.bytes_per_token: at least 1)"
+    )]
+    BytesPerToken,
     /// An extension payload given a known kind.
     #[error("extension kind {kind} is a known kind (rule payload.extension_unknown)")]
     ExtensionKnown {
@@ -743,6 +775,8 @@ payload_table! {
     ReasoningDelta => EventKind::ReasoningDelta,
     ReasoningEnd => EventKind::ReasoningEnd,
     RunInput => EventKind::RunInput,
+    ContextCompacted => EventKind::ContextCompacted,
+    ContextCompactionFailed => EventKind::ContextCompactionFailed,
 }
 
 /// Takes a `model.completed` payload's `metadata` member out of `value`
@@ -821,6 +855,8 @@ impl Payload {
             P::ToolCall(p) => return Transition::Within(model(p.turn, &p.operation_id)),
             P::ReasoningDelta(p) => return Transition::Within(model(p.turn, &p.operation_id)),
             P::ReasoningEnd(p) => return Transition::Within(model(p.turn, &p.operation_id)),
+            P::ContextCompacted(p) => return Transition::Within(ScopeKey::Turn(p.turn)),
+            P::ContextCompactionFailed(p) => return Transition::Within(ScopeKey::Turn(p.turn)),
             P::RunInput(_) | P::RunInputReference(_) => {
                 return Transition::Within(ScopeKey::Run);
             }
@@ -879,6 +915,7 @@ impl Payload {
                 return Err(PayloadError::ReasoningEndForms);
             }
             Payload::RunInputReference(p) => check_reference(p)?,
+            Payload::ContextCompacted(p) => check_compacted(p)?,
             _ => {}
         }
         if let Payload::Extension { kind, payload } = self {
@@ -982,6 +1019,23 @@ fn check_reference(p: &RunInputReference) -> Result<(), PayloadError> {
     let last_seq = p.history.last_seq;
     if last_seq == 0 || last_seq > MAX_SAFE {
         return Err(PayloadError::ReferenceSeq { last_seq });
+    }
+    Ok(())
+}
+
+/// The rules of `context.compacted` that serde cannot express.
+fn check_compacted(p: &ContextCompacted) -> Result<(), PayloadError> {
+    let range = &p.replaces;
+    if range.count == 0 || (range.count == 1 && range.first != range.last) {
+        return Err(PayloadError::CompactedCount { count: range.count });
+    }
+    if p.summary.role() != keel_message::Role::User {
+        return Err(PayloadError::SummaryRole {
+            role: p.summary.role().to_string(),
+        });
+    }
+    if p.estimator.bytes_per_token == 0 {
+        return Err(PayloadError::BytesPerToken);
     }
     Ok(())
 }

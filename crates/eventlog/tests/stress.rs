@@ -95,6 +95,7 @@ fn lifecycle() -> Vec<Payload> {
             operation_id: op.clone(),
             model: model.clone(),
             attempt: 1,
+            purpose: None,
             extra: Extra::new(),
         }));
         for d in 0..DELTAS {

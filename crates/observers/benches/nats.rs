@@ -99,6 +99,7 @@ fn events(run: &str) -> Vec<Arc<Event>> {
             operation_id: op.clone(),
             model,
             attempt: 1,
+            purpose: None,
             extra: Extra::new(),
         }))
         .unwrap(),

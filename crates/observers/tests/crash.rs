@@ -115,6 +115,7 @@ fn script(seed: u64, task: u64, k: u64) -> Vec<Arc<Event>> {
             operation_id: op.clone(),
             model: model.clone(),
             attempt: 1,
+            purpose: None,
             extra: Extra::new(),
         }));
         for _ in 0..rng.below(12) {

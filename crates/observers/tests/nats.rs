@@ -160,6 +160,7 @@ impl Run {
                 operation_id: self.op.clone(),
                 model: self.model.clone(),
                 attempt: 1,
+                purpose: None,
                 extra: Extra::new(),
             })),
         ]

@@ -124,6 +124,7 @@ fn model_started(turn: u64, id: &str) -> Payload {
         operation_id: op(id),
         model: model(),
         attempt: 1,
+        purpose: None,
         extra: Extra::new(),
     })
 }

@@ -20,7 +20,9 @@
 //! that does not exist): those reach the engine exactly as a misbehaving
 //! provider's output would, and end up in the log as typed failures.
 
-use keel_engine::{EngineLimits, LimitField, OnToolFailure, PartialRetry, RetryPolicy, ToolPolicy};
+use keel_engine::{
+    ContextPolicy, EngineLimits, LimitField, OnToolFailure, PartialRetry, RetryPolicy, ToolPolicy,
+};
 use keel_message::{CanonicalJson, EnvVarName, Limits, ModelName, RunId, ToolDefinition, ToolName};
 use keel_providers::{ConnectOptions, ProviderConfigError, ProviderKind};
 use keel_stream::MetadataAllowlist;
@@ -212,6 +214,18 @@ struct LimitsWire {
     closing_deadline_ms: Option<u64>,
     approval_timeout_ms: Option<u64>,
     retry: Option<RetryWire>,
+    context: Option<ContextWire>,
+}
+
+/// `limits.context`: the compaction policy (`window_tokens` required).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContextWire {
+    window_tokens: u64,
+    compact_at: Option<f64>,
+    keep_turns: Option<usize>,
+    bytes_per_token: Option<u32>,
+    instruction: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -495,6 +509,10 @@ pub fn limit_path(field: LimitField) -> &'static str {
         LimitField::RetryInitialBackoff => "limits.retry.initial_backoff_ms",
         LimitField::RetryMultiplier => "limits.retry.multiplier",
         LimitField::RetryJitter => "limits.retry.jitter",
+        LimitField::ContextWindowTokens => "limits.context.window_tokens",
+        LimitField::ContextCompactAt => "limits.context.compact_at",
+        LimitField::ContextBytesPerToken => "limits.context.bytes_per_token",
+        LimitField::ContextInstruction => "limits.context.instruction",
     }
 }
 
@@ -527,6 +545,19 @@ fn engine_limits(w: &LimitsWire) -> EngineLimits {
         closing_deadline: ms(w.closing_deadline_ms, d.closing_deadline),
         approval_timeout: ms(w.approval_timeout_ms, d.approval_timeout),
         retry: w.retry.as_ref().map_or(d.retry, retry_policy),
+        context: w.context.as_ref().map(context_policy),
+    }
+}
+
+/// The members `c` sets, over [`ContextPolicy::new`], unchecked.
+fn context_policy(c: &ContextWire) -> ContextPolicy {
+    let d = ContextPolicy::new(c.window_tokens);
+    ContextPolicy {
+        compact_at: c.compact_at.unwrap_or(d.compact_at),
+        keep_turns: c.keep_turns.unwrap_or(d.keep_turns),
+        bytes_per_token: c.bytes_per_token.unwrap_or(d.bytes_per_token),
+        instruction: c.instruction.clone().unwrap_or(d.instruction),
+        ..d
     }
 }
 
@@ -906,6 +937,38 @@ mod tests {
         assert_eq!(s.limits.tool_call_timeout, Duration::from_millis(250));
         assert_eq!(s.limits.retry.max_attempts, 2);
         assert_eq!(s.limits.retry.partial, PartialRetry::Restart);
+        assert_eq!(s.limits.context, None);
+        let context = MINIMAL.replacen(
+            "\"provider\"",
+            r#""limits":{"context":{"window_tokens":8000,"compact_at":0.5,"keep_turns":3,"bytes_per_token":3,"instruction":"Sum up."}},"provider""#,
+            1,
+        );
+        let policy = load_str(&context).unwrap().limits.context.unwrap();
+        assert_eq!(
+            policy,
+            ContextPolicy {
+                window_tokens: 8000,
+                compact_at: 0.5,
+                keep_turns: 3,
+                bytes_per_token: 3,
+                instruction: "Sum up.".into(),
+            }
+        );
+        let defaults = MINIMAL.replacen(
+            "\"provider\"",
+            r#""limits":{"context":{"window_tokens":100}},"provider""#,
+            1,
+        );
+        let policy = load_str(&defaults).unwrap().limits.context.unwrap();
+        assert_eq!(policy, ContextPolicy::new(100));
+        let missing = MINIMAL.replacen(
+            "\"provider\"",
+            r#""limits":{"context":{"compact_at":0.5}},"provider""#,
+            1,
+        );
+        let msg = load_str(&missing).unwrap_err().to_string();
+        assert!(msg.contains("limits.context"), "{msg}");
+        assert!(msg.contains("window_tokens"), "{msg}");
         let zero = MINIMAL.replacen("\"provider\"", r#""limits":{"max_turns":0},"provider""#, 1);
         assert!(
             load_str(&zero)
@@ -943,6 +1006,26 @@ mod tests {
             (
                 r#"{"retry":{"initial_backoff_ms":20,"max_backoff_ms":10}}"#,
                 "limits.retry.initial_backoff_ms",
+            ),
+            (
+                r#"{"context":{"window_tokens":0}}"#,
+                "limits.context.window_tokens",
+            ),
+            (
+                r#"{"context":{"window_tokens":9,"compact_at":0}}"#,
+                "limits.context.compact_at",
+            ),
+            (
+                r#"{"context":{"window_tokens":9,"compact_at":1.5}}"#,
+                "limits.context.compact_at",
+            ),
+            (
+                r#"{"context":{"window_tokens":9,"bytes_per_token":17}}"#,
+                "limits.context.bytes_per_token",
+            ),
+            (
+                r#"{"context":{"window_tokens":9,"instruction":""}}"#,
+                "limits.context.instruction",
             ),
         ];
         for (limits, member) in rows {

@@ -209,6 +209,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         )
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
         .route("/v1/runs/{id}/messages", post(runs::continue_run))
+        .route("/v1/runs/{id}/compact", post(runs::compact_run))
         .route("/v1/chat", post(chat::post_chat))
         .route("/v1/agui", post(agui_agent::post_agui))
         .route(

@@ -1,7 +1,9 @@
 //! The run routes: `POST /v1/runs` (a scenario becomes a run of the
 //! daemon's one engine), `GET /v1/runs`, `GET /v1/runs/{id}` and
-//! `POST /v1/runs/{id}/cancel`. Every refusal is a typed problem naming
-//! the scenario member, the rule or the bound.
+//! `POST /v1/runs/{id}/cancel`, and the follow-ups of a run:
+//! `POST /v1/runs/{id}/messages` and `POST /v1/runs/{id}/compact`. Every
+//! refusal is a typed problem naming the scenario member, the rule or the
+//! bound.
 
 use super::chat_runs;
 use super::factory::{HostParts, RunPlan};
@@ -115,6 +117,40 @@ pub async fn continue_run(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, Problem> {
+    follow_up_route(&daemon, id, headers, body, FollowUp::Messages).await
+}
+
+/// `POST /v1/runs/{id}/compact`: a compaction-only run continuing the
+/// completed run `id` (`RunRequest::compaction_only`): one turn summarizing
+/// `id`'s history as its plan's `limits.context` says (the defaults over an
+/// unbounded window without one); the conversation's next run continues
+/// from the compacted history. The body is as for `/messages`; its
+/// messages are not used. Answered as `/messages` is: 201 and the run id.
+pub async fn compact_run(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Problem> {
+    follow_up_route(&daemon, id, headers, body, FollowUp::Compaction).await
+}
+
+/// What a follow-up route adds to the run it continues.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FollowUp {
+    /// The body's messages, then a run as its plan says.
+    Messages,
+    /// Nothing: a compaction-only run.
+    Compaction,
+}
+
+async fn follow_up_route(
+    daemon: &Daemon,
+    id: String,
+    headers: HeaderMap,
+    body: Body,
+    kind: FollowUp,
+) -> Result<Response, Problem> {
     if daemon.shutting_down() {
         return Err(shutting_down());
     }
@@ -125,12 +161,16 @@ pub async fn continue_run(
     }
     let run_id = plan.run_id().cloned().unwrap_or_else(RunId::generate);
     chat_runs::refuse_reserved(&run_id)?;
+    let new_messages = match kind {
+        FollowUp::Messages => plan.messages().to_vec(),
+        FollowUp::Compaction => Vec::new(),
+    };
     let continuation = {
         let reader = Arc::clone(&daemon.reader);
         let limits = daemon.message_limits().clone();
-        let (previous, follow_up, new_run) = (id.clone(), plan.messages().to_vec(), run_id.clone());
+        let (previous, new_run) = (id.clone(), run_id.clone());
         tokio::task::spawn_blocking(move || {
-            conversation::continuation(&reader, &previous, &follow_up, &new_run, &limits)
+            conversation::continuation(&reader, &previous, &new_messages, &new_run, &limits)
         })
         .await
         .map_err(Problem::journal)?
@@ -139,7 +179,11 @@ pub async fn continue_run(
     conversation::check_stored_input(Some(&continuation.reference), continuation.new_messages())
         .map_err(|e| stored_input_problem(&e))?;
     let request = follow_up(plan.as_ref(), run_id, &daemon.host_parts(), continuation)?;
-    admit(&daemon, plan.as_ref(), request).await
+    let request = match kind {
+        FollowUp::Messages => request,
+        FollowUp::Compaction => request.compaction_only(),
+    };
+    admit(daemon, plan.as_ref(), request).await
 }
 
 /// A follow-up run: the plan's run, starting from `continuation` (the

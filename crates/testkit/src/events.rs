@@ -34,10 +34,10 @@
 //! ```
 
 use keel_eventlog::{
-    CommitError, ErrorText, Event, Extra, ModelCompleted, ModelRef, ModelStarted, Payload,
-    ReasoningDelta, ReasoningEnd, RunCancelled, RunCompleted, RunFailed, RunLog, RunStarted,
-    TextDelta, ToolCall, ToolCompleted, ToolFailed, ToolOutcome, ToolRef, ToolRetry, TurnFailed,
-    TurnRef,
+    CommitError, ErrorText, Event, Extra, ModelCompleted, ModelPurpose, ModelRef, ModelStarted,
+    Payload, ReasoningDelta, ReasoningEnd, RunCancelled, RunCompleted, RunFailed, RunLog,
+    RunStarted, TextDelta, ToolCall, ToolCompleted, ToolFailed, ToolOutcome, ToolRef, ToolRetry,
+    TurnFailed, TurnRef,
 };
 use keel_message::{
     CallId, CanonicalJson, ModelName, OpaqueValue, OperationId, ProviderTag, ToolName,
@@ -127,6 +127,20 @@ impl ModelAttempt {
             operation_id: self.operation_id.clone(),
             model,
             attempt: 1,
+            purpose: None,
+            extra: Extra::new(),
+        })
+    }
+
+    /// `model.started` of this attempt as a compaction call (`purpose`
+    /// `compaction`), calling `model`.
+    pub fn compaction_started(&self, model: ModelName) -> Payload {
+        Payload::ModelStarted(ModelStarted {
+            turn: self.turn,
+            operation_id: self.operation_id.clone(),
+            model,
+            attempt: 1,
+            purpose: Some(ModelPurpose::Compaction),
             extra: Extra::new(),
         })
     }

@@ -112,7 +112,8 @@
 //!         log.commit(&Payload::RunStarted(RunStarted::default()))?,
 //!         log.commit(&Payload::TurnStarted(TurnRef { turn: 1, extra: extra() }))?,
 //!         log.commit(&Payload::ModelStarted(ModelStarted {
-//!             turn: 1, operation_id: op.clone(), model: request.model().clone(), attempt: 1, extra: extra(),
+//!             turn: 1, operation_id: op.clone(), model: request.model().clone(), attempt: 1,
+//!             purpose: None, extra: extra(),
 //!         }))?,
 //!     ];
 //!     let raw = provider.start(request.clone()).await.expect("scripted call");

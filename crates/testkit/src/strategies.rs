@@ -1107,6 +1107,7 @@ impl Builder {
             operation_id: op.clone(),
             model: self.model.clone(),
             attempt: attempt_no,
+            purpose: None,
             extra: Extra::new(),
         }));
         for text in &attempt.deltas {

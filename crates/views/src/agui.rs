@@ -41,6 +41,15 @@
 //! typed error [`AguiError::TooManyOpenCalls`]). Each event is mapped on
 //! its own: nothing is buffered across events beyond that state.
 //!
+//! Compaction: a model call with a `purpose` (a compaction call) is not
+//! an assistant message, so its stream (text, reasoning, tool calls) maps
+//! to the default `CUSTOM keel.model.*` events, never `TEXT_MESSAGE_*`;
+//! `context.compacted` is `CUSTOM keel.compacted` and
+//! `context.compaction_failed` `CUSTOM keel.compaction_failed`, each
+//! carrying the payload as logged. The `MESSAGES_SNAPSHOT` is the
+//! transcript ([`HistoryFold::take_completed`](keel_eventlog::history::HistoryFold::take_completed)):
+//! every message that happened, the compacted ones too, never the summary.
+//!
 //! Values a newer version added to an extensible wire enum (a finish
 //! reason, problem kind, retry position, tool outcome or retry) need no
 //! mapping here: they reach the client verbatim inside the `keel.*`
@@ -151,6 +160,9 @@ pub struct AguiMapper {
     /// The reasoning messages of the open model call, in order.
     attempt_reasoning: Vec<String>,
     calls: Vec<OpenCall>,
+    /// The open model call when it has a `purpose` (a compaction call):
+    /// its stream is not an assistant message, so it maps to `CUSTOM`.
+    purposed: Option<String>,
 }
 
 fn custom(name: &str, value: Value) -> AguiEvent {
@@ -250,7 +262,14 @@ impl AguiMapper {
                 self.close_step(out);
                 out.push(custom(kind, body.clone()));
             }
-            Payload::ModelStarted(_) => self.attempt_reasoning.clear(),
+            Payload::ModelStarted(p) => {
+                self.attempt_reasoning.clear();
+                self.purposed = p
+                    .purpose
+                    .as_ref()
+                    .map(|_| p.operation_id.as_str().to_owned());
+            }
+            _ if self.compaction(payload, body, out) => {}
             Payload::ReasoningDelta(p) => {
                 self.reasoning_delta(p.operation_id.as_str(), &p.text, line, out);
             }
@@ -294,6 +313,29 @@ impl AguiMapper {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Maps a compaction's events, and says whether `payload` was one: a
+    /// compaction call's stream (its text is the summary, shown by
+    /// `keel.compacted`) stays `CUSTOM` (the default), never an assistant
+    /// message; its outcome is `keel.compacted` or `keel.compaction_failed`.
+    fn compaction(&self, payload: &Payload, body: &Value, out: &mut Vec<AguiEvent>) -> bool {
+        let operation_id = match payload {
+            Payload::ContextCompacted(_) => {
+                out.push(custom("keel.compacted", body.clone()));
+                return true;
+            }
+            Payload::ContextCompactionFailed(_) => {
+                out.push(custom("keel.compaction_failed", body.clone()));
+                return true;
+            }
+            Payload::ReasoningDelta(p) => &p.operation_id,
+            Payload::ReasoningEnd(p) => &p.operation_id,
+            Payload::TextDelta(p) => &p.operation_id,
+            Payload::ToolCall(p) => &p.operation_id,
+            _ => return false,
+        };
+        self.purposed.as_deref() == Some(operation_id.as_str())
     }
 
     fn run_started(&self) -> AguiEvent {

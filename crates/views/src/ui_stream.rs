@@ -22,10 +22,17 @@
 //! | `interaction.failed` | `tool-output-error` |
 //! | `tool.completed` | `tool-output-available` (the output string), then a `file` {mediaType, url} per image the tool returned: a `data:` URL of the bytes, or the image's `https` URL (`image/*` when it names no type) |
 //! | `tool.failed` | `tool-output-error`, plus `data-keel-tool-failed` with `outcome`/`retry` when typed |
+//! | `context.compacted` | `data-keel-compaction` {id `compaction-<turn>`, data {replaces, tokens_before, tokens_after}, transient false} |
+//! | `context.compaction_failed` | `data-keel-compaction-failed` {id `compaction-<turn>`, data {rule, detail, tokens_before}, transient false} |
 //! | `turn.completed` / `failed` / `cancelled` | `finish-step` |
 //! | `run.completed` | `finish` {finishReason of the last model call, messageMetadata.keel} |
 //! | `run.failed` | `error`, `finish` {finishReason `error`} |
 //! | `run.cancelled` | `abort` |
+//!
+//! A model call with a `purpose` (a compaction call) is not part of the
+//! assistant message: its `model.*` events (text, reasoning, tool calls,
+//! terminal) become nothing; its outcome is the `data-keel-compaction*`
+//! part.
 //!
 //! Everything else (`run.started`, `run.input`, `model.started`,
 //! `tool.started`, `tool.cancelled`, `interaction.cancelled`, extension
@@ -122,6 +129,23 @@ pub enum Chunk {
     /// A typed tool failure's outcome and retry disposition.
     #[serde(rename = "data-keel-tool-failed")]
     ToolFailed { id: String, data: Value },
+    /// A compaction replaced a range of the history by a summary:
+    /// `{replaces, tokens_before, tokens_after}`; kept in the message
+    /// (`transient: false`).
+    #[serde(rename = "data-keel-compaction")]
+    Compaction {
+        id: String,
+        data: Value,
+        transient: bool,
+    },
+    /// A compaction changed nothing: `{rule, detail, tokens_before}`; kept
+    /// in the message (`transient: false`).
+    #[serde(rename = "data-keel-compaction-failed")]
+    CompactionFailed {
+        id: String,
+        data: Value,
+        transient: bool,
+    },
     /// A turn ended.
     FinishStep,
     /// The run ended; `finish_reason` is the SDK's vocabulary.
@@ -203,6 +227,9 @@ pub struct UiStream {
     attempt_reasonings: Vec<String>,
     attempt_calls: Vec<String>,
     model_open: bool,
+    /// Whether the open (or last) model call has a `purpose` (a
+    /// compaction call): its stream is not part of the assistant message.
+    purposed: bool,
     /// The turn's tool calls without a result.
     unfinished: BTreeSet<String>,
     /// Pending approvals: interaction id → call id.
@@ -331,6 +358,9 @@ impl UiStream {
         })?;
         self.last_seq = event.seq();
         let mut out = Vec::new();
+        if self.purposed_stream(&payload) {
+            return Ok(out);
+        }
         match payload {
             Payload::TurnStarted(_) => out.push(Chunk::StartStep),
             Payload::TurnCompleted(_) | Payload::TurnCancelled(_) | Payload::TurnFailed(_) => {
@@ -339,8 +369,9 @@ impl UiStream {
                 self.awaiting.clear();
                 out.push(Chunk::FinishStep);
             }
-            Payload::ModelStarted(_) => {
+            Payload::ModelStarted(p) => {
                 self.model_open = true;
+                self.purposed = p.purpose.is_some();
                 self.attempt_texts.clear();
                 self.attempt_reasonings.clear();
                 self.attempt_calls.clear();
@@ -382,6 +413,27 @@ impl UiStream {
             other => self.tools_and_run(other, &mut out),
         }
         Ok(out)
+    }
+
+    /// Whether `payload` belongs to a compaction call's stream (deltas,
+    /// tool calls, its terminal): none of it is the assistant's message,
+    /// so it maps to nothing (its outcome is `data-keel-compaction`).
+    fn purposed_stream(&mut self, payload: &Payload) -> bool {
+        if !self.purposed {
+            return false;
+        }
+        match payload {
+            Payload::TextDelta(_)
+            | Payload::ReasoningDelta(_)
+            | Payload::ReasoningEnd(_)
+            | Payload::ToolCall(_) => true,
+            Payload::ModelCompleted(_) | Payload::ModelFailed(_) | Payload::ModelCancelled(_) => {
+                self.model_open = false;
+                self.purposed = false;
+                true
+            }
+            _ => false,
+        }
     }
 
     fn text(&mut self, text: String, out: &mut Vec<Chunk>) {
@@ -472,6 +524,24 @@ impl UiStream {
             Payload::ToolCancelled(p) => {
                 self.unfinished.remove(p.call_id.as_str());
             }
+            Payload::ContextCompacted(p) => out.push(Chunk::Compaction {
+                id: format!("compaction-{}", p.turn),
+                data: json!({
+                    "replaces": p.replaces,
+                    "tokens_before": p.tokens_before,
+                    "tokens_after": p.tokens_after,
+                }),
+                transient: false,
+            }),
+            Payload::ContextCompactionFailed(p) => out.push(Chunk::CompactionFailed {
+                id: format!("compaction-{}", p.turn),
+                data: json!({
+                    "rule": p.rule.rule_name(),
+                    "detail": p.detail.as_str(),
+                    "tokens_before": p.tokens_before,
+                }),
+                transient: false,
+            }),
             other => self.run_end(other, out),
         }
     }
@@ -1041,5 +1111,94 @@ mod tests {
             Err(ViewError::OutOfOrder { last: 0, found: 2 })
         ));
         Ok(())
+    }
+
+    /// A compaction call maps to nothing (its text is the summary, not the
+    /// answer; its finish reason is not the run's); its outcome is a
+    /// `data-keel-compaction` part kept in the message, a failure a
+    /// `data-keel-compaction-failed` part.
+    #[test]
+    fn a_compaction_is_a_data_part_not_text() -> TestResult {
+        let compacted = r#"{"estimator":{"bytes_per_token":4,"kind":"bytes"},"operation_id":"k1","replaces":{"count":2,"first":"m1","last":"m2"},"summary":{"id":"run_1.t1.s","parts":[{"text":"so far","type":"text"}],"role":"user"},"tokens_after":20,"tokens_before":90,"turn":1}"#;
+        check(
+            &[
+                ("run.started", r#"{"model":"m"}"#),
+                ("turn.started", r#"{"turn":1}"#),
+                (
+                    "model.started",
+                    r#"{"attempt":1,"model":"m","operation_id":"k1","purpose":"compaction","turn":1}"#,
+                ),
+                (
+                    "model.text_delta",
+                    r#"{"operation_id":"k1","text":"so far","turn":1}"#,
+                ),
+                (
+                    "model.tool_call",
+                    r#"{"arguments":{},"call_id":"c9","name":"w","operation_id":"k1","turn":1}"#,
+                ),
+                (
+                    "model.completed",
+                    r#"{"finish":"length","operation_id":"k1","turn":1}"#,
+                ),
+                ("context.compacted", compacted),
+                (
+                    "model.started",
+                    r#"{"attempt":1,"model":"m","operation_id":"a1","turn":1}"#,
+                ),
+                (
+                    "model.text_delta",
+                    r#"{"operation_id":"a1","text":"done","turn":1}"#,
+                ),
+                (
+                    "model.completed",
+                    r#"{"finish":"stop","operation_id":"a1","turn":1}"#,
+                ),
+                ("turn.completed", r#"{"turn":1}"#),
+                ("turn.started", r#"{"turn":2}"#),
+                (
+                    "model.started",
+                    r#"{"attempt":1,"model":"m","operation_id":"k2","purpose":"compaction","turn":2}"#,
+                ),
+                (
+                    "model.failed",
+                    r#"{"operation_id":"k2","position":"partial","problem":{"kind":"unavailable","message":"down","retryable":false},"turn":2}"#,
+                ),
+                (
+                    "context.compaction_failed",
+                    r#"{"detail":"down","operation_id":"k2","rule":"compaction.model_failed","tokens_before":90,"turn":2}"#,
+                ),
+                ("turn.completed", r#"{"turn":2}"#),
+                ("run.completed", "{}"),
+            ],
+            &[
+                &[],
+                &[r#"{"type":"start-step"}"#],
+                &[],
+                &[],
+                &[],
+                &[],
+                &[
+                    r#"{"type":"data-keel-compaction","id":"compaction-1","transient":false,"data":{"replaces":{"count":2,"first":"m1","last":"m2"},"tokens_after":20,"tokens_before":90}}"#,
+                ],
+                &[],
+                &[
+                    r#"{"type":"text-start","id":"text-1"}"#,
+                    r#"{"type":"text-delta","id":"text-1","delta":"done"}"#,
+                ],
+                &[r#"{"type":"text-end","id":"text-1"}"#],
+                &[r#"{"type":"finish-step"}"#],
+                &[r#"{"type":"start-step"}"#],
+                &[],
+                &[],
+                &[
+                    r#"{"type":"data-keel-compaction-failed","id":"compaction-2","transient":false,"data":{"rule":"compaction.model_failed","detail":"down","tokens_before":90}}"#,
+                ],
+                &[r#"{"type":"finish-step"}"#],
+                &[
+                    r#"{"type":"finish","finishReason":"stop","messageMetadata":{"keel":{"outcome":"completed","usage":null}}}"#,
+                ],
+            ],
+            false,
+        )
     }
 }

@@ -8,7 +8,7 @@
 //! (`Interrupts`).
 
 use crate::approval::Approver;
-use crate::args::RunArgs;
+use crate::args::{CompactArgs, RunArgs};
 use crate::error::{CliError, EXIT_CANCELLED, EXIT_FAILED, EXIT_OK};
 use crate::render::Transcript;
 use crate::screen::Screen;
@@ -39,6 +39,29 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
     // A prompt thread may still be blocked on stdin; do not wait for it.
     rt.shutdown_background();
     result
+}
+
+/// Runs `keel compact`: `keel run` of the scenario continuing the run,
+/// as a compaction-only run. Without `--scenario`, bad input: keel has no
+/// default provider to summarize with.
+pub fn compact(args: CompactArgs) -> Result<i32, CliError> {
+    let Some(scenario) = args.scenario else {
+        return Err(CliError::bad_input(format!(
+            "keel compact {}: --scenario FILE is required (the model and provider that write the summary; keel has no default provider)",
+            args.run_id
+        )));
+    };
+    run(RunArgs {
+        scenario,
+        db: args.db,
+        json: args.json,
+        approve: crate::approval::ApprovalMode::None,
+        files: None,
+        nats: None,
+        continue_run: Some(args.run_id),
+        message: None,
+        compact: true,
+    })
 }
 
 /// Ctrl-C handling: the first SIGINT cancels the run (once it exists),
@@ -142,6 +165,15 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
     };
     let bad = |e: &dyn std::fmt::Display| CliError::bad_input(format!("{}: {e}", file.display()));
     let request = match (&args.continue_run, &args.message) {
+        (Some(previous), None) if args.compact => {
+            let reader = JournalReader::open(&args.db.db)?;
+            let continuation =
+                conversation::continuation(&reader, previous, &[], &run_id, &message_limits())
+                    .map_err(|e| CliError::bad_input(format!("keel compact {previous}: {e}")))?;
+            launch::follow_up_request(&scenario, run_id.clone(), &launch, continuation)
+                .map_err(|e| bad(&e))?
+                .compaction_only()
+        }
         (Some(previous), Some(text)) => {
             let reader = JournalReader::open(&args.db.db)?;
             let limits = message_limits();

@@ -5,6 +5,8 @@
 //! module holds the run's state and the top of the task: cancellation,
 //! the panic guard, and settling how the run ended.
 
+mod compact;
+mod context;
 mod env;
 mod model;
 mod record;
@@ -88,6 +90,12 @@ pub(crate) struct State {
     /// What each tool source contributed to the previous turn, in source
     /// order.
     pub(crate) sources_seen: Vec<sources::SourceSeen>,
+    /// What the context estimator starts from: the last answer call's
+    /// usage and the messages it covers.
+    pub(crate) usage_base: Option<context::UsageBase>,
+    /// The usage (input + output tokens) the answer call that just
+    /// completed reported, until its message joins the history.
+    pub(crate) answer_usage: Option<u64>,
 }
 
 /// How a run task ended: the outcome, and whether the observers took all
@@ -120,6 +128,7 @@ pub(crate) struct Runner {
     pub(crate) continues: Option<RunId>,
     pub(crate) chat: Option<keel_eventlog::ChatRun>,
     pub(crate) inherits: Option<crate::request::Inheritance>,
+    pub(crate) compaction: crate::request::CompactionRequest,
     state: Mutex<State>,
 }
 
@@ -141,6 +150,7 @@ impl Runner {
             continues: request.continues,
             chat: request.chat,
             inherits: request.inherits,
+            compaction: request.compaction,
             state: Mutex::new(State {
                 history: request.history,
                 ops: OperationIdIssuer::new(),
@@ -148,6 +158,8 @@ impl Runner {
                 interactions: 0,
                 call_ids: HashSet::new(),
                 sources_seen,
+                usage_base: None,
+                answer_usage: None,
             }),
         }
     }

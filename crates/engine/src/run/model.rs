@@ -12,10 +12,12 @@ use crate::guard::guarded;
 use futures_util::{FutureExt, StreamExt};
 use keel_eventlog::history::AssistantDraft;
 use keel_eventlog::{
-    Cause, ErrorText, Extra, ModelCompleted, ModelFailed, ModelStarted, Payload, ProblemRecord,
-    ReasoningDelta, ReasoningEnd, TextDelta, ToolCall,
+    Cause, ErrorText, Extra, ModelCompleted, ModelFailed, ModelPurpose, ModelStarted, Payload,
+    ProblemRecord, ReasoningDelta, ReasoningEnd, TextDelta, ToolCall,
 };
-use keel_message::{ModelRequest, OpaqueValue, OperationId, ProviderTag, ToolCallPart};
+use keel_message::{
+    Message, ModelRequest, OpaqueValue, OperationId, ProviderTag, ToolCallPart, ToolDefinition,
+};
 use keel_stream::{
     Completion, ModelFailure, ProblemKind, ProviderProblem, RawStream, RetryPosition, StreamItem,
     StreamValidator,
@@ -27,6 +29,36 @@ use tokio::time::Instant;
 /// What a completed model call said: its assistant message in stream
 /// order, built as `history::rebuild` builds it from the events.
 pub(super) type ModelOutput = AssistantDraft;
+
+/// A model call to make: the turn's answer (the history, listing the
+/// turn's tools) or a compaction (the given messages, no tools).
+pub(super) enum Call {
+    /// The answer call, listing these tools.
+    Answer(Arc<[ToolDefinition]>),
+    /// A compaction call sending these messages.
+    Compaction(Arc<[Message]>),
+}
+
+impl Call {
+    fn purpose(&self) -> Option<ModelPurpose> {
+        match self {
+            Call::Answer(_) => None,
+            Call::Compaction(_) => Some(ModelPurpose::Compaction),
+        }
+    }
+    fn definitions(&self) -> Arc<[ToolDefinition]> {
+        match self {
+            Call::Answer(definitions) => Arc::clone(definitions),
+            Call::Compaction(_) => Arc::from(Vec::new()),
+        }
+    }
+}
+
+/// A completed call: the attempt that completed, and what it said.
+pub(super) struct Called {
+    pub(super) operation_id: OperationId,
+    pub(super) output: ModelOutput,
+}
 
 /// How one model attempt ended.
 enum AttemptEnd {
@@ -40,6 +72,8 @@ enum AttemptEnd {
 /// One attempt's identity, for every event it records.
 struct Attempt<'a> {
     turn: u64,
+    /// What the call is for (`None`: the answer call).
+    purpose: Option<ModelPurpose>,
     operation_id: &'a OperationId,
     deadline: Instant,
     /// The provider's tag, recorded with each reasoning part it sends.
@@ -47,7 +81,7 @@ struct Attempt<'a> {
 }
 
 impl Runner {
-    /// The turn's model call, retried as the policy says, every attempt
+    /// The turn's answer call, retried as the policy says, every attempt
     /// listing the turn's tools. `Err` is the turn's failure (the last
     /// attempt's problem, or a request bound).
     pub(super) async fn model_with_retries(
@@ -55,19 +89,34 @@ impl Runner {
         turn: u64,
         tools: &TurnTools,
     ) -> Step<Result<ModelOutput, TurnFailure>> {
+        let call = Call::Answer(Arc::clone(&tools.definitions));
+        Ok(self.call_with_retries(turn, &call).await?.map(|c| c.output))
+    }
+
+    /// A model call (answer or compaction) retried as the policy says;
+    /// each call counts its attempts from 1.
+    pub(super) async fn call_with_retries(
+        &self,
+        turn: u64,
+        call: &Call,
+    ) -> Step<Result<Called, TurnFailure>> {
         let retry = &self.ctx.limits.retry;
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
             let (operation_id, history) = {
                 let mut st = self.state();
-                (st.ops.issue(), st.history.clone())
+                let history: Arc<[Message]> = match call {
+                    Call::Answer(_) => st.history.clone().into(),
+                    Call::Compaction(messages) => Arc::clone(messages),
+                };
+                (st.ops.issue(), history)
             };
             let request = match ModelRequest::new_with(
                 operation_id.clone(),
                 self.model.clone(),
-                history.into(),
-                Arc::clone(&tools.definitions),
+                history,
+                call.definitions(),
                 &self.env.message_limits,
             ) {
                 Ok(r) => r,
@@ -79,11 +128,18 @@ impl Runner {
                     operation_id: operation_id.clone(),
                     model: self.model.clone(),
                     attempt,
+                    purpose: call.purpose(),
                     extra: Extra::new(),
                 }))
                 .await?;
-            let (problem, position) = match self.attempt(turn, &operation_id, request).await? {
-                AttemptEnd::Completed(output) => return Ok(Ok(output)),
+            let at = (turn, call.purpose());
+            let (problem, position) = match self.attempt(at, &operation_id, request).await? {
+                AttemptEnd::Completed(output) => {
+                    return Ok(Ok(Called {
+                        operation_id,
+                        output,
+                    }));
+                }
                 AttemptEnd::Failed { problem, position } => (problem, position),
             };
             // An unknown position (never made live) reads as partial.
@@ -104,12 +160,13 @@ impl Runner {
     /// One attempt: start (guarded, within the call timeout), then stream.
     async fn attempt(
         &self,
-        turn: u64,
+        (turn, purpose): (u64, Option<ModelPurpose>),
         operation_id: &OperationId,
         request: ModelRequest,
     ) -> Step<AttemptEnd> {
         let at = Attempt {
             turn,
+            purpose,
             operation_id,
             deadline: Instant::now() + self.ctx.limits.model_call_timeout,
             provider: self.ctx.provider.provider_tag(),
@@ -329,8 +386,18 @@ impl Runner {
         position: RetryPosition,
     ) -> Step<AttemptEnd> {
         let usage = done.usage();
-        if let Some(u) = &usage {
-            self.state().usage.add(u);
+        {
+            let mut st = self.state();
+            if let Some(u) = &usage {
+                st.usage.add(u);
+            }
+            if at.purpose.is_none() && output.has_answer() {
+                // What the context estimator starts from once the answer
+                // joins the history.
+                st.answer_usage = usage
+                    .as_ref()
+                    .map(|u| u.input_tokens().saturating_add(u.output_tokens()));
+            }
         }
         if !output.has_answer() {
             let problem = ProviderProblem::new(

@@ -3,12 +3,13 @@
 //! tool set, makes a model call (with retries) and then runs the tools it
 //! asked for.
 
+use super::context::UsageBase;
 use super::model::ModelOutput;
 use super::sources::TurnTools;
 use super::tools::ToolsEnd;
 use super::{Interrupt, Runner, Step};
 use crate::error::FailureCause;
-use crate::request::RunOutcome;
+use crate::request::{CompactionRequest, RunOutcome};
 use keel_eventlog::history;
 use keel_eventlog::{
     Cause, CommitError, ErrorText, Extra, Payload, RunCompleted, RunFailed, RunInput,
@@ -211,14 +212,21 @@ impl Runner {
         self.rec.record_final(payload, outcome).await
     }
 
-    /// One turn: its tool set (fixed tools, then the sources'), the model
-    /// call listing exactly that set, then the tools it asked for,
-    /// resolved against the same set.
+    /// One turn: its tool set (fixed tools, then the sources'), the context
+    /// check (compacting when the policy says so), the model call listing
+    /// exactly that set, then the tools it asked for, resolved against the
+    /// same set.
     async fn turn(&self, turn: u64) -> Step<TurnEnd> {
+        if self.compaction == CompactionRequest::Only {
+            return self.compaction_turn(turn).await;
+        }
         let tools = match self.turn_tools(turn).await? {
             Ok(tools) => tools,
             Err(failure) => return Ok(TurnEnd::Failed(Box::new(failure))),
         };
+        if let Err(failure) = self.check_context(turn, &tools).await? {
+            return Ok(TurnEnd::Failed(Box::new(failure)));
+        }
         match self.model_with_retries(turn, &tools).await? {
             Ok(output) => self.after_model(turn, output, &tools).await,
             Err(failure) => Ok(TurnEnd::Failed(Box::new(failure))),
@@ -242,7 +250,15 @@ impl Runner {
             Err(e) => return Ok(TurnEnd::Failed(Box::new(TurnFailure::message_rule(&e)))),
         };
         let calls: Vec<_> = output.calls().cloned().collect();
-        self.state().history.push(message.clone());
+        {
+            let mut st = self.state();
+            st.history.push(message.clone());
+            let messages = st.history.len();
+            st.usage_base = st
+                .answer_usage
+                .take()
+                .map(|tokens| UsageBase { tokens, messages });
+        }
         if calls.len() > limits.max_tool_calls_per_turn {
             return Ok(TurnEnd::Failed(Box::new(TurnFailure::limit(
                 "limits.max_tool_calls_per_turn",

@@ -939,3 +939,118 @@ fn reasoning_between_text_ends_the_text_message() {
         ],
     );
 }
+
+/// A run whose turn 2 opens with a compaction call of `m1..=run_1.t1.a`
+/// (its text "summary" streamed), then answers "done".
+fn compaction_run() -> Vec<Event> {
+    let compacted = (
+        "context.compacted",
+        json!({"turn": 2, "operation_id": "k2",
+            "replaces": {"first": "m1", "last": "run_1.t1.a", "count": 2},
+            "summary": {"id": "run_1.t2.s", "role": "user", "parts": [{"type": "text", "text": "summary"}]},
+            "tokens_before": 90, "tokens_after": 20,
+            "estimator": {"kind": "bytes", "bytes_per_token": 4}}),
+    );
+    let at2 = |(kind, mut p): (&'static str, Value)| {
+        p["turn"] = json!(2);
+        (kind, p)
+    };
+    let mut compaction = at2(model_started("k2"));
+    compaction.1["purpose"] = json!("compaction");
+    run(&[
+        started(),
+        input(),
+        turn("turn.started", 1),
+        model_started("op_1"),
+        delta("op_1", "Hello"),
+        model_completed("op_1", "stop"),
+        turn("turn.completed", 1),
+        turn("turn.started", 2),
+        compaction,
+        at2(delta("k2", "summary")),
+        at2(model_completed("k2", "stop")),
+        compacted,
+        at2(model_started("op_2")),
+        at2(delta("op_2", "done")),
+        at2(model_completed("op_2", "stop")),
+        turn("turn.completed", 2),
+        ("run.completed", json!({})),
+    ])
+}
+
+/// A compaction call streams as `CUSTOM` events, never as an assistant
+/// message; its result is `CUSTOM keel.compacted` carrying the payload;
+/// a failure `CUSTOM keel.compaction_failed`.
+#[test]
+fn a_compaction_is_a_custom_event_not_a_message() {
+    let events = compaction_run();
+    let out = check(
+        &events,
+        &[
+            "RUN_STARTED",
+            "CUSTOM keel.run.input",
+            "STEP_STARTED",
+            "CUSTOM keel.model.started",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "CUSTOM keel.model.completed",
+            "CUSTOM keel.usage",
+            "STEP_FINISHED",
+            "STEP_STARTED",
+            "CUSTOM keel.model.started",
+            "CUSTOM keel.model.text_delta",
+            "CUSTOM keel.model.completed",
+            "CUSTOM keel.usage",
+            "CUSTOM keel.compacted",
+            "CUSTOM keel.model.started",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "CUSTOM keel.model.completed",
+            "CUSTOM keel.usage",
+            "STEP_FINISHED",
+            "RUN_FINISHED",
+        ],
+    );
+    let compacted = out
+        .iter()
+        .find(|e| e["name"] == "keel.compacted")
+        .expect("keel.compacted");
+    assert_eq!(compacted["value"]["replaces"]["count"], 2);
+    assert_eq!(compacted["value"]["summary"]["id"], "run_1.t2.s");
+    let failed = ev(
+        12,
+        "context.compaction_failed",
+        json!({"turn": 2, "operation_id": "k2", "rule": "compaction.not_smaller",
+            "detail": "larger", "tokens_before": 90}),
+    );
+    let mut mapper = AguiMapper::new();
+    for event in &events[..11] {
+        mapper.map(event).expect("maps");
+    }
+    let mapped = values(mapper.map(&failed).expect("maps"));
+    assert_eq!(types(&mapped), ["CUSTOM keel.compaction_failed"]);
+    assert_eq!(mapped[0]["value"]["rule"], "compaction.not_smaller");
+}
+
+/// The snapshot is the transcript: every message that happened (the
+/// compacted ones too), not the summary; a join inside the compaction
+/// call re-opens no text message.
+#[test]
+fn the_snapshot_after_a_compaction_is_the_transcript() {
+    let events = compaction_run();
+    let (_, out) = prelude(&events[..16], Vec::new(), Limits::default()).expect("a prelude");
+    let ids: Vec<Value> = out[1].to_value()["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("m1"), json!("run_1.t1.a"), json!("run_1.t2.a")]);
+    let (_, inside) = prelude(&events[..10], Vec::new(), Limits::default()).expect("a prelude");
+    assert_eq!(
+        types(&values(inside)),
+        ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STEP_STARTED"]
+    );
+}
