@@ -16,10 +16,12 @@ use crate::reference::HistoryReference;
 
 mod assistant;
 mod chain;
+mod fork;
 pub use assistant::AssistantDraft;
 pub use chain::{
     ChainError, HistoryStore, MAX_CHAIN_DEPTH, RebuiltChain, chain_runs, rebuild_chain,
 };
+pub use fork::{ForkPointError, ForkPoints, rebuild_fork_point};
 use keel_message::{
     CallId, ImagePart, Limits, Message, MessageError, MessageId, Part, Role, RunId, ToolCallPart,
 };

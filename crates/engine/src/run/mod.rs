@@ -118,6 +118,7 @@ pub(crate) struct Runner {
     pub(crate) run_id: RunId,
     pub(crate) model: ModelName,
     pub(crate) continues: Option<RunId>,
+    pub(crate) forked_from: Option<keel_eventlog::ForkedFrom>,
     pub(crate) chat: Option<keel_eventlog::ChatRun>,
     pub(crate) inherits: Option<crate::request::Inheritance>,
     state: Mutex<State>,
@@ -139,6 +140,7 @@ impl Runner {
             run_id: request.run_id,
             model: request.model,
             continues: request.continues,
+            forked_from: request.forked_from,
             chat: request.chat,
             inherits: request.inherits,
             state: Mutex::new(State {
