@@ -1,0 +1,234 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! `keel run SCENARIO --fork RUN_ID --at SEQ [--message TEXT]` and
+//! `keel runs --tree RUN_ID`: a fork starts from the parent's history as
+//! its log rebuilds it through SEQ (message by message), the parent's
+//! stored lines do not change, forks of forks work, the tree shows them,
+//! and a seq that is not a fork point is refused naming the rule.
+
+mod common;
+
+use common::{Sandbox, text};
+use serde_json::Value;
+
+/// A scenario whose model calls `get_weather` for `city`, then answers.
+fn weather(run_id: &str, city: &str) -> String {
+    serde_json::json!({
+        "run_id": run_id,
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": format!("Weather in {city}?")}],
+        "tools": [{
+            "name": "get_weather", "description": "weather", "parameters": {"type": "object"},
+            "script": [{"ok": {"city": city, "temp_c": 3}}]
+        }],
+        "provider": {"type": "scripted", "calls": [
+            [{"tool_call": {"call_id": format!("{run_id}_c1"), "name": "get_weather", "arguments": {"city": city}}},
+             {"complete": {"finish": "tool_calls"}}],
+            [{"text": format!("{city}: 3 °C.")}, {"complete": {"finish": "stop"}}]
+        ]}
+    })
+    .to_string()
+}
+
+/// A scenario whose model answers `answer` (its messages are not used by a fork).
+fn answers(run_id: &str, answer: &str) -> String {
+    serde_json::json!({
+        "run_id": run_id,
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "not used by a fork"}],
+        "provider": {"type": "scripted", "calls": [
+            [{"text": answer}, {"complete": {"finish": "stop"}}]
+        ]}
+    })
+    .to_string()
+}
+
+/// `keel events RUN_ID`: its stored lines, exactly.
+fn lines(sb: &Sandbox, run_id: &str) -> String {
+    sb.ok(&["events", run_id])
+}
+
+/// The seq of the first event of `kind` in `run_id`'s lines.
+fn seq_of(sb: &Sandbox, run_id: &str, kind: &str) -> u64 {
+    lines(sb, run_id)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["kind"] == kind)
+        .map(|e| e["seq"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no {kind} in {run_id}"))
+}
+
+/// `run_id`'s history rebuilt from its stored lines 1..=`seq` alone.
+fn history_through(sb: &Sandbox, run_id: &str, seq: u64) -> Vec<Value> {
+    let events: Vec<keel_eventlog::Event> = lines(sb, run_id)
+        .lines()
+        .map(|l| keel_eventlog::Event::decode(l).unwrap())
+        .take_while(|e| e.seq() <= seq)
+        .collect();
+    keel_eventlog::history::rebuild(&events, &keel_message::Limits::default())
+        .unwrap()
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .collect()
+}
+
+fn fork(sb: &Sandbox, file: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["--fork"];
+    all.extend_from_slice(args);
+    sb.run(file, &all)
+}
+
+#[test]
+fn a_fork_starts_from_the_parents_history_and_leaves_the_parent_alone() {
+    let sb = Sandbox::new();
+    let parent = sb.write("p.json", &weather("tree_1", "Oslo"));
+    assert_eq!(sb.run(&parent, &[]).status.code(), Some(0));
+    let before = lines(&sb, "tree_1");
+    let at = seq_of(&sb, "tree_1", "turn.completed");
+
+    let f1 = sb.write("f1.json", &answers("tree_f1", "Tomorrow: 5 °C."));
+    let out = fork(
+        &sb,
+        &f1,
+        &[
+            "tree_1",
+            "--at",
+            &at.to_string(),
+            "--message",
+            "And tomorrow?",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert_eq!(lines(&sb, "tree_1"), before, "the parent's lines changed");
+
+    // The fork's history: the parent's rebuild through `at`, message by
+    // message, then the new message and the fork's answer.
+    let want = history_through(&sb, "tree_1", at);
+    let got = common::rebuilt_history(&sb.db(), "tree_f1");
+    assert_eq!(got.len(), want.len() + 2, "{got:#?}");
+    for (i, message) in want.iter().enumerate() {
+        assert_eq!(&got[i], message, "message {i}");
+    }
+    assert_eq!(got[want.len()]["parts"][0]["text"], "And tomorrow?");
+    assert_eq!(got[want.len()]["id"], "tree_f1.u1");
+    assert_eq!(got[want.len() + 1]["parts"][0]["text"], "Tomorrow: 5 °C.");
+    let first: Value = serde_json::from_str(lines(&sb, "tree_f1").lines().next().unwrap()).unwrap();
+    assert_eq!(
+        first["payload"]["forked_from"],
+        serde_json::json!({"run_id": "tree_1", "seq": at})
+    );
+    assert!(first["payload"].get("continues").is_none());
+    let own = common::stored_inputs(&sb.db(), "tree_f1");
+    assert_eq!(own[0]["history"]["last_seq"], at);
+
+    // A fork of the fork, at its run.completed, without a message; and a
+    // second fork of the parent at its input.
+    let end = seq_of(&sb, "tree_f1", "run.completed");
+    let f2 = sb.write("f2.json", &answers("tree_f2", "Still 5 °C."));
+    let out = fork(&sb, &f2, &["tree_f1", "--at", &end.to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let got2 = common::rebuilt_history(&sb.db(), "tree_f2");
+    assert_eq!(got2[..got.len()], got[..]);
+    assert_eq!(got2[got.len()]["parts"][0]["text"], "Still 5 °C.");
+    let input = seq_of(&sb, "tree_1", "turn.started") - 1;
+    let f3 = sb.write("f3.json", &answers("tree_f3", "Oslo: warm."));
+    let out = fork(&sb, &f3, &["tree_1", "--at", &input.to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let got3 = common::rebuilt_history(&sb.db(), "tree_f3");
+    assert_eq!(got3[0]["parts"][0]["text"], "Weather in Oslo?");
+    assert_eq!(got3.len(), 2, "{got3:#?}");
+    assert_eq!(lines(&sb, "tree_1"), before, "the parent's lines changed");
+
+    // A continuation of a fork, for the tree.
+    let c = sb.write("c.json", &answers("tree_c", "ok"));
+    let out = sb.run(&c, &["--continue", "tree_f2", "--message", "Thanks"]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+
+    let tree = sb.ok(&["runs", "--tree", "tree_f2"]);
+    let expected = format!(
+        "tree_1  completed\n  tree_f1  completed  forked at {at}\n    tree_f2  completed  forked at {end}\n      tree_c  completed  continues\n  tree_f3  completed  forked at {input}\n"
+    );
+    assert_eq!(tree, expected);
+    assert_eq!(sb.ok(&["runs", "--tree", "tree_1"]), expected);
+    let listing = sb.ok(&["runs"]);
+    assert!(
+        listing.contains(&format!("forked from tree_1 at {at}")),
+        "{listing}"
+    );
+    let verify = sb.ok(&["verify"]);
+    assert!(
+        verify.contains("5 ok, 0 incomplete, 0 violations"),
+        "{verify}"
+    );
+}
+
+#[test]
+fn a_seq_that_is_not_a_fork_point_is_refused_naming_the_rule() {
+    let sb = Sandbox::new();
+    let parent = sb.write("p.json", &weather("pt_1", "Oslo"));
+    assert_eq!(sb.run(&parent, &[]).status.code(), Some(0));
+    let before = lines(&sb, "pt_1");
+    let tool = seq_of(&sb, "pt_1", "tool.started").to_string();
+    let called = seq_of(&sb, "pt_1", "model.completed").to_string();
+    let next = sb.write("n.json", &answers("pt_f", "no"));
+    let rows: Vec<(Vec<&str>, Vec<String>)> = vec![
+        (
+            vec!["pt_1", "--at", &tool],
+            vec![
+                format!("seq {tool} is tool.started: inside open tool pt_1_c1"),
+                "(rule fork.point)".into(),
+            ],
+        ),
+        (
+            vec!["pt_1", "--at", &called, "--message", "hm"],
+            vec![
+                format!("seq {called} is model.completed: its answer called tools"),
+                "(rule fork.point)".into(),
+            ],
+        ),
+        (
+            vec!["pt_1", "--at", "999"],
+            vec!["(rule fork.seq_known)".into()],
+        ),
+        (
+            vec!["pt_none", "--at", "3"],
+            vec!["no stored run pt_none (rule run.known)".into()],
+        ),
+    ];
+    for (args, needles) in rows {
+        let out = fork(&sb, &next, &args);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stdout}\n{stderr}");
+        for needle in needles {
+            assert!(
+                stderr.contains(&needle),
+                "{args:?}: {needle} not in {stderr}"
+            );
+        }
+    }
+    // --at without --fork, --message without --fork or --continue, and
+    // --fork with --continue are refused by the parser.
+    for args in [
+        vec!["--at", "3"],
+        vec!["--message", "hi"],
+        vec![
+            "--fork",
+            "pt_1",
+            "--at",
+            "3",
+            "--continue",
+            "pt_1",
+            "--message",
+            "x",
+        ],
+    ] {
+        assert_eq!(sb.run(&next, &args).status.code(), Some(2), "{args:?}");
+    }
+    assert_eq!(lines(&sb, "pt_1"), before);
+    assert_eq!(sb.run_ids(), ["pt_1"], "a refused fork stores nothing");
+    let out = sb.run(&next, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the refused fork's run id is free"
+    );
+}
