@@ -232,3 +232,159 @@ fn a_seq_that_is_not_a_fork_point_is_refused_naming_the_rule() {
         "the refused fork's run id is free"
     );
 }
+
+// ------------------------------------------------------------------ HTTP
+
+use common::daemon::{Daemon, Serve, client, get_json, get_text, post, wait_status};
+
+/// `run`'s stored lines over HTTP.
+async fn http_lines(c: &reqwest::Client, d: &Daemon, run: &str) -> String {
+    get_text(c, d, &format!("/v1/runs/{run}/events?format=jsonl")).await
+}
+
+fn seq_in(lines: &str, kind: &str) -> u64 {
+    lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["kind"] == kind)
+        .map(|e| e["seq"].as_u64().unwrap())
+        .unwrap()
+}
+
+/// `POST /v1/runs/{id}/fork?at=SEQ`: 201 and a run starting from the
+/// parent's history through SEQ (the parent unchanged); a bad `at` is 400
+/// naming rule fork.at, a seq that is not a fork point 409 naming the
+/// rule, an unknown run 404; a cross-site post starts nothing; the tree
+/// route lists the fork under its parent.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fork_route_forks_and_refuses_with_typed_problems() {
+    let d = Serve::new().start();
+    let c = client();
+    let r = post(&c, &d, "/v1/runs", weather("hp_1", "Oslo")).await;
+    assert_eq!(r.status(), 201);
+    wait_status(&c, &d, "hp_1", "completed").await;
+    let before = http_lines(&c, &d, "hp_1").await;
+    let at = seq_in(&before, "turn.completed");
+    let path = |query: &str| format!("/v1/runs/hp_1/fork{query}");
+
+    let r = post(
+        &c,
+        &d,
+        &path(&format!("?at={at}")),
+        answers("hp_f", "Bergen: 2 °C."),
+    )
+    .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["run_id"], "hp_f");
+    wait_status(&c, &d, "hp_f", "completed").await;
+    assert_eq!(http_lines(&c, &d, "hp_1").await, before);
+    let events: Vec<keel_eventlog::Event> = before
+        .lines()
+        .map(|l| keel_eventlog::Event::decode(l).unwrap())
+        .take_while(|e| e.seq() <= at)
+        .collect();
+    let want: Vec<Value> =
+        keel_eventlog::history::rebuild(&events, &keel_message::Limits::default())
+            .unwrap()
+            .iter()
+            .map(|m| serde_json::to_value(m).unwrap())
+            .collect();
+    let got = common::rebuilt_history(&d.db, "hp_f");
+    assert_eq!(got[..want.len()], want[..]);
+    // The body's messages are the new messages.
+    assert_eq!(got[want.len()]["parts"][0]["text"], "not used by a fork");
+    assert_eq!(got[want.len()]["id"], "hp_f.u1");
+
+    let tool = seq_in(&before, "tool.started");
+    let rows: Vec<(String, u16, &str, &str)> = vec![
+        (path(""), 400, "invalid-fork-point", "fork.at"),
+        (path("?at="), 400, "invalid-fork-point", "fork.at"),
+        (path("?at=abc"), 400, "invalid-fork-point", "fork.at"),
+        (path("?at=0"), 400, "invalid-fork-point", "fork.at"),
+        (path("?at=-1"), 400, "invalid-fork-point", "fork.at"),
+        (path("?at=3&at=4"), 400, "invalid-fork-point", "fork.at"),
+        (
+            path(&format!("?at={}", "9".repeat(21))),
+            400,
+            "invalid-fork-point",
+            "fork.at",
+        ),
+        (
+            path(&format!("?at={tool}")),
+            409,
+            "fork-point-refused",
+            "fork.point",
+        ),
+        (path("?at=999"), 409, "fork-point-refused", "fork.seq_known"),
+        (
+            "/v1/runs/nope/fork?at=3".to_owned(),
+            404,
+            "run-not-found",
+            "",
+        ),
+    ];
+    for (url, status, kind, rule) in rows {
+        let r = post(&c, &d, &url, answers("hp_refused", "no")).await;
+        assert_eq!(r.status(), status, "{url}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["type"], format!("urn:keel:problem:{kind}"), "{url}: {v}");
+        if !rule.is_empty() {
+            assert_eq!(v["rule"], rule, "{url}: {v}");
+            let detail = v["detail"].as_str().unwrap();
+            assert!(
+                detail.contains(&format!("(rule {rule})")),
+                "{url}: {detail}"
+            );
+        }
+    }
+    let r = post(
+        &c,
+        &d,
+        &path(&format!("?at={tool}")),
+        answers("hp_refused", "no"),
+    )
+    .await;
+    let v: Value = r.json().await.unwrap();
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("is tool.started: inside open tool hp_1_c1"),
+        "{v}"
+    );
+
+    // Cross-site: a simple post and another origin's start nothing.
+    let bare = reqwest::Client::builder().build().unwrap();
+    let url = d.url(&path(&format!("?at={at}")));
+    let r = bare
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body(answers("hp_simple", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    let r = bare
+        .post(&url)
+        .header("origin", "http://evil.example")
+        .header("content-type", "application/json")
+        .body(answers("hp_evil", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+
+    let tree = get_json(&c, &d, "/v1/runs/hp_f/tree").await;
+    assert_eq!(
+        tree,
+        serde_json::json!({"runs": [
+            {"run_id": "hp_1", "status": "completed", "depth": 0},
+            {"run_id": "hp_f", "status": "completed", "depth": 1,
+             "forked_from": {"run_id": "hp_1", "seq": at}}
+        ], "truncated": false})
+    );
+    assert_eq!(get_json(&c, &d, "/v1/runs/nope/tree").await["status"], 404);
+    let listed = get_json(&c, &d, "/v1/runs").await;
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 2, "{listed}");
+}

@@ -79,6 +79,7 @@ pub mod cross_site;
 pub mod error;
 pub mod events;
 pub mod factory;
+pub mod fork;
 pub mod limits;
 pub mod nats_connect;
 pub mod problem;
@@ -203,6 +204,8 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         )
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
         .route("/v1/runs/{id}/messages", post(runs::continue_run))
+        .route("/v1/runs/{id}/fork", post(fork::fork_run))
+        .route("/v1/runs/{id}/tree", get(fork::run_tree))
         .route("/v1/chat", post(chat::post_chat))
         .route(
             "/v1/chat/{id}/stream",
