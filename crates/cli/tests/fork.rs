@@ -296,6 +296,42 @@ async fn the_fork_route_forks_and_refuses_with_typed_problems() {
     assert_eq!(got[want.len()]["parts"][0]["text"], "not used by a fork");
     assert_eq!(got[want.len()]["id"], "hp_f.u1");
 
+    // The AG-UI prelude of a join after the fork's input: the snapshot is
+    // the parent's history through `at`, then the fork's own message.
+    let body = c
+        .get(d.url("/v1/runs/hp_f/agui"))
+        .header("last-event-id", "3")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let snapshot: Value = body
+        .split("\n\n")
+        .map(|block| {
+            let data: String = block
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .collect();
+            serde_json::from_str::<Value>(&data).unwrap_or_default()
+        })
+        .find(|e| e["type"] == "MESSAGES_SNAPSHOT")
+        .unwrap_or_else(|| panic!("no snapshot in {body}"));
+    let ids: Vec<&str> = snapshot["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    // AG-UI gives each tool result its own message: `<id>.<call id>`.
+    assert_eq!(want.len(), 3);
+    assert_eq!(
+        ids,
+        ["m1", "hp_1.t1.a", "hp_1.t1.t.hp_1_c1", "hp_f.u1"],
+        "{snapshot}"
+    );
+
     let tool = seq_in(&before, "tool.started");
     let rows: Vec<(String, u16, &str, &str)> = vec![
         (path(""), 400, "invalid-fork-point", "fork.at"),
