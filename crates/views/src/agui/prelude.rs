@@ -52,10 +52,10 @@ impl PreludeFold {
     /// [`AguiMapper::map`].
     pub fn push(&mut self, event: &Event) -> Result<(), AguiError> {
         self.mapper.advance(event)?;
-        if event.seq() == 1 {
-            if let Ok(Payload::RunStarted(started)) = event.payload() {
-                self.forked_at = started.forked_from.map(|fork| fork.seq);
-            }
+        if event.seq() == 1
+            && let Ok(Payload::RunStarted(started)) = event.payload()
+        {
+            self.forked_at = started.forked_from.map(|fork| fork.seq);
         }
         if event.kind().name() == "run.input" {
             self.has_input = true;
