@@ -159,6 +159,20 @@ fn a_fork_starts_from_the_parents_history_and_leaves_the_parent_alone() {
         verify.contains("5 ok, 0 incomplete, 0 violations"),
         "{verify}"
     );
+
+    // An export of a fork of a fork carries its chain and imports on an
+    // empty store, rebuilding to the same history.
+    let exported = sb.ok(&["export", "tree_f2"]);
+    let file = sb.write("f2.jsonl", &exported);
+    let other = Sandbox::new();
+    let out = common::keel()
+        .args(["import", file.to_str().unwrap()])
+        .args(other.db_args())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert_eq!(other.ok(&["export", "tree_f2"]), exported);
+    assert_eq!(common::rebuilt_history(&other.db(), "tree_f2"), got2);
 }
 
 #[test]

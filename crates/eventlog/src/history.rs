@@ -8,7 +8,9 @@
 //! engine uses the same definitions. A follow-up run starts from this
 //! history plus its new message; its log records that history by
 //! reference ([`crate::RunInputReference`]), and [`rebuild_chain`] follows
-//! the references, checked, through any store ([`HistoryStore`]).
+//! the references, checked, through any store ([`HistoryStore`]). A fork
+//! starts from a run's history through a seq instead ([`ForkPoints`]
+//! decides which seqs may be, [`rebuild_fork_point`] rebuilds it).
 
 use crate::event::Event;
 use crate::payload::{ErrorText, Payload};

@@ -1,8 +1,9 @@
 //! # keel-serve: the daemon as a library
 //!
 //! The HTTP surface of Keel over one [`Engine`]: runs (`POST /v1/runs`,
-//! follow-ups, cancel, status, a paged list), SSE event streams with
-//! resume, the embedded run viewer, the AI SDK's `POST /v1/chat` for
+//! follow-ups, forks and their tree, cancel, status, a paged list), SSE
+//! event streams with resume, the embedded run viewer, the AI SDK's
+//! `POST /v1/chat` for
 //! `useChat`, AG-UI streams, approvals, recovery at startup and a graceful
 //! shutdown. `keel serve` is this crate plus a command line; a Rust host
 //! embeds the same daemon with its own provider and tools.
