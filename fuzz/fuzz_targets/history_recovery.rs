@@ -8,7 +8,8 @@
 //! the runs it references): `history::rebuild_chain` of each, through a
 //! store serving short pages, never panics, is deterministic, and when it
 //! succeeds its history is the run's own events rebuilt after the history
-//! its reference names (`history::rebuild_after`).
+//! its reference names (`history::rebuild_after`); for a fork, the
+//! history of its parent through the fork's seq.
 #![no_main]
 
 use keel_eventlog::history::HistoryStore;
@@ -53,11 +54,19 @@ fn check_chains(events: &[Event], limits: &Limits) {
         }
         assert_eq!(chain.runs.last(), Some(run));
         let parent = chain.runs.len().checked_sub(2).map(|i| &chain.runs[i]);
-        let inherited = match parent {
-            Some(parent) => history::rebuild_chain(&store, parent, limits)
+        // A fork inherits its parent's history through the fork's seq.
+        let forked_at = own.first().and_then(|e| match e.payload() {
+            Ok(Payload::RunStarted(started)) => started.forked_from.map(|f| f.seq),
+            _ => None,
+        });
+        let inherited = match (parent, forked_at) {
+            (Some(parent), Some(seq)) => history::rebuild_fork_point(&store, parent, seq, limits)
+                .expect("a resolved fork's parent rebuilds through its seq")
+                .history,
+            (Some(parent), None) => history::rebuild_chain(&store, parent, limits)
                 .expect("a resolved parent rebuilds")
                 .history,
-            None => Vec::new(),
+            (None, _) => Vec::new(),
         };
         let after = history::rebuild_after(inherited, own, limits).expect("the run's own events rebuild");
         assert_eq!(after, chain.history, "the chain is the parent's history, then the run's");

@@ -54,6 +54,7 @@ pub struct DbArgs {
 
 /// `keel run`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("parent").args(["continue_run", "fork"])))]
 pub struct RunArgs {
     /// The scenario file (JSON; see examples/).
     #[arg(value_name = "SCENARIO")]
@@ -80,8 +81,25 @@ pub struct RunArgs {
     /// continues; the scenario's own messages are not used.
     #[arg(long = "continue", value_name = "RUN_ID", requires = "message")]
     pub continue_run: Option<String>,
-    /// The follow-up user message (with --continue).
-    #[arg(long, value_name = "TEXT", requires = "continue_run")]
+    /// Fork this stored run (any status) at --at SEQ: the new run starts
+    /// from its history as its log rebuilds it through SEQ, plus --message
+    /// if given, and records `forked_from`; the run forked is not changed.
+    /// The scenario gives the model, provider, tools and limits; its
+    /// messages are not used. SEQ must be a fork point (rule fork.point):
+    /// the last run.input before the first turn, a turn.completed, a
+    /// model.completed of an answer without tool calls, or run.completed.
+    #[arg(
+        long,
+        value_name = "RUN_ID",
+        requires = "at",
+        conflicts_with = "continue_run"
+    )]
+    pub fork: Option<String>,
+    /// The parent's seq the fork starts after (with --fork).
+    #[arg(long, value_name = "SEQ", requires = "fork")]
+    pub at: Option<u64>,
+    /// The follow-up user message (with --continue, or optional with --fork).
+    #[arg(long, value_name = "TEXT", requires = "parent")]
     pub message: Option<String>,
     /// Set by `keel compact`: the run continuing --continue is a
     /// compaction-only run.
@@ -116,8 +134,13 @@ pub struct RunsArgs {
     pub db: DbArgs,
     /// Show only the conversation RUN_ID belongs to: its chain of runs,
     /// first to last, each continuing the one before.
-    #[arg(long, value_name = "RUN_ID")]
+    #[arg(long, value_name = "RUN_ID", conflicts_with = "tree")]
     pub conversation: Option<String>,
+    /// Show the tree of the conversation RUN_ID belongs to: its root, then
+    /// every continuation and fork under the run it comes from, indented,
+    /// each with its status (and `forked at SEQ` for a fork).
+    #[arg(long, value_name = "RUN_ID")]
+    pub tree: Option<String>,
 }
 
 /// `keel events`.

@@ -9,7 +9,9 @@
 //! | `keel events RUN_ID [--after N] [--follow]` | a run's stored lines, in order |
 //! | `keel run SCENARIO --continue RUN_ID --message TEXT` | a follow-up run: the completed run's history (rebuilt from the journal) plus the message; the run records the run it continues |
 //! | `keel compact RUN_ID --scenario FILE` | a compaction-only run continuing RUN_ID: the scenario's model summarizes all but the system messages and the last turns (`limits.context`), recorded as `context.compacted`; the conversation continues from it; exit 2 without `--scenario` |
-//! | `keel runs [--conversation RUN_ID]` | one line per run: id, status, turns, events, duration, the run it continues; or one conversation's chain |
+//! | `keel run SCENARIO --fork RUN_ID --at SEQ [--message TEXT]` | a fork: the run's history as its log rebuilds it through SEQ (a fork point, rule `fork.point`) plus the message if given; the run records `forked_from`; the run forked is only read; the scenario's messages are not used |
+//! | `keel runs [--conversation RUN_ID]` | one line per run: id, status, turns, events, duration, the run it continues or is forked from; or one conversation's chain |
+//! | `keel runs --tree RUN_ID` | the tree of RUN_ID's conversation: the root, then each continuation and fork indented under the run it comes from, with its status and `forked at SEQ` |
 //! | `keel recover` | close every abandoned run (rule `run.host_lost`); runs a live process owns are skipped; exit 1 if a run needs attention |
 //! | `keel verify` | every run: contiguous seqs from 1, canonical lines, lifecycle, status; exit 1 on the first violation |
 //! | `keel export RUN_ID [-o FILE]` / `keel import FILE` | a run as JSON Lines (the eventlog snapshot format); never renumbered |

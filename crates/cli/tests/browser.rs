@@ -447,6 +447,98 @@ async fn the_viewer_shows_a_finished_run() {
     b.close().await;
 }
 
+/// A fork's run page links to its parent (`forked from P at seq N`) and
+/// shows the conversation's tree, the fork under its parent, each run a
+/// link, as text: run ids and a hostile-looking id stay text.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_viewer_shows_a_forks_parent_and_the_tree() {
+    let Some(tools) = tools("the_viewer_shows_a_forks_parent_and_the_tree") else {
+        return;
+    };
+    let daemon = start_daemon(&[], &[]);
+    let parent = daemon.create(&quick(), None).await;
+    daemon.wait_ended(&parent, None).await;
+    let events = daemon.events(&parent, None).await;
+    let at = events
+        .iter()
+        .find(|e| e["kind"] == "turn.completed")
+        .map(|e| e["seq"].as_u64().unwrap())
+        .unwrap();
+    let fork = |run_id: &str| {
+        let mut body: Value = serde_json::from_str(&quick()).unwrap();
+        body["run_id"] = json!(run_id);
+        body["messages"] = json!([{"role": "user", "text": "<b>again</b>"}]);
+        body.to_string()
+    };
+    for (from, id) in [(parent.as_str(), "fork_a"), ("fork_a", "fork_b")] {
+        let from_at = if from == parent { at } else { 3 };
+        let r = http()
+            .post(daemon.url(&format!("/v1/runs/{from}/fork?at={from_at}")))
+            .header("content-type", "application/json")
+            .body(fork(id))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        assert_eq!(status, 201, "{}", r.text().await.unwrap());
+        daemon.wait_ended(id, None).await;
+    }
+
+    let b = Browser::start(&tools).await;
+    b.goto(&daemon.url("/runs/fork_b")).await;
+    wait_run_status(&b, "completed", SECS_20).await;
+    b.wait_css("#run-parent:not([hidden]) a[href$='/runs/fork_a']", SECS_10)
+        .await;
+    let line = b.texts("#run-parent").await.concat();
+    assert_eq!(line.trim(), "forked from fork_a at seq 3");
+    b.wait_css("#tree-panel:not([hidden]) li.tree-run", SECS_10)
+        .await;
+    let ids: Vec<String> = b
+        .js(
+            "return [...document.querySelectorAll('#tree li.tree-run')].map(li => li.dataset.runId);",
+            vec![],
+        )
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, [parent.as_str(), "fork_a", "fork_b"]);
+    // Nested: fork_b's item sits inside fork_a's, inside the parent's.
+    let nested = format!(
+        "#tree > li[data-run-id='{parent}'] > ul > li[data-run-id='fork_a'] > ul > li[data-run-id='fork_b']"
+    );
+    assert_eq!(b.count(&nested).await, 1, "not nested");
+    // Each other run links to its page; this run is not a link.
+    assert_eq!(b.count("#tree a[href$='/runs/fork_a']").await, 1);
+    assert_eq!(
+        b.count(&format!("#tree a[href$='/runs/{parent}']")).await,
+        1
+    );
+    assert_eq!(b.count("#tree a[href$='/runs/fork_b']").await, 0);
+    let tree = b.texts("#tree").await.concat();
+    assert!(
+        tree.contains(&format!("fork_a completed · forked at seq {at}")),
+        "{tree}"
+    );
+    // The fork's message is text, not markup.
+    assert_eq!(b.count("#transcript b").await, 0);
+    let user = b
+        .texts("#transcript .message[data-role=user] .text")
+        .await
+        .concat();
+    assert!(user.contains("<b>again</b>"), "{user:?}");
+    // A root run with nothing forked from it shows neither.
+    let lone = daemon.create(&slow_text(1, 0), None).await;
+    daemon.wait_ended(&lone, None).await;
+    b.goto(&daemon.url(&format!("/runs/{lone}"))).await;
+    wait_run_status(&b, "completed", SECS_20).await;
+    assert_eq!(b.count("#run-parent[hidden]").await, 1);
+    assert_eq!(b.count("#tree-panel[hidden]").await, 1);
+    b.close().await;
+}
+
 /// The transcript of examples/weather_tools.json: the streamed text,
 /// joined, the user's question, and the tool calls with their results.
 async fn assert_weather_transcript(b: &Browser) {

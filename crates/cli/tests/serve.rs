@@ -1410,6 +1410,7 @@ async fn simple_cross_site_posts_start_nothing() {
         "/v1/runs/x/cancel",
         "/v1/runs/x/interactions/i",
         "/v1/runs/x/messages",
+        "/v1/runs/x/fork?at=3",
     ] {
         let r = c.post(d.url(path)).send().await.unwrap();
         assert_eq!(r.status(), 415, "{path}");

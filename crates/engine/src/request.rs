@@ -8,7 +8,7 @@ use crate::interaction::InteractionHandler;
 use crate::source::ToolSource;
 use crate::tool::Tool;
 use keel_eventlog::{
-    ChatRun, HistoryReference, RunLog, SubscribeError, Subscription, SubscriptionBounds,
+    ChatRun, ForkedFrom, HistoryReference, RunLog, SubscribeError, Subscription, SubscriptionBounds,
 };
 use keel_message::{Message, MessageError, MessageId, ModelName, Role, RunId};
 use keel_stream::{MetadataAllowlist, ModelProvider, Usage};
@@ -56,6 +56,7 @@ pub struct RunRequest {
     pub(crate) allowlist: Option<MetadataAllowlist>,
     pub(crate) interactions: Option<Arc<dyn InteractionHandler>>,
     pub(crate) continues: Option<RunId>,
+    pub(crate) forked_from: Option<ForkedFrom>,
     pub(crate) chat: Option<ChatRun>,
     pub(crate) inherits: Option<Inheritance>,
     pub(crate) compaction: CompactionRequest,
@@ -103,6 +104,7 @@ impl std::fmt::Debug for RunRequest {
             )
             .field("limits", &self.limits)
             .field("continues", &self.continues)
+            .field("forked_from", &self.forked_from)
             .field("chat", &self.chat)
             .field("inherits", &self.inherits)
             .field("compaction", &self.compaction)
@@ -125,6 +127,7 @@ impl RunRequest {
             allowlist: None,
             interactions: None,
             continues: None,
+            forked_from: None,
             chat: None,
             inherits: None,
             compaction: CompactionRequest::Threshold,
@@ -193,6 +196,45 @@ impl RunRequest {
         inherited_messages: usize,
     ) -> RunRequest {
         self.continues = Some(reference.run_id.clone());
+        self.forked_from = None;
+        self.inherits = Some(Inheritance {
+            reference,
+            messages: inherited_messages,
+        });
+        self
+    }
+    /// Records that this run is a fork of the run `reference` names at
+    /// `reference.last_seq` (`run.started`'s `forked_from`, no
+    /// `continues`) and that the first `inherited_messages` messages of
+    /// its history are that run's history through that seq
+    /// (`keel_eventlog::history::rebuild_fork_point`). As with
+    /// [`inherits`](Self::inherits), the log records them as one
+    /// `run.input` reference and only the messages after them in full.
+    ///
+    /// ```
+    /// use keel_engine::RunRequest;
+    /// use keel_eventlog::HistoryReference;
+    /// use keel_message::*;
+    /// let reference = HistoryReference {
+    ///     run_id: RunId::parse("run_1")?,
+    ///     last_seq: 9,
+    ///     digest: format!("sha256:{}", "0".repeat(64)).parse()?,
+    ///     extra: Default::default(),
+    /// };
+    /// let history = vec![Message::text(MessageId::parse("m1")?, Role::User, "Hi")?];
+    /// let request = RunRequest::new(RunId::parse("run_2")?, ModelName::parse("m")?, history)
+    ///     .forks(reference, 1);
+    /// let fork = request.forked_from().expect("a fork");
+    /// assert_eq!((fork.run_id.as_str(), fork.seq), ("run_1", 9));
+    /// assert_eq!(request.continued_run(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forks(mut self, reference: HistoryReference, inherited_messages: usize) -> RunRequest {
+        self.continues = None;
+        self.forked_from = Some(ForkedFrom::new(
+            reference.run_id.clone(),
+            reference.last_seq,
+        ));
         self.inherits = Some(Inheritance {
             reference,
             messages: inherited_messages,
@@ -281,6 +323,10 @@ impl RunRequest {
     /// The run this one continues, if any.
     pub fn continued_run(&self) -> Option<&RunId> {
         self.continues.as_ref()
+    }
+    /// The run and seq this run was forked from, if it is a fork.
+    pub fn forked_from(&self) -> Option<&ForkedFrom> {
+        self.forked_from.as_ref()
     }
     /// The chat conversation this run belongs to, if a chat host set one.
     pub fn chat(&self) -> Option<&ChatRun> {

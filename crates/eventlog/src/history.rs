@@ -8,7 +8,9 @@
 //! engine uses the same definitions. A follow-up run starts from this
 //! history plus its new message; its log records that history by
 //! reference ([`crate::RunInputReference`]), and [`rebuild_chain`] follows
-//! the references, checked, through any store ([`HistoryStore`]).
+//! the references, checked, through any store ([`HistoryStore`]). A fork
+//! starts from a run's history through a seq instead ([`ForkPoints`]
+//! decides which seqs may be, [`rebuild_fork_point`] rebuilds it).
 
 use crate::event::Event;
 use crate::payload::{ContextCompacted, ErrorText, Payload};
@@ -17,11 +19,13 @@ use crate::reference::HistoryReference;
 mod assistant;
 mod chain;
 mod compaction;
+mod fork;
 pub use assistant::AssistantDraft;
 pub use chain::{
     ChainError, HistoryStore, MAX_CHAIN_DEPTH, RebuiltChain, chain_runs, rebuild_chain,
 };
 pub use compaction::RangeFault;
+pub use fork::{ForkPointError, ForkPoints, rebuild_fork_point};
 use keel_message::{
     CallId, ImagePart, Limits, Message, MessageError, MessageId, Part, Role, RunId, ToolCallPart,
 };

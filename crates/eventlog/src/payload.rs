@@ -106,6 +106,11 @@ pub struct RunStarted {
     /// The run this one continues (a follow-up in a conversation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<RunId>,
+    /// The run and seq this run was forked from (then `continues` is
+    /// absent): its history is that run's history as its log rebuilds it
+    /// up to that seq, recorded by the `run.input` reference at seq 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
     /// Set when a chat host started this run as run `n` of a conversation
     /// (`keel serve`'s `POST /v1/chat`): the mark the chat checks before it
     /// continues a stored run, so a run it did not start is never taken
@@ -136,6 +141,31 @@ impl ChatRun {
         ChatRun {
             id,
             n,
+            extra: Extra::new(),
+        }
+    }
+}
+
+/// `run.started`'s `forked_from` member: the parent run and the seq of
+/// its log the fork starts from (a fork point:
+/// [`crate::history::ForkPoints`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkedFrom {
+    /// The parent run.
+    pub run_id: RunId,
+    /// The parent's seq the fork starts after.
+    pub seq: u64,
+    /// Unknown members.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl ForkedFrom {
+    /// A fork of `run_id` at `seq`.
+    pub fn new(run_id: RunId, seq: u64) -> ForkedFrom {
+        ForkedFrom {
+            run_id,
+            seq,
             extra: Extra::new(),
         }
     }

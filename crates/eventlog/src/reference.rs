@@ -105,9 +105,10 @@ impl<'de> Deserialize<'de> for HistoryDigest {
 /// that run's last event, and the digest of its lines 1..=`last_seq`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryReference {
-    /// The run continued.
+    /// The run continued (or forked).
     pub run_id: RunId,
-    /// The seq of its last event (its terminal): the history it ended with.
+    /// The seq of its last event (its terminal): the history it ended
+    /// with; for a fork, the fork point: the history through that seq.
     pub last_seq: u64,
     /// The digest of its lines 1..=`last_seq`.
     pub digest: HistoryDigest,
@@ -120,8 +121,10 @@ pub struct HistoryReference {
 /// the run starts from the history of the run it continues, as that run's
 /// log rebuilds it ([`crate::history::rebuild_chain`]). It is the run's
 /// first `run.input`, right after a `run.started` whose `continues` names
-/// the same run (rule `lifecycle.input_reference`); the new messages follow
-/// as ordinary `run.input` events.
+/// the same run, or whose `forked_from` names the same run and seq (a
+/// fork: `last_seq` is then the fork point, not the run's last event)
+/// (rule `lifecycle.input_reference`); the new messages follow as ordinary
+/// `run.input` events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunInputReference {
     /// What is inherited.

@@ -87,6 +87,7 @@ fn events(run: &str) -> Vec<Arc<Event>> {
             chat: None,
             extra: Extra::new(),
             continues: None,
+            forked_from: None,
         }))
         .unwrap(),
         log.commit(&Payload::TurnStarted(TurnRef {

@@ -4,13 +4,19 @@
 //! (`keel_eventlog::history::rebuild_chain`), plus the new message; the
 //! run records the earlier run's history by reference and only the new
 //! message in full. Shared by `keel run --continue`,
-//! `POST /v1/runs/{id}/messages` and the chat's follow-up runs.
+//! `POST /v1/runs/{id}/messages` and the chat's follow-up runs. A fork
+//! ([`fork()`]) starts from a run's history up to a seq instead.
 
 use crate::{JournalError, JournalReader, RunStatus, RunSummary};
 use keel_eventlog::history::{self, ChainError, HistoryStore};
 use keel_eventlog::{Event, EventDecodeError, Extra, HistoryReference, Payload, RunInput};
 use keel_eventlog::{PayloadError, RunInputReference};
 use keel_message::{Limits, Message, MessageError, Role, RunId};
+
+mod fork;
+mod tree;
+pub use fork::{Fork, ForkError, Origin, fork, origin};
+pub use tree::{ConversationTree, MAX_TREE_RUNS, TreeNode, tree};
 
 /// The most bytes of `run.input` payloads one request may cause to be
 /// stored: the new messages in full (after their ids are re-minted) and,
@@ -207,15 +213,7 @@ pub fn continuation(
     let rebuilt = rebuild(reader, &previous, limits)?;
     let mut history = rebuilt.history;
     let inherited = history.len();
-    for (i, message) in follow_up.iter().enumerate() {
-        let id = history::follow_up_message_id(new_run, i + 1)?;
-        history.push(Message::new_with(
-            id,
-            message.role(),
-            message.parts().to_vec(),
-            limits,
-        )?);
-    }
+    history.extend(reidentified(follow_up, new_run, limits)?);
     Ok(Continuation {
         previous,
         history,
@@ -224,7 +222,25 @@ pub fn continuation(
     })
 }
 
-/// The follow-up message of `keel run --continue RUN_ID --message TEXT`.
+/// `follow_up`, re-identified as the new messages of `new_run`
+/// (`history::follow_up_message_id`), in order.
+fn reidentified(
+    follow_up: &[Message],
+    new_run: &RunId,
+    limits: &Limits,
+) -> Result<Vec<Message>, MessageError> {
+    follow_up
+        .iter()
+        .enumerate()
+        .map(|(i, message)| {
+            let id = history::follow_up_message_id(new_run, i + 1)?;
+            Message::new_with(id, message.role(), message.parts().to_vec(), limits)
+        })
+        .collect()
+}
+
+/// The follow-up message of `keel run --continue RUN_ID --message TEXT`
+/// (and of `--fork … --message TEXT`).
 pub fn user_message(text: &str, limits: &Limits) -> Result<Message, ContinueError> {
     let id = keel_message::MessageId::parse("message")
         .map_err(|e| ContinueError::Message(MessageError::from(e)))?;

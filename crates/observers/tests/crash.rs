@@ -102,6 +102,7 @@ fn script(seed: u64, task: u64, k: u64) -> Vec<Arc<Event>> {
         chat: None,
         extra: Extra::new(),
         continues: None,
+        forked_from: None,
     }));
     let turns = 1 + rng.below(3);
     for turn in 1..=turns {

@@ -863,6 +863,7 @@ fn a_real_run_log_is_stored_and_imports_back() {
             chat: None,
             extra: Extra::new(),
             continues: None,
+            forked_from: None,
         }),
         events::turn_started(1),
         model.started(model_name),

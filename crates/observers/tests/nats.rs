@@ -150,6 +150,7 @@ impl Run {
                 chat: None,
                 extra: Extra::new(),
                 continues: None,
+                forked_from: None,
             })),
             self.commit(Payload::TurnStarted(TurnRef {
                 turn: 1,

@@ -107,6 +107,7 @@ fn run_started() -> Payload {
         model: Some(model()),
         chat: None,
         continues: None,
+        forked_from: None,
         extra: Extra::new(),
     })
 }

@@ -7,7 +7,7 @@
 use crate::file::{ProviderSpec, Scenario, ToolEntry};
 use keel_engine::{InteractionHandler, RunRequest, Tool};
 use keel_message::RunId;
-use keel_observers::conversation::Continuation;
+use keel_observers::conversation::{Continuation, Fork};
 use keel_providers::ApiKey;
 use keel_stream::ModelProvider;
 use keel_testkit::{ScriptedProvider, ScriptedTool};
@@ -86,6 +86,21 @@ pub fn follow_up_request(
 ) -> Result<RunRequest, LaunchError> {
     let request = request_from(scenario, run_id, launch, continuation.history)?;
     Ok(request.inherits(continuation.reference, continuation.inherited))
+}
+
+/// A fork: the scenario's provider, tools and limits, starting from
+/// `fork` (the parent's history through the fork's seq plus the new
+/// messages) instead of the scenario's messages (none of them is used,
+/// system ones included: the parent's history carries its own),
+/// recording `forked_from` and the parent's history by reference.
+pub fn fork_request(
+    scenario: &Scenario,
+    run_id: RunId,
+    launch: &Launch<'_>,
+    fork: Fork,
+) -> Result<RunRequest, LaunchError> {
+    let request = request_from(scenario, run_id, launch, fork.history)?;
+    Ok(request.forks(fork.reference, fork.inherited))
 }
 
 /// The run `scenario` describes under `run_id`, starting from `history`

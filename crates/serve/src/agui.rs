@@ -115,9 +115,10 @@ pub async fn agui_events(
     ))
 }
 
-/// The history a continued run inherits (its seq 2 is a `run.input`
-/// reference), rebuilt from the journal through the chain of references;
-/// empty for a run that inherits nothing.
+/// The history a continued run or a fork inherits (its seq 2 is a
+/// `run.input` reference), rebuilt from the journal through the chain of
+/// references (a fork's parent only through the fork's seq); empty for a
+/// run that inherits nothing.
 async fn inherited_history(
     daemon: &Arc<Daemon>,
     prelude: &Prelude,
@@ -125,10 +126,19 @@ async fn inherited_history(
     let Some(parent) = prelude.inherits().cloned() else {
         return Ok(Vec::new());
     };
+    let forked_at = prelude.forked_at();
     let reader = Arc::clone(&daemon.reader);
     let limits = daemon.message_limits().clone();
-    let rebuilt = tokio::task::spawn_blocking(move || {
-        keel_observers::conversation::rebuild(&reader, &parent, &limits)
+    let rebuilt = tokio::task::spawn_blocking(move || match forked_at {
+        Some(seq) => keel_eventlog::history::rebuild_fork_point(
+            &keel_observers::conversation::JournalStore(&reader),
+            &parent,
+            seq,
+            &limits,
+        )
+        .map_err(|e| e.to_string()),
+        None => keel_observers::conversation::rebuild(&reader, &parent, &limits)
+            .map_err(|e| e.to_string()),
     })
     .await
     .map_err(Problem::journal)?;

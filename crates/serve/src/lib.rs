@@ -1,11 +1,12 @@
 //! # keel-serve: the daemon as a library
 //!
 //! The HTTP surface of Keel over one [`Engine`]: runs (`POST /v1/runs`,
-//! follow-ups, cancel, status, a paged list), SSE event streams with
-//! resume, the embedded run viewer, the AI SDK's `POST /v1/chat` for
-//! `useChat`, AG-UI streams, the AG-UI agent endpoint `POST /v1/agui` for
-//! `HttpAgent` and CopilotKit (with frontend tools), approvals, recovery at
-//! startup and a graceful shutdown. `keel serve` is this crate plus a command line; a Rust host
+//! follow-ups, forks and their tree, compaction, cancel, status, a paged
+//! list), SSE event streams with resume, the embedded run viewer, the AI
+//! SDK's `POST /v1/chat` for `useChat`, AG-UI streams, the AG-UI agent
+//! endpoint `POST /v1/agui` for `HttpAgent` and CopilotKit (with frontend
+//! tools), approvals, recovery at startup and a graceful shutdown. `keel
+//! serve` is this crate plus a command line; a Rust host
 //! embeds the same daemon with its own provider and tools.
 //!
 //! What it is not: it decides no run semantics (the engine does), holds
@@ -82,6 +83,7 @@ pub mod cross_site;
 pub mod error;
 pub mod events;
 pub mod factory;
+pub mod fork;
 pub mod frontend_tools;
 pub mod limits;
 pub mod nats_connect;
@@ -210,6 +212,8 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/v1/runs/{id}/cancel", post(runs::cancel_run))
         .route("/v1/runs/{id}/messages", post(runs::continue_run))
         .route("/v1/runs/{id}/compact", post(runs::compact_run))
+        .route("/v1/runs/{id}/fork", post(fork::fork_run))
+        .route("/v1/runs/{id}/tree", get(fork::run_tree))
         .route("/v1/chat", post(chat::post_chat))
         .route("/v1/agui", post(agui_agent::post_agui))
         .route(

@@ -43,7 +43,7 @@ pub async fn create_run(
 }
 
 /// Starts `request` and answers 201 once its `run.started` is committed.
-async fn admit(
+pub(super) async fn admit(
     daemon: &Daemon,
     plan: &dyn RunPlan,
     request: RunRequest,

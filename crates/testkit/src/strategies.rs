@@ -1028,6 +1028,7 @@ fn build_run(shape: &RunShape) -> Option<Vec<Payload>> {
         chat: None,
         extra: Extra::new(),
         continues: None,
+        forked_from: None,
     }));
     let mut ended = false;
     for (ti, turn) in shape.turns.iter().enumerate() {

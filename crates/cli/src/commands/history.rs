@@ -89,12 +89,20 @@ fn turns(lines: &[String]) -> usize {
 /// conversation's chain, first to last.
 pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
     let reader = JournalReader::open(&args.db.db)?;
+    if let Some(id) = &args.tree {
+        return super::tree::print(&reader, id);
+    }
     let all = reader.runs()?;
     let mut continues: Vec<Option<String>> = Vec::with_capacity(all.len());
+    let mut forks: Vec<Option<keel_eventlog::ForkedFrom>> = Vec::with_capacity(all.len());
     for run in &all {
-        let previous = conversation::continued_run(&reader, run.run_id.as_str())
-            .map_err(|e| CliError::failure(e.to_string()))?;
-        continues.push(previous.map(|p| p.as_str().to_owned()));
+        let (previous, fork) = match conversation::origin(&reader, run.run_id.as_str())? {
+            conversation::Origin::Root => (None, None),
+            conversation::Origin::Continues(p) => (Some(p.as_str().to_owned()), None),
+            conversation::Origin::Fork(f) => (None, Some(f)),
+        };
+        continues.push(previous);
+        forks.push(fork);
     }
     let shown: Vec<usize> = match &args.conversation {
         None => (0..all.len()).collect(),
@@ -115,10 +123,11 @@ pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
         let lines = all_lines(&reader, run.run_id.as_str(), 0)?;
         let duration = Duration::from_micros(run.updated_ts.saturating_sub(run.started_ts));
         let turns = turns(&lines);
-        let follows = continues[i]
-            .as_ref()
-            .map(|p| format!("  continues {p}"))
-            .unwrap_or_default();
+        let follows = match (&continues[i], &forks[i]) {
+            (Some(p), _) => format!("  continues {p}"),
+            (None, Some(f)) => format!("  forked from {} at {}", f.run_id, f.seq),
+            (None, None) => String::new(),
+        };
         writeln!(
             out,
             "{:<width$}  {:<9}  {:>3} {}  {:>5} {}  {}{follows}",

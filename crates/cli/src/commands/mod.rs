@@ -5,3 +5,4 @@ pub mod recover;
 pub mod run;
 pub mod serve;
 pub mod transfer;
+pub mod tree;

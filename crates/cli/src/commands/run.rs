@@ -59,6 +59,8 @@ pub fn compact(args: CompactArgs) -> Result<i32, CliError> {
         files: None,
         nats: None,
         continue_run: Some(args.run_id),
+        fork: None,
+        at: None,
         message: None,
         compact: true,
     })
@@ -164,17 +166,14 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
         default_approval_timeout: None,
     };
     let bad = |e: &dyn std::fmt::Display| CliError::bad_input(format!("{}: {e}", file.display()));
-    let request = match (&args.continue_run, &args.message) {
-        (Some(previous), None) if args.compact => {
-            let reader = JournalReader::open(&args.db.db)?;
-            let continuation =
-                conversation::continuation(&reader, previous, &[], &run_id, &message_limits())
-                    .map_err(|e| CliError::bad_input(format!("keel compact {previous}: {e}")))?;
+    let request = match (&args.continue_run, &args.fork, &args.message) {
+        (Some(previous), None, None) if args.compact => {
+            let continuation = compaction_of(args, previous, &run_id)?;
             launch::follow_up_request(&scenario, run_id.clone(), &launch, continuation)
                 .map_err(|e| bad(&e))?
                 .compaction_only()
         }
-        (Some(previous), Some(text)) => {
+        (Some(previous), _, Some(text)) => {
             let reader = JournalReader::open(&args.db.db)?;
             let limits = message_limits();
             let continuation = conversation::user_message(text, &limits)
@@ -183,6 +182,10 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
             launch::follow_up_request(&scenario, run_id.clone(), &launch, continuation)
                 .map_err(|e| bad(&e))?
         }
+        (_, Some(parent), message) => {
+            let fork = fork_of(args, parent, message.as_deref(), &run_id)?;
+            launch::fork_request(&scenario, run_id.clone(), &launch, fork).map_err(|e| bad(&e))?
+        }
         _ => launch::run_request(&scenario, run_id.clone(), &launch).map_err(|e| bad(&e))?,
     };
     Ok(Prepared {
@@ -190,6 +193,38 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
         request,
         run_id,
     })
+}
+
+/// `keel compact PREVIOUS`: the continuation of PREVIOUS with no new
+/// message, for a compaction-only run.
+fn compaction_of(
+    args: &RunArgs,
+    previous: &str,
+    run_id: &RunId,
+) -> Result<conversation::Continuation, CliError> {
+    let reader = JournalReader::open(&args.db.db)?;
+    conversation::continuation(&reader, previous, &[], run_id, &message_limits())
+        .map_err(|e| CliError::bad_input(format!("keel compact {previous}: {e}")))
+}
+
+/// `--fork PARENT --at SEQ [--message TEXT]`: the parent's history
+/// through SEQ (a fork point), plus the message.
+fn fork_of(
+    args: &RunArgs,
+    parent: &str,
+    message: Option<&str>,
+    run_id: &RunId,
+) -> Result<conversation::Fork, CliError> {
+    let at = args.at.unwrap_or_default();
+    let refuse =
+        |e: &dyn std::fmt::Display| CliError::bad_input(format!("--fork {parent} --at {at}: {e}"));
+    let reader = JournalReader::open(&args.db.db)?;
+    let limits = message_limits();
+    let messages = match message {
+        Some(text) => vec![conversation::user_message(text, &limits).map_err(|e| refuse(&e))?],
+        None => Vec::new(),
+    };
+    conversation::fork(&reader, parent, at, &messages, run_id, &limits).map_err(|e| refuse(&e))
 }
 
 /// Opens the journal (and `--nats`), claiming the run id (refused when it

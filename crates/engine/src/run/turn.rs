@@ -72,6 +72,7 @@ impl Runner {
         Payload::RunStarted(RunStarted {
             model: Some(self.model.clone()),
             continues: self.continues.clone(),
+            forked_from: self.forked_from.clone(),
             chat: self.chat.clone(),
             extra: Extra::new(),
         })

@@ -3,11 +3,12 @@
 //! (that run exists, ends at the referenced seq, and its lines digest to
 //! the referenced digest), plus its own events.
 
+use super::fork::{ForkPointError, ForkPoints};
 use super::{HistoryError, HistoryFold};
 use crate::event::Event;
 use crate::hasher::HistoryHasher;
 use crate::lifecycle::REFERENCE_SEQ;
-use crate::payload::Payload;
+use crate::payload::{ForkedFrom, Payload};
 use crate::reference::HistoryReference;
 use keel_message::{Limits, Message, RunId};
 use std::collections::HashSet;
@@ -135,6 +136,35 @@ pub enum ChainError<E: std::error::Error + 'static> {
         /// The seq found.
         found: u64,
     },
+    /// `run.started` names a fork (`forked_from`) that is not the run and
+    /// seq the reference names, or names both a fork and a continuation.
+    #[error(
+        "run {run_id} is forked from run {} at seq {} but seq 2 references run {parent} through seq {last_seq}{} (rule history.reference_forked_from)",
+        .forked_from.run_id, .forked_from.seq,
+        if *.continues { " and run.started also names a run it continues" } else { "" }
+    )]
+    ForkedFrom {
+        /// The referencing run.
+        run_id: RunId,
+        /// What `run.started` names.
+        forked_from: ForkedFrom,
+        /// Whether `run.started` names `continues` too.
+        continues: bool,
+        /// The run the reference names.
+        parent: RunId,
+        /// The seq the reference names.
+        last_seq: u64,
+    },
+    /// A fork's seq is not a fork point of the run it names
+    /// ([`ForkPoints`]), or that run has no event there.
+    #[error("run {run_id}: {source}")]
+    ForkPoint {
+        /// The run forked from.
+        run_id: RunId,
+        /// Why.
+        #[source]
+        source: ForkPointError,
+    },
     /// The chain is longer than [`MAX_CHAIN_DEPTH`].
     #[error("run {run_id} inherits through more than {max} runs (rule history.chain_depth)")]
     TooDeep {
@@ -204,11 +234,28 @@ pub fn rebuild_chain<S: HistoryStore + ?Sized>(
     run_id: &RunId,
     limits: &Limits,
 ) -> Result<RebuiltChain, ChainError<S::Error>> {
+    rebuild_until(store, run_id, None, limits)
+}
+
+/// [`rebuild_chain`], reading `run_id` only through seq `until` when one
+/// is given (a fork point of it, checked: [`ChainError::ForkPoint`]).
+pub(super) fn rebuild_until<S: HistoryStore + ?Sized>(
+    store: &S,
+    run_id: &RunId,
+    until: Option<u64>,
+    limits: &Limits,
+) -> Result<RebuiltChain, ChainError<S::Error>> {
     let chain = walk_up(store, run_id)?;
+    // Where each run is read to: a run forked from is read only through
+    // the seq its fork names.
+    let bounds: Vec<Option<u64>> = std::iter::once(until)
+        .chain(chain.iter().map(|link| link.fork_seq))
+        .take(chain.len())
+        .collect();
     let mut rebuilt: Option<RebuiltChain> = None;
     let mut runs = Vec::with_capacity(chain.len());
     // Root first: each run's history is the next one's inheritance.
-    for link in chain.into_iter().rev() {
+    for (link, bound) in chain.into_iter().zip(bounds).rev() {
         let inherited = match rebuilt {
             Some(parent) => {
                 check_reference(&link, &parent.reference)?;
@@ -216,7 +263,7 @@ pub fn rebuild_chain<S: HistoryStore + ?Sized>(
             }
             None => Vec::new(),
         };
-        rebuilt = Some(stream_run(store, &link.run, inherited, limits)?);
+        rebuilt = Some(stream_run(store, &link.run, inherited, limits, bound)?);
         runs.push(link.run);
     }
     let mut rebuilt = rebuilt.ok_or_else(|| ChainError::Unknown {
@@ -246,6 +293,8 @@ pub fn chain_runs<S: HistoryStore + ?Sized>(
 struct Link {
     run: RunId,
     reference: Option<HistoryReference>,
+    /// The seq of the parent it was forked at (`None`: not a fork).
+    fork_seq: Option<u64>,
 }
 
 /// Reads the first two events of each run back from `run_id`, checking
@@ -268,12 +317,16 @@ fn walk_up<S: HistoryStore + ?Sized>(
                 },
             });
         }
-        let reference = head_reference(&at, &head)?;
+        let (reference, fork_seq) = match head_reference(&at, &head)? {
+            Some(head) => (Some(head.reference), head.fork_seq),
+            None => (None, None),
+        };
         seen.insert(at.clone());
         let parent = reference.as_ref().map(|r| r.run_id.clone());
         chain.push(Link {
             run: at.clone(),
             reference,
+            fork_seq,
         });
         let Some(parent) = parent else {
             return Ok(chain);
@@ -291,12 +344,18 @@ fn walk_up<S: HistoryStore + ?Sized>(
     }
 }
 
+/// A run's seq 2 reference and, for a fork, the parent's seq it names.
+struct HeadReference {
+    reference: HistoryReference,
+    fork_seq: Option<u64>,
+}
+
 /// The reference among a run's first events, checked against the
-/// `continues` its `run.started` names.
+/// `continues` or `forked_from` its `run.started` names.
 fn head_reference<E: std::error::Error + 'static>(
     run: &RunId,
     head: &[Event],
-) -> Result<Option<HistoryReference>, ChainError<E>> {
+) -> Result<Option<HeadReference>, ChainError<E>> {
     let payload = |event: &Event| {
         event.payload().map_err(|e| ChainError::History {
             run_id: run.clone(),
@@ -312,10 +371,13 @@ fn head_reference<E: std::error::Error + 'static>(
     let Payload::RunInputReference(input) = payload(second)? else {
         return Ok(None);
     };
-    let continues = match head.first().map(payload).transpose()? {
-        Some(Payload::RunStarted(started)) => started.continues,
-        _ => None,
+    let (continues, forked_from) = match head.first().map(payload).transpose()? {
+        Some(Payload::RunStarted(started)) => (started.continues, started.forked_from),
+        _ => (None, None),
     };
+    if let Some(forked_from) = forked_from {
+        return fork_reference(run, forked_from, continues.is_some(), input.history).map(Some);
+    }
     if continues.as_ref() != Some(&input.history.run_id) {
         return Err(ChainError::Continues {
             run_id: run.clone(),
@@ -323,29 +385,65 @@ fn head_reference<E: std::error::Error + 'static>(
             parent: input.history.run_id,
         });
     }
-    Ok(Some(input.history))
+    Ok(Some(HeadReference {
+        reference: input.history,
+        fork_seq: None,
+    }))
+}
+
+/// A fork's reference, checked against its `forked_from`: the same run,
+/// through the fork's seq, and no `continues` beside it.
+fn fork_reference<E: std::error::Error + 'static>(
+    run: &RunId,
+    forked_from: ForkedFrom,
+    continues: bool,
+    reference: HistoryReference,
+) -> Result<HeadReference, ChainError<E>> {
+    if continues || forked_from.run_id != reference.run_id || forked_from.seq != reference.last_seq
+    {
+        return Err(ChainError::ForkedFrom {
+            run_id: run.clone(),
+            forked_from,
+            continues,
+            parent: reference.run_id,
+            last_seq: reference.last_seq,
+        });
+    }
+    Ok(HeadReference {
+        fork_seq: Some(reference.last_seq),
+        reference,
+    })
 }
 
 /// Streams `run`'s events a page at a time into a rebuild from
 /// `inherited`, digesting its lines; its history and the reference to it.
+/// With `until`, only through that seq, which must be a fork point.
 fn stream_run<S: HistoryStore + ?Sized>(
     store: &S,
     run: &RunId,
     inherited: Vec<Message>,
     limits: &Limits,
+    until: Option<u64>,
 ) -> Result<RebuiltChain, ChainError<S::Error>> {
     let mut rebuild = HistoryFold::after(inherited, limits.clone());
     let mut hasher = HistoryHasher::default();
+    let mut points = until.map(|_| ForkPoints::default());
+    let mut after_point: Option<Event> = None;
     let history_error = |source| ChainError::History {
         run_id: run.clone(),
         source,
     };
-    loop {
-        let page = read(store, run, hasher.last_seq(), PAGE_EVENTS)?;
+    while after_point.is_none() {
+        let limit = until.map_or(PAGE_EVENTS, |seq| page_through(seq, hasher.last_seq()));
+        let page = read(store, run, hasher.last_seq(), limit)?;
         if page.is_empty() {
             break;
         }
-        for event in &page {
+        for event in page {
+            if until.is_some_and(|seq| event.seq() > seq) {
+                after_point = Some(event);
+                break;
+            }
             // Contiguous from 1, so every page moves on and the digest is
             // of the whole run.
             let expected = hasher.last_seq() + 1;
@@ -356,9 +454,20 @@ fn stream_run<S: HistoryStore + ?Sized>(
                     found: event.seq(),
                 });
             }
-            rebuild.push(event).map_err(history_error)?;
-            hasher.update(event);
+            rebuild.push(&event).map_err(history_error)?;
+            hasher.update(&event);
+            if let Some(points) = &mut points {
+                points.push(&event).map_err(history_error)?;
+            }
         }
+    }
+    if let (Some(seq), Some(points)) = (until, &points) {
+        points
+            .check(seq, after_point.as_ref())
+            .map_err(|source| ChainError::ForkPoint {
+                run_id: run.clone(),
+                source,
+            })?;
     }
     let history = rebuild.finish().map_err(history_error)?;
     Ok(RebuiltChain {
@@ -366,6 +475,14 @@ fn stream_run<S: HistoryStore + ?Sized>(
         reference: HistoryReference::new(run.clone(), hasher),
         runs: Vec::new(),
     })
+}
+
+/// How many events to read after `last` to reach seq `until` and the one
+/// after it (whether a `run.input` is the last of the input depends on
+/// it), at most a page.
+fn page_through(until: u64, last: u64) -> usize {
+    usize::try_from(until.saturating_sub(last).saturating_add(1))
+        .map_or(PAGE_EVENTS, |n| n.min(PAGE_EVENTS))
 }
 
 /// Checks `link`'s reference against the run it names, as streamed.

@@ -465,6 +465,61 @@
       return state.lastTs + (performance.now() - state.lastTsAt) * 1000;
     }
 
+    // ----- where the run comes from: its parent and the tree -----
+
+    /** A link to run `id`'s page, its id as text. */
+    function runLink(id) {
+      const link = el('a', { cls: 'mono', text: id });
+      link.href = '/runs/' + encodeURIComponent(id);
+      return link;
+    }
+
+    /** "forked from P at seq N" or "continues P", P linking to its page. */
+    function showParent(p) {
+      const fork = p.forked_from && typeof p.forked_from === 'object' ? p.forked_from : null;
+      const parent = fork ? String(fork.run_id || '') : p.continues ? String(p.continues) : '';
+      if (!parent) return;
+      const node = $('run-parent');
+      clear(node);
+      if (fork) node.append('forked from ', runLink(parent), ' at seq ' + String(fork.seq));
+      else node.append('continues ', runLink(parent));
+      node.dataset.parent = parent;
+      node.hidden = false;
+    }
+
+    /** The conversation's tree: nested lists, each run a link (this one in bold). */
+    function renderTree(runs) {
+      const root = $('tree');
+      clear(root);
+      const lists = [root];
+      for (const r of runs) {
+        const depth = Math.max(0, Math.min(Number(r.depth) || 0, lists.length - 1));
+        lists.length = depth + 1;
+        const id = String(r.run_id || '');
+        const item = el('li', { cls: 'tree-run', data: { runId: id, status: r.status } });
+        item.append(id === runId ? el('strong', { cls: 'mono', text: id }) : runLink(id));
+        item.append(' ' + String(r.status || ''));
+        if (r.forked_from) item.append(' · forked at seq ' + String(r.forked_from.seq));
+        else if (r.continues) item.append(' · continues');
+        const below = el('ul');
+        item.append(below);
+        lists[depth].append(item);
+        lists.push(below);
+      }
+      if (runs.length > 1) $('tree-panel').hidden = false;
+    }
+
+    async function loadTree() {
+      try {
+        const response = await fetch(base + '/tree', { headers: apiHeaders() });
+        if (!response.ok) return;
+        const body = await response.json();
+        if (Array.isArray(body.runs)) renderTree(body.runs);
+      } catch (_) {
+        // The tree is an aid: the run page works without it.
+      }
+    }
+
     // ----- transcript -----
 
     function note(text, kind, parent) {
@@ -878,6 +933,7 @@
           state.model = p.model || null;
           setStatus('running');
           if (p.continues) note('continues ' + p.continues, 'info');
+          showParent(p);
           scopeStarted('run', p, ts);
           return;
         case 'run.input':
@@ -1236,6 +1292,7 @@
 
     document.body.dataset.lastSeq = '0';
     connect();
+    loadTree();
   }
 
   // ---------- routing ----------

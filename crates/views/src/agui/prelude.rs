@@ -38,6 +38,8 @@ pub struct PreludeFold {
     /// The run a continued run's `run.input` reference names: its history
     /// starts the snapshot.
     inherits: Option<RunId>,
+    /// For a fork, the parent's seq its history runs through.
+    forked_at: Option<u64>,
 }
 
 impl PreludeFold {
@@ -50,6 +52,11 @@ impl PreludeFold {
     /// [`AguiMapper::map`].
     pub fn push(&mut self, event: &Event) -> Result<(), AguiError> {
         self.mapper.advance(event)?;
+        if event.seq() == 1
+            && let Ok(Payload::RunStarted(started)) = event.payload()
+        {
+            self.forked_at = started.forked_from.map(|fork| fork.seq);
+        }
         if event.kind().name() == "run.input" {
             self.has_input = true;
             if let Ok(Payload::RunInputReference(r)) = event.payload() {
@@ -72,6 +79,7 @@ impl PreludeFold {
             mapper: self.mapper,
             has_input: self.has_input,
             inherits: self.inherits,
+            forked_at: self.forked_at,
         })
     }
 }
@@ -87,6 +95,7 @@ pub struct Prelude {
     at: Stamp,
     has_input: bool,
     inherits: Option<RunId>,
+    forked_at: Option<u64>,
 }
 
 impl Prelude {
@@ -95,6 +104,14 @@ impl Prelude {
     /// [`Prelude::snapshot`].
     pub fn inherits(&self) -> Option<&RunId> {
         self.inherits.as_ref()
+    }
+
+    /// For a fork (`run.started`'s `forked_from`), the seq of
+    /// [`inherits`](Self::inherits)' run its history runs through: the
+    /// caller rebuilds that run only through it
+    /// (`keel_eventlog::history::rebuild_fork_point`).
+    pub fn forked_at(&self) -> Option<u64> {
+        self.forked_at
     }
 
     /// `RUN_STARTED`, with the `run.started` line as `rawEvent`.

@@ -451,7 +451,12 @@ fn the_prelude_names_the_run_a_continued_run_inherits() {
         }
         fold.finish().expect("not ended")
     };
-    let continued = run(&[started(), reference, input(), turn("turn.started", 1)]);
+    let continued = run(&[
+        started(),
+        reference.clone(),
+        input(),
+        turn("turn.started", 1),
+    ]);
     let prelude = fold_of(&continued);
     assert_eq!(
         prelude.inherits().map(keel_message::RunId::as_str),
@@ -459,6 +464,18 @@ fn the_prelude_names_the_run_a_continued_run_inherits() {
     );
     let fresh = run(&[started(), input(), turn("turn.started", 1)]);
     assert_eq!(fold_of(&fresh).inherits(), None);
+    assert_eq!(prelude.forked_at(), None, "a continuation is no fork");
+    // A fork names the parent's seq its history runs through.
+    let forked = (
+        "run.started",
+        json!({"forked_from": {"run_id": "run_0", "seq": 5}}),
+    );
+    let fork = fold_of(&run(&[forked, reference, input(), turn("turn.started", 1)]));
+    assert_eq!(
+        fork.inherits().map(keel_message::RunId::as_str),
+        Some("run_0")
+    );
+    assert_eq!(fork.forked_at(), Some(5));
 }
 
 /// A join mid-message after more than [`MAX_TEXT_BYTES`] of one message:
