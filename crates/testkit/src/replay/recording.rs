@@ -6,7 +6,7 @@ use keel_eventlog::{
     ToolFailed,
 };
 use keel_message::{Message, ModelName, OperationId, ProviderTag, RunId, ToolName};
-use keel_stream::{RawCompletion, RawItem, RawProblem, RawUsage};
+use keel_stream::{MetadataAllowlist, MetadataError, RawCompletion, RawItem, RawProblem, RawUsage};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -78,6 +78,8 @@ pub struct Recording {
     pub(crate) approved_tools: BTreeSet<ToolName>,
     pub(crate) approvals: BTreeMap<String, ApprovalEnd>,
     pub(crate) cancel_after: Option<u64>,
+    /// The provider metadata namespaces recorded in `model.completed`.
+    pub(crate) metadata_namespaces: BTreeSet<String>,
 }
 
 /// The state of the read while folding the events.
@@ -96,6 +98,7 @@ struct Reader {
     reference: Option<HistoryReference>,
     first_cancelled: Option<u64>,
     run_cancelled: bool,
+    metadata_namespaces: BTreeSet<String>,
 }
 
 impl Recording {
@@ -196,6 +199,12 @@ impl Recording {
     /// [`replay`](super::replay)); `None` for a run not cancelled.
     pub fn cancel_after(&self) -> Option<u64> {
         self.cancel_after
+    }
+
+    /// The provider metadata namespaces the run recorded (an allowlist
+    /// that lets a replay record the same metadata).
+    pub fn metadata_allowlist(&self) -> Result<MetadataAllowlist, MetadataError> {
+        MetadataAllowlist::new(self.metadata_namespaces.iter())
     }
 }
 
@@ -330,7 +339,13 @@ impl Reader {
                 input_tokens: u.input_tokens(),
                 output_tokens: u.output_tokens(),
             }),
-            metadata: c.metadata.map(|m| m.to_value()),
+            metadata: c.metadata.map(|m| {
+                let value = m.to_value();
+                if let Some(namespaces) = value.as_object() {
+                    self.metadata_namespaces.extend(namespaces.keys().cloned());
+                }
+                value
+            }),
         });
         self.close(&c.operation_id, item);
     }
@@ -384,6 +399,7 @@ impl Reader {
                 .first_cancelled
                 .filter(|_| self.run_cancelled)
                 .map(|seq| seq - 1),
+            metadata_namespaces: self.metadata_namespaces,
         }
     }
 }
