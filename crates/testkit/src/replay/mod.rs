@@ -29,6 +29,7 @@
 //! ```
 
 mod compare;
+mod progress;
 mod provider;
 mod recording;
 mod tools;
@@ -153,6 +154,10 @@ impl Recording {
     }
 }
 
+/// How long [`replay`] waits for the replayed run's next event before it
+/// stops holding tool results and approvals back for the recorded order.
+pub const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Starts `request` (built by [`Recording::request`]) on `engine`,
 /// cancels it once its log reaches [`Recording::cancel_after`] (the
 /// recorded cancellation: the replayed run stalls there, as the recorded
@@ -170,14 +175,36 @@ pub async fn replay(
         .subscribe(0)
         .map_err(|e| ReplayError::Follow(e.to_string()))?;
     let cancel_after = recording.cancel_after();
+    let progress = &recording.progress;
+    progress.start(handle.log().clone());
     let mut events = Vec::new();
-    while let Some(next) = subscription.recv().await {
+    loop {
+        let next = match tokio::time::timeout(QUIET, subscription.recv()).await {
+            Ok(Some(next)) => next,
+            Ok(None) => break,
+            // Nothing committed for a while: whatever waits for the
+            // recorded order would wait forever; let it go.
+            Err(_quiet) => {
+                progress.release_all();
+                continue;
+            }
+        };
         let event = next.map_err(|e| ReplayError::Follow(e.to_string()))?;
         if cancel_after == Some(event.seq()) {
             handle.cancel();
         }
+        let diverged = recording
+            .events
+            .get(events.len())
+            .is_none_or(|r| r.kind() != event.kind());
+        if diverged {
+            // The order can no longer be the recorded one.
+            progress.release_all();
+        }
+        progress.advanced();
         events.push(Event::clone(&event));
     }
+    progress.release_all();
     handle.join().await;
     Ok(events)
 }

@@ -1,6 +1,7 @@
 //! `Recording`: a run's events read back into what a replay serves.
 
 use super::ReplayError;
+use super::progress::Progress;
 use keel_eventlog::{
     Event, HistoryReference, ModelCompleted, ModelFailed, Payload, ReasoningEnd, ToolCompleted,
     ToolFailed,
@@ -8,6 +9,7 @@ use keel_eventlog::{
 use keel_message::{Message, ModelName, OperationId, ProviderTag, RunId, ToolName};
 use keel_stream::{MetadataAllowlist, MetadataError, RawCompletion, RawItem, RawProblem, RawUsage};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How a recorded model call ends when replayed.
@@ -80,6 +82,12 @@ pub struct Recording {
     pub(crate) cancel_after: Option<u64>,
     /// The provider metadata namespaces recorded in `model.completed`.
     pub(crate) metadata_namespaces: BTreeSet<String>,
+    /// Call id → the seq right before its recorded tool or approval
+    /// terminal: the replayed answer waits until the replayed log has
+    /// reached it, so parallel calls end in the recorded order.
+    pub(crate) tool_release: BTreeMap<String, u64>,
+    pub(crate) approval_release: BTreeMap<String, u64>,
+    pub(crate) progress: Arc<Progress>,
 }
 
 /// The state of the read while folding the events.
@@ -99,6 +107,8 @@ struct Reader {
     first_cancelled: Option<u64>,
     run_cancelled: bool,
     metadata_namespaces: BTreeSet<String>,
+    tool_release: BTreeMap<String, u64>,
+    approval_release: BTreeMap<String, u64>,
 }
 
 impl Recording {
@@ -255,11 +265,15 @@ impl Reader {
                     .or_insert(ToolEnd::Hang);
             }
             Payload::ToolCompleted(t) => {
+                self.tool_release
+                    .insert(t.call_id.as_str().to_owned(), seq - 1);
                 self.tool_names.insert(t.tool.clone());
                 self.tool_ends
                     .insert(t.call_id.as_str().to_owned(), ToolEnd::Completed(t));
             }
             Payload::ToolFailed(t) => {
+                self.tool_release
+                    .insert(t.call_id.as_str().to_owned(), seq - 1);
                 self.tool_names.insert(t.tool.clone());
                 self.tool_ends
                     .insert(t.call_id.as_str().to_owned(), ToolEnd::Failed(t));
@@ -280,9 +294,11 @@ impl Reader {
                 }
             }
             Payload::InteractionCompleted(i) => {
+                self.release_approval(i.interaction_id.as_str(), seq);
                 self.answer(i.interaction_id.as_str(), ApprovalEnd::Decided(i.decision));
             }
             Payload::InteractionFailed(i) => {
+                self.release_approval(i.interaction_id.as_str(), seq);
                 self.answer(
                     i.interaction_id.as_str(),
                     ApprovalEnd::Failed(i.error.as_str().to_owned()),
@@ -294,6 +310,12 @@ impl Reader {
                 self.run_cancelled = true;
             }
             _ => {}
+        }
+    }
+
+    fn release_approval(&mut self, interaction_id: &str, seq: u64) {
+        if let Some(call) = self.interactions.get(interaction_id) {
+            self.approval_release.insert(call.clone(), seq - 1);
         }
     }
 
@@ -400,6 +422,9 @@ impl Reader {
                 .filter(|_| self.run_cancelled)
                 .map(|seq| seq - 1),
             metadata_namespaces: self.metadata_namespaces,
+            tool_release: self.tool_release,
+            approval_release: self.approval_release,
+            progress: Arc::default(),
         }
     }
 }

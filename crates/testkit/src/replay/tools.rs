@@ -2,6 +2,7 @@
 //! approval answers, by call id.
 
 use super::Recording;
+use super::progress::Progress;
 use super::recording::{ApprovalEnd, ToolEnd};
 use keel_engine::{
     InteractionDecision, InteractionError, InteractionFuture, InteractionHandler, InteractionKind,
@@ -38,6 +39,8 @@ pub const UNRECORDED_APPROVAL: &str = "replay.unrecorded_approval";
 #[derive(Debug, Clone)]
 pub struct ReplayTools {
     ends: Arc<BTreeMap<String, ToolEnd>>,
+    release: Arc<BTreeMap<String, u64>>,
+    progress: Arc<Progress>,
     policies: BTreeMap<ToolName, ToolPolicy>,
 }
 
@@ -58,6 +61,8 @@ impl ReplayTools {
             .collect();
         ReplayTools {
             ends: Arc::new(recording.tool_ends.clone()),
+            release: Arc::new(recording.tool_release.clone()),
+            progress: Arc::clone(&recording.progress),
             policies,
         }
     }
@@ -83,6 +88,8 @@ impl ReplayTools {
                     definition,
                     policy: policy.clone(),
                     ends: Arc::clone(&self.ends),
+                    release: Arc::clone(&self.release),
+                    progress: Arc::clone(&self.progress),
                 }) as Arc<dyn Tool>)
             })
             .collect()
@@ -93,6 +100,8 @@ struct ReplayTool {
     definition: ToolDefinition,
     policy: ToolPolicy,
     ends: Arc<BTreeMap<String, ToolEnd>>,
+    release: Arc<BTreeMap<String, u64>>,
+    progress: Arc<Progress>,
 }
 
 impl Tool for ReplayTool {
@@ -125,8 +134,24 @@ impl Tool for ReplayTool {
                 self.definition.name()
             ))),
         };
-        Box::pin(std::future::ready(result))
+        released(&self.progress, self.release.get(call_id).copied(), result)
     }
+}
+
+/// `answer`, once the replayed log has reached `after` (when known): the
+/// recorded order of parallel calls' terminals.
+fn released<T: Send + 'static>(
+    progress: &Arc<Progress>,
+    after: Option<u64>,
+    answer: T,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>> {
+    let progress = Arc::clone(progress);
+    Box::pin(async move {
+        if let Some(seq) = after {
+            progress.reached(seq).await;
+        }
+        answer
+    })
 }
 
 /// The `original_bytes` of a recorded `output_cut`, when the output was cut.
@@ -146,6 +171,8 @@ fn cut_original_bytes(done: &keel_eventlog::ToolCompleted) -> Option<u64> {
 #[derive(Debug, Clone)]
 pub struct ReplayApprovals {
     answers: Arc<BTreeMap<String, ApprovalEnd>>,
+    release: Arc<BTreeMap<String, u64>>,
+    progress: Arc<Progress>,
 }
 
 impl ReplayApprovals {
@@ -153,6 +180,8 @@ impl ReplayApprovals {
     pub fn new(recording: &Recording) -> ReplayApprovals {
         ReplayApprovals {
             answers: Arc::new(recording.approvals.clone()),
+            release: Arc::new(recording.approval_release.clone()),
+            progress: Arc::clone(&recording.progress),
         }
     }
 }
@@ -174,6 +203,10 @@ impl InteractionHandler for ReplayApprovals {
                 "approval of call {call_id} was not recorded (rule {UNRECORDED_APPROVAL})"
             ))),
         };
-        Box::pin(std::future::ready(answer))
+        released(
+            &self.progress,
+            self.release.get(call_id.as_str()).copied(),
+            answer,
+        )
     }
 }
