@@ -197,3 +197,26 @@ async fn a_changed_tool_result_or_retry_limit_reports_the_first_diverging_seq() 
     })
     .await;
 }
+
+/// A run's lines under `run`, with `ts` and the input message id given.
+fn lines(run: &str, ts: u64, message_id: &str) -> Vec<Event> {
+    [
+        format!(r#"{{"kind":"run.started","payload":{{"model":"m"}},"run_id":"{run}","seq":1,"ts":{ts}}}"#),
+        format!(
+            r#"{{"kind":"run.input","payload":{{"message":{{"id":"{message_id}","parts":[{{"text":"hi","type":"text"}}],"role":"user"}}}},"run_id":"{run}","seq":2,"ts":{ts}}}"#
+        ),
+    ]
+    .iter()
+    .map(|l| Event::decode(l).unwrap())
+    .collect()
+}
+
+#[test]
+fn compare_ignores_ts_run_id_and_run_derived_ids_only() {
+    let recorded = lines("run_a", 1, "run_a.u1");
+    assert_eq!(compare(&recorded, &lines("run_b", 9, "run_b.u1")), Ok(()));
+    let other = compare(&recorded, &lines("run_b", 9, "run_c.u1")).unwrap_err();
+    assert_eq!(other.seq, 2);
+    let shorter = compare(&recorded, &recorded[..1]).unwrap_err();
+    assert_eq!((shorter.seq, shorter.replayed), (2, None));
+}
