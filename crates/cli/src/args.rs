@@ -42,6 +42,28 @@ pub enum Command {
     Import(ImportArgs),
     /// Serve runs over HTTP: start them, stream their events (SSE), answer approvals.
     Serve(ServeArgs),
+    /// Re-run a stored run with the current code, serving its model calls,
+    /// tool results and approvals from its log (no network, no side
+    /// effect, nothing stored), and compare the logs: prints `identical`
+    /// (exit 0) or the first diverging seq with both lines (exit 1).
+    Replay(ReplayArgs),
+}
+
+/// `keel replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The stored run to replay.
+    #[arg(value_name = "RUN_ID")]
+    pub run_id: String,
+    /// The journal.
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// The composition to replay with: the scenario's limits, metadata
+    /// allowlist and tool policies (its provider, scripts and messages are
+    /// not used). Without it: the default limits, and approval required
+    /// for exactly the tools whose recorded calls asked for it.
+    #[arg(long, value_name = "FILE")]
+    pub scenario: Option<PathBuf>,
 }
 
 /// The journal to use.

@@ -64,6 +64,7 @@ pub fn main() -> i32 {
         args::Command::Export(a) => commands::transfer::export(a),
         args::Command::Import(a) => commands::transfer::import(a),
         args::Command::Serve(a) => commands::serve::serve(a),
+        args::Command::Replay(a) => commands::replay::replay(a),
     };
     match result {
         Ok(code) => code,

@@ -273,6 +273,11 @@ pub struct ToolPolicy {
     pub requires_approval: bool,
     /// Overrides the engine's per-call timeout.
     pub timeout: Option<Duration>,
+    /// Repeating a call has the same effect as making it once (a read, a
+    /// put by key). `tool.started` then records `"idempotent": true`, and
+    /// recovery closes a call the host lost mid-way as retryable instead
+    /// of `uncertain`. Default false.
+    pub idempotent: bool,
 }
 
 impl Default for ToolPolicy {
@@ -281,6 +286,7 @@ impl Default for ToolPolicy {
             on_failure: OnToolFailure::FeedBack,
             requires_approval: false,
             timeout: None,
+            idempotent: false,
         }
     }
 }

@@ -1335,3 +1335,31 @@ async fn has_tool_names_the_builders_and_the_requests_tools_only() {
     assert!(engine.has_tool(&with_own, &name("get_weather")));
     assert!(!engine.has_tool(&with_own, &name("other")));
 }
+
+/// `tool.started` of an idempotent tool records `"idempotent": true`
+/// (what recovery reads); any other tool's records nothing more.
+#[tokio::test]
+async fn tool_started_records_an_idempotent_tool() {
+    for idempotent in [false, true] {
+        let provider = ScriptedProvider::new(vec![
+            vec![call("c1"), ScriptItem::complete(FinishReason::ToolCalls)],
+            done(),
+        ]);
+        let tool = weather(vec![ToolStep::ok(json!("sunny"))]).with_policy(ToolPolicy {
+            idempotent,
+            ..ToolPolicy::default()
+        });
+        let engine = builder(provider).tool(Arc::new(tool)).build().unwrap();
+        let (_, events) = run_to_end(&engine, "run_idem").await;
+        let started = events
+            .iter()
+            .find(|e| e.kind().to_string() == "tool.started")
+            .unwrap();
+        assert_eq!(
+            started.line().contains(r#""idempotent":true"#),
+            idempotent,
+            "{}",
+            started.line()
+        );
+    }
+}

@@ -592,6 +592,7 @@ async fn a_source_tool_needing_approval_without_a_handler_fails_its_call() {
                 on_failure,
                 requires_approval: true,
                 timeout: None,
+                idempotent: false,
             });
         let invoked = guarded.handle();
         let source = TestSource::lists("s", vec![vec![Arc::new(guarded) as Arc<dyn Tool>]]);

@@ -5,18 +5,25 @@
 //! that prefix and appends, innermost first and continuing its sequence,
 //! one failed terminal per open scope, each naming the loss of the host
 //! (rule `run.host_lost`, cause kind [`HOST_LOST`]): a tool in flight is
-//! `uncertain` (nobody knows whether its effect happened), a model call
-//! closes at the position the log shows.
+//! `uncertain` (nobody knows whether its effect happened), unless its
+//! `tool.started` recorded `"idempotent": true`: then it is retryable
+//! (`retry: "retryable"`, no outcome: whether the effect happened does not
+//! matter, repeating it is safe); a model call closes at the position the
+//! log shows.
 
 use crate::log::RunLog;
 use crate::payload::{
     Cause, ErrorText, Extra, InteractionFailed, ModelFailed, Payload, ProblemRecord, RunFailed,
-    ToolFailed, ToolOutcome, TurnFailed,
+    ToolFailed, ToolOutcome, ToolRetry, TurnFailed,
 };
 use crate::scope::ScopeKey;
-use keel_message::OperationId;
+use keel_message::{CallId, OperationId};
 use keel_stream::{ProblemKind, ProviderProblem, RetryPosition};
 use std::collections::HashSet;
+
+/// The `tool.started` member that marks an idempotent tool's call
+/// (`"idempotent": true`).
+pub const IDEMPOTENT: &str = "idempotent";
 
 /// The cause kind of every recovery terminal of the run and its turn.
 pub const HOST_LOST: &str = "host_lost";
@@ -45,6 +52,7 @@ pub fn terminals(log: &RunLog) -> Vec<Payload> {
         return Vec::new();
     }
     let with_output = attempts_with_output(log);
+    let idempotent = idempotent_calls(log);
     let error = ErrorText::new(HOST_LOST_TEXT);
     let cause = Cause {
         kind: Some(HOST_LOST.to_owned()),
@@ -84,8 +92,8 @@ pub fn terminals(log: &RunLog) -> Vec<Payload> {
                     call_id: call_id.clone(),
                     tool: tool.clone(),
                     error: error.clone(),
-                    outcome: Some(ToolOutcome::Uncertain),
-                    retry: None,
+                    outcome: (!idempotent.contains(call_id)).then_some(ToolOutcome::Uncertain),
+                    retry: idempotent.contains(call_id).then_some(ToolRetry::Retryable),
                     extra: Extra::new(),
                 }),
                 // A tool scope opened without its name (a resumed tracker
@@ -101,6 +109,21 @@ pub fn terminals(log: &RunLog) -> Vec<Payload> {
                 error: error.clone(),
                 extra: Extra::new(),
             }),
+        })
+        .collect()
+}
+
+/// Tool calls whose `tool.started` recorded `"idempotent": true`.
+fn idempotent_calls(log: &RunLog) -> HashSet<CallId> {
+    log.retained_after(0)
+        .iter()
+        .filter_map(|e| match e.payload() {
+            Ok(Payload::ToolStarted(p))
+                if p.extra.get(IDEMPOTENT) == Some(&serde_json::Value::Bool(true)) =>
+            {
+                Some(p.call_id)
+            }
+            _ => None,
         })
         .collect()
 }

@@ -78,3 +78,45 @@ fn an_open_model_attempt_closes_partial_exactly_when_it_recorded_output() {
     check(Output::Reasoning, RetryPosition::Partial);
     check(Output::Redacted, RetryPosition::Partial);
 }
+
+/// Opens run, turn 1 and tool call `c1` (its `tool.started` marked
+/// idempotent or not), and checks the tool's recovery terminal: its
+/// outcome and retry.
+fn check_tool(idempotent: bool, outcome: Option<ToolOutcome>, retry: Option<ToolRetry>) {
+    let log = RunLog::new(
+        RunId::parse("run_1").unwrap(),
+        LogConfig::default(),
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    let tool = ToolUse::new(
+        1,
+        CallId::parse("c1").unwrap(),
+        ToolName::parse("put").unwrap(),
+    );
+    let mut started = tool.started();
+    if let (true, Payload::ToolStarted(s)) = (idempotent, &mut started) {
+        s.extra.insert(
+            recovery::IDEMPOTENT.to_owned(),
+            serde_json::Value::Bool(true),
+        );
+    }
+    for p in [events::run_started(), events::turn_started(1), started] {
+        log.commit(&p).unwrap();
+    }
+    let terminals = recovery::terminals(&log);
+    let Payload::ToolFailed(failed) = &terminals[0] else {
+        panic!("{:?}", terminals[0])
+    };
+    assert_eq!(
+        (&failed.outcome, &failed.retry),
+        (&outcome, &retry),
+        "idempotent {idempotent}"
+    );
+}
+
+#[test]
+fn an_in_flight_idempotent_call_closes_retryable_and_any_other_uncertain() {
+    check_tool(false, Some(ToolOutcome::Uncertain), None);
+    check_tool(true, None, Some(ToolRetry::Retryable));
+}

@@ -412,6 +412,7 @@ fn policies(
             on_failure,
             requires_approval: entry.requires_approval.unwrap_or(false),
             timeout,
+            ..ToolPolicy::default()
         };
         out.insert(tool.clone(), policy);
     }

@@ -262,6 +262,8 @@ struct ToolWire {
     parameters: Option<Value>,
     #[serde(default)]
     requires_approval: bool,
+    #[serde(default)]
+    idempotent: bool,
     timeout_ms: Option<u64>,
     on_failure: Option<OnFailureWire>,
     script: Option<Vec<ToolStep>>,
@@ -592,6 +594,7 @@ fn check_tool(i: usize, t: ToolWire) -> Result<ToolEntry, RuleError> {
         },
         requires_approval: t.requires_approval,
         timeout,
+        idempotent: t.idempotent,
     };
     if let Some(id) = &t.builtin {
         let builtin = Builtin::parse(id).ok_or_else(|| {
@@ -777,6 +780,27 @@ mod tests {
         assert!(msg.contains("rule mcp.env_secret"), "{msg}");
         let fine = text.replace(r#","TEAM_KEY"]"#, "]");
         assert_eq!(load_str(&fine).unwrap().mcp_servers.len(), 1);
+    }
+
+    /// `"idempotent": true` reaches the tool's policy, for scripted and
+    /// built-in tools; absent, it is false.
+    #[test]
+    fn a_tool_may_declare_itself_idempotent() {
+        let text = r#"{"model":"m","messages":[{"role":"user","text":"hi"}],
+            "tools":[{"name":"put","script":[],"idempotent":true},{"builtin":"clock","idempotent":true},
+                     {"name":"post","script":[]}],
+            "provider":{"type":"scripted","calls":[]}}"#;
+        let idempotent: Vec<bool> = load_str(text)
+            .unwrap()
+            .tools
+            .iter()
+            .map(|t| match t {
+                ToolEntry::Scripted { policy, .. } | ToolEntry::Builtin { policy, .. } => {
+                    policy.idempotent
+                }
+            })
+            .collect();
+        assert_eq!(idempotent, [true, true, false]);
     }
 
     #[test]

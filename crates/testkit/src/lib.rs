@@ -42,6 +42,10 @@
 //! - `strategies` (feature `proptest`) has proptest strategies for
 //!   messages, histories, requests, raw streams (valid and malformed),
 //!   scripts, whole scripted runs and lifecycle-valid event sequences.
+//! - [`replay`] re-runs a recorded run (for example a `keel export`
+//!   file) against the current code with no network and no side effect:
+//!   [`replay::ReplayProvider`], [`replay::ReplayTools`], replayed
+//!   approvals and cancellation, and [`replay::compare`].
 //! - [`conformance`] is the provider conformance suite that adapters run
 //!   against their wire fixtures.
 //!
@@ -158,6 +162,7 @@ mod interaction;
 mod memory_journal;
 mod observer;
 mod provider;
+pub mod replay;
 mod script;
 #[cfg(feature = "proptest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proptest")))]

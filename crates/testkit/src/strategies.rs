@@ -681,6 +681,7 @@ pub fn tool_policy() -> impl Strategy<Value = ToolPolicy> {
             },
             requires_approval,
             timeout: timeout.map(Duration::from_millis),
+            idempotent: false,
         })
 }
 

@@ -171,6 +171,7 @@ fn policy_and_definition() {
         on_failure: OnToolFailure::EndRun,
         requires_approval: true,
         timeout: Some(Duration::from_secs(1)),
+        idempotent: true,
     };
     let tool = tool.with_policy(policy.clone());
     assert_eq!(tool.policy(), policy);

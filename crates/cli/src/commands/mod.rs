@@ -2,6 +2,7 @@
 
 pub mod history;
 pub mod recover;
+pub mod replay;
 pub mod run;
 pub mod serve;
 pub mod transfer;

@@ -193,7 +193,7 @@ impl Runner {
                 turn,
                 call_id: call.call_id().clone(),
                 tool: call.name().clone(),
-                extra: Extra::new(),
+                extra: started_extra(&policy),
             }))
             .await?;
         let result = if unapprovable {
@@ -399,6 +399,19 @@ impl Runner {
             }),
         })
     }
+}
+
+/// `tool.started`'s members beyond the scope: `"idempotent": true` for an
+/// idempotent tool (what recovery reads), nothing otherwise.
+fn started_extra(policy: &ToolPolicy) -> Extra {
+    let mut extra = Extra::new();
+    if policy.idempotent {
+        extra.insert(
+            keel_eventlog::recovery::IDEMPOTENT.to_owned(),
+            serde_json::Value::Bool(true),
+        );
+    }
+    extra
 }
 
 /// `tool.completed`'s record of a cut:
