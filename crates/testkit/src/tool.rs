@@ -339,7 +339,7 @@ impl ScriptedTool {
     /// let tool = ScriptedTool::named("rm", vec![])?.with_policy(ToolPolicy {
     ///     on_failure: OnToolFailure::EndRun,
     ///     requires_approval: true,
-    ///     timeout: None,
+    ///     ..ToolPolicy::default()
     /// });
     /// assert!(tool.policy().requires_approval);
     /// # Ok::<(), keel_message::MessageError>(())
