@@ -21,21 +21,8 @@ use std::time::Duration;
 
 /// A scenario whose model calls `get_weather` for `city`, then answers.
 fn weather(run_id: &str, city: &str) -> String {
-    json!({
-        "run_id": run_id,
-        "model": "scripted-1",
-        "messages": [{"role": "user", "text": format!("Weather in {city}? {}", "Please be thorough. ".repeat(20))}],
-        "tools": [{
-            "name": "get_weather", "description": "weather", "parameters": {"type": "object"},
-            "script": [{"ok": {"city": city, "temp_c": 3}}]
-        }],
-        "provider": {"type": "scripted", "calls": [
-            [{"tool_call": {"call_id": format!("{run_id}_c1"), "name": "get_weather", "arguments": {"city": city}}},
-             {"complete": {"finish": "tool_calls"}}],
-            [{"text": format!("{city}: 3 °C.")}, {"complete": {"finish": "stop"}}]
-        ]}
-    })
-    .to_string()
+    let question = format!("Weather in {city}? {}", "Please be thorough. ".repeat(20));
+    common::weather_scenario(run_id, city, &question, &format!("{city}: 3 °C."))
 }
 
 /// A scenario whose model answers with a short summary.

@@ -11,21 +11,7 @@ use serde_json::Value;
 
 /// A scenario whose model calls `get_weather` for `city`, then answers.
 fn weather_scenario(run_id: &str, city: &str, answer: &str) -> String {
-    serde_json::json!({
-        "run_id": run_id,
-        "model": "scripted-1",
-        "messages": [{"role": "user", "text": "unused when continuing"}],
-        "tools": [{
-            "name": "get_weather", "description": "weather", "parameters": {"type": "object"},
-            "script": [{"ok": {"city": city, "temp_c": 3}}]
-        }],
-        "provider": {"type": "scripted", "calls": [
-            [{"tool_call": {"call_id": format!("{run_id}_c1"), "name": "get_weather", "arguments": {"city": city}}},
-             {"complete": {"finish": "tool_calls"}}],
-            [{"text": answer}, {"complete": {"finish": "stop"}}]
-        ]}
-    })
-    .to_string()
+    common::weather_scenario(run_id, city, "unused when continuing", answer)
 }
 
 /// The history `run_id` starts from: its own `run.input` messages after

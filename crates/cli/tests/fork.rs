@@ -12,21 +12,12 @@ use serde_json::Value;
 
 /// A scenario whose model calls `get_weather` for `city`, then answers.
 fn weather(run_id: &str, city: &str) -> String {
-    serde_json::json!({
-        "run_id": run_id,
-        "model": "scripted-1",
-        "messages": [{"role": "user", "text": format!("Weather in {city}?")}],
-        "tools": [{
-            "name": "get_weather", "description": "weather", "parameters": {"type": "object"},
-            "script": [{"ok": {"city": city, "temp_c": 3}}]
-        }],
-        "provider": {"type": "scripted", "calls": [
-            [{"tool_call": {"call_id": format!("{run_id}_c1"), "name": "get_weather", "arguments": {"city": city}}},
-             {"complete": {"finish": "tool_calls"}}],
-            [{"text": format!("{city}: 3 °C.")}, {"complete": {"finish": "stop"}}]
-        ]}
-    })
-    .to_string()
+    common::weather_scenario(
+        run_id,
+        city,
+        &format!("Weather in {city}?"),
+        &format!("{city}: 3 °C."),
+    )
 }
 
 /// A scenario whose model answers `answer` (its messages are not used by a fork).

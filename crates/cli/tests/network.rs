@@ -19,6 +19,7 @@ fn run_scenario(sb: &Sandbox, scenario: &str) -> std::process::Output {
         .args(sb.db_args())
         .args(["--approve", "all"])
         .env("KEEL_TEST_API_KEY", SECRET)
+        .env("RUST_LOG", "trace")
         .output()
         .unwrap()
 }
@@ -123,8 +124,8 @@ fn gemini_retries_a_429_and_returns_the_thought_signature() {
     ]);
     let base = base.replace("/v1", "/v1beta");
     let sb = Sandbox::new();
-    let file = sb.write(
-        "net.json",
+    let out = run_scenario(
+        &sb,
         &format!(
             r#"{{"model": "gemini-2.5-pro", "messages": [{{"role": "user", "text": "Weather in Trondheim?"}}],
                 "allow_metadata": ["gemini"],
@@ -135,15 +136,6 @@ fn gemini_retries_a_429_and_returns_the_thought_signature() {
                               "thinking_budget_tokens": 1024}}}}"#
         ),
     );
-    let out = keel()
-        .arg("run")
-        .arg(&file)
-        .args(sb.db_args())
-        .args(["--approve", "all"])
-        .env("KEEL_TEST_API_KEY", SECRET)
-        .env("RUST_LOG", "trace")
-        .output()
-        .unwrap();
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
@@ -211,8 +203,8 @@ fn openai_responses_reasoning_round_trip() {
         "responses_after_tool_result",
     ]);
     let sb = Sandbox::new();
-    let file = sb.write(
-        "net.json",
+    let out = run_scenario(
+        &sb,
         &format!(
             r#"{{"model": "o4-mini", "messages": [{{"role": "user", "text": "Weather in Trondheim?"}}],
                 "allow_metadata": ["openai"],
@@ -222,15 +214,6 @@ fn openai_responses_reasoning_round_trip() {
                 "provider": {{"type": "openai-responses", "base_url": "{base}", "api_key_env": "KEEL_TEST_API_KEY"}}}}"#
         ),
     );
-    let out = keel()
-        .arg("run")
-        .arg(&file)
-        .args(sb.db_args())
-        .args(["--approve", "all"])
-        .env("KEEL_TEST_API_KEY", SECRET)
-        .env("RUST_LOG", "trace")
-        .output()
-        .unwrap();
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("It is 3 °C in Trondheim."), "{stdout}");

@@ -264,3 +264,24 @@ pub fn stored_inputs(db: &Path, run_id: &str) -> Vec<serde_json::Value> {
         .map(|e| e["payload"].clone())
         .collect()
 }
+
+/// A scripted scenario `run_id` whose model calls `get_weather` for
+/// `city` (call id `{run_id}_c1`), then answers `answer`; its one user
+/// message is `question` (unused when the run continues or forks).
+pub fn weather_scenario(run_id: &str, city: &str, question: &str, answer: &str) -> String {
+    serde_json::json!({
+        "run_id": run_id,
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": question}],
+        "tools": [{
+            "name": "get_weather", "description": "weather", "parameters": {"type": "object"},
+            "script": [{"ok": {"city": city, "temp_c": 3}}]
+        }],
+        "provider": {"type": "scripted", "calls": [
+            [{"tool_call": {"call_id": format!("{run_id}_c1"), "name": "get_weather", "arguments": {"city": city}}},
+             {"complete": {"finish": "tool_calls"}}],
+            [{"text": answer}, {"complete": {"finish": "stop"}}]
+        ]}
+    })
+    .to_string()
+}
