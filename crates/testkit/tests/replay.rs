@@ -220,3 +220,74 @@ fn compare_ignores_ts_run_id_and_run_derived_ids_only() {
     let shorter = compare(&recorded, &recorded[..1]).unwrap_err();
     assert_eq!((shorter.seq, shorter.replayed), (2, None));
 }
+
+/// A run that compacted (a `purpose: "compaction"` model call, then
+/// `context.compacted`) replays identical: the compaction call is served
+/// from the recording like any other model call.
+#[tokio::test(start_paused = true)]
+async fn a_recorded_compaction_replays_identical() {
+    let long = "Tell me everything about the weather in Oslo. ".repeat(20);
+    let mut history = Vec::new();
+    for (i, role) in [
+        Role::User,
+        Role::Assistant,
+        Role::User,
+        Role::Assistant,
+        Role::User,
+        Role::Assistant,
+        Role::User,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = MessageId::parse(&format!("m{i}")).unwrap();
+        history.push(Message::text(id, role, &long).unwrap());
+    }
+    let limits = EngineLimits {
+        context: Some(keel_engine::ContextPolicy::new(100_000)),
+        ..EngineLimits::default()
+    };
+    let provider = ScriptedProvider::new(vec![
+        vec![
+            ScriptItem::text("Oslo weather, summarized."),
+            ScriptItem::complete(FinishReason::Stop),
+        ],
+        vec![
+            ScriptItem::text("Done."),
+            ScriptItem::complete(FinishReason::Stop),
+        ],
+    ]);
+    let request = RunRequest::new(
+        RunId::parse("run_compacted").unwrap(),
+        ModelName::parse("scripted-1").unwrap(),
+        history,
+    )
+    .provider(Arc::new(provider))
+    .limits(limits.clone())
+    .compact_first(true);
+    let engine = Engine::builder().build().unwrap();
+    let handle = engine.start(request).unwrap();
+    let mut subscription = handle.subscribe(0).unwrap();
+    let mut recorded = Vec::new();
+    while let Some(event) = subscription.recv().await {
+        recorded.push(Event::clone(&event.unwrap()));
+    }
+    handle.join().await;
+    assert!(
+        recorded
+            .iter()
+            .any(|e| e.kind().name() == "context.compacted"),
+        "the recording compacted"
+    );
+    let recording = Recording::from_events(&recorded).unwrap();
+    assert_eq!(recording.model_calls(), 2);
+    let request = recording
+        .request(RunId::parse("run_replayed").unwrap())
+        .unwrap()
+        .limits(limits)
+        .compact_first(true);
+    let replayed = replay(&Engine::builder().build().unwrap(), request, &recording)
+        .await
+        .unwrap();
+    assert_eq!(compare(&recorded, &replayed), Ok(()));
+}
