@@ -160,11 +160,27 @@ fn tree(data: &[u8]) {
             check.push(event);
         }
         match (check.finish(), &want) {
-            (Ok(report), Verdict::Clean { sub_runs, unstarted }) => {
+            (
+                Ok(report),
+                Verdict::Clean {
+                    sub_runs,
+                    unstarted,
+                },
+            ) => {
                 assert_eq!(report.runs(), runs.len());
-                assert_eq!((report.sub_runs(), report.unstarted()), (*sub_runs, *unstarted));
+                assert_eq!(
+                    (report.sub_runs(), report.unstarted()),
+                    (*sub_runs, *unstarted)
+                );
             }
-            (Err(v), Verdict::Broken { rule, parent, child }) => {
+            (
+                Err(v),
+                Verdict::Broken {
+                    rule,
+                    parent,
+                    child,
+                },
+            ) => {
                 let seen = (v.rule(), v.parent().clone(), v.child().clone());
                 assert_eq!(seen, (*rule, id(*parent), id(*child)), "{v}");
                 assert!(v.to_string().ends_with(&format!("(rule {rule})")));
@@ -240,7 +256,9 @@ fn payloads_of(nodes: &[Node], i: usize, damage: Damage, victim: usize) -> Vec<P
             extra: Extra::new(),
         }),
     ];
-    let children: Vec<usize> = (0..nodes.len()).filter(|&c| nodes[c].parent == Some(i)).collect();
+    let children: Vec<usize> = (0..nodes.len())
+        .filter(|&c| nodes[c].parent == Some(i))
+        .collect();
     for &c in &children {
         out.push(Payload::ToolStarted(ToolRef {
             turn: 1,
@@ -358,7 +376,10 @@ fn call_terminal(nodes: &[Node], c: usize, damage: Damage, victim: usize) -> Opt
 }
 
 enum Verdict {
-    Clean { sub_runs: usize, unstarted: usize },
+    Clean {
+        sub_runs: usize,
+        unstarted: usize,
+    },
     Broken {
         rule: &'static str,
         parent: usize,
@@ -422,7 +443,11 @@ fn lines(data: &[u8]) {
     if let Err(v) = first {
         let shown = v.to_string();
         assert!(shown.ends_with(&format!("(rule {})", v.rule())), "{shown}");
-        for named in [v.parent().as_str(), v.child().as_str(), v.call_id().as_str()] {
+        for named in [
+            v.parent().as_str(),
+            v.child().as_str(),
+            v.call_id().as_str(),
+        ] {
             assert!(shown.contains(named), "{shown} lacks {named}");
         }
     }
@@ -432,7 +457,12 @@ fn payloads(data: &[u8]) {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
         return;
     };
-    for kind in ["tool.sub_run", "run.started", "tool.completed", "tool.cancelled"] {
+    for kind in [
+        "tool.sub_run",
+        "run.started",
+        "tool.completed",
+        "tool.cancelled",
+    ] {
         let kind = EventKind::parse(kind).unwrap();
         // A payload that decodes and is I-JSON re-encodes to a canonical
         // text that decodes and re-encodes to itself.
