@@ -976,3 +976,71 @@ async fn many_parents_with_parallel_children_and_random_cancels_keep_every_invar
         }
     }
 }
+
+/// A tool whose future blocks its thread: a run task that cannot see its
+/// cancellation (the only way a run is still short of its terminals at a
+/// shutdown deadline).
+struct Blocking(ToolDefinition);
+
+impl Tool for Blocking {
+    fn definition(&self) -> &ToolDefinition {
+        &self.0
+    }
+    fn call(&self, _invocation: ToolInvocation) -> ToolFuture {
+        Box::pin(async {
+            std::thread::sleep(Duration::from_millis(1500));
+            Ok(ToolOutput::new("woke"))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_past_its_deadline_closes_a_stuck_child_before_its_parent() {
+    let recorder = RecordingObserver::new();
+    let engine = engine(&recorder);
+    let blocking = Blocking(
+        ToolDefinition::new(
+            ToolName::parse("block").unwrap(),
+            "blocks its thread",
+            CanonicalJson::parse(r#"{"type":"object"}"#).unwrap(),
+        )
+        .unwrap(),
+    );
+    let child_provider = ScriptedProvider::new(vec![vec![
+        ScriptItem::tool_call("b1", "block", json!({})),
+        ScriptItem::complete(FinishReason::ToolCalls),
+    ]]);
+    let spec = AgentSpec::new(model())
+        .provider(Arc::new(child_provider))
+        .tool(Arc::new(blocking));
+    let parent = ScriptedProvider::new(vec![vec![
+        ScriptItem::tool_call("c0", "a0", json!({"task": "block"})),
+        ScriptItem::complete(FinishReason::ToolCalls),
+    ]]);
+    let request = RunRequest::new(RunId::parse("run_p").unwrap(), model(), user("Go."))
+        .provider(Arc::new(parent))
+        .tool(Arc::new(AgentTool::new(definition("a0"), spec)));
+    let run = engine.start(request).unwrap();
+    let parent_log = run.log().clone();
+    let child_log = loop {
+        let children = engine.live_children(run.run_id());
+        if let Some(log) = children.first().and_then(|c| engine.log(c)) {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    // The child is inside its blocking tool call.
+    while !child_log
+        .retained_after(0)
+        .iter()
+        .any(|e| kind(e) == "tool.started")
+    {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let report = engine.shutdown(Duration::from_millis(300)).await;
+    assert_eq!(report.runs_abandoned, 2, "{report:?}");
+    let mut events = parent_log.retained_after(0);
+    events.extend(child_log.retained_after(0));
+    let tree = check_tree(&events);
+    assert_eq!(tree.end_kind(child_log.run_id()), "run.cancelled");
+}
