@@ -14,6 +14,7 @@ use crate::request::{LinkFuture, LinkParent, ParentRun, RunOutcome, RunRequest};
 use crate::tool::{
     AgentProvider, AgentTool, OnToolFailure, ToolInvocation, ToolOutput, ToolPolicy,
 };
+use keel_eventlog::history;
 use keel_eventlog::{
     Cause, CommitError, ErrorText, Event, Extra, OpenScope, ParentLink, Payload, RunLog, SubRunRef,
     SubRunStarted, ToolCompleted, ToolFailed, ToolOutcome, ToolRef, ToolRetry,
@@ -21,10 +22,6 @@ use keel_eventlog::{
 use keel_message::{CallId, Message, MessageId, Part, Role, RunId, ToolCallPart, ToolName};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-
-/// What `history::rebuild` gives the model for a `tool.cancelled` (the
-/// wire helper's `history::CANCELLED_RESULT`, once merged).
-const CANCELLED_RESULT: &str = "the call was cancelled (rule tool.cancelled)";
 
 /// Where a run stands in its tree: its depth (0 for a run the host
 /// started) and the sub-run bounds in force, the least of its own limits'
@@ -341,7 +338,7 @@ impl Runner {
             }
             ChildEnd::Cancelled | ChildEnd::Unlinked => {
                 self.rec.record(cancelled_payload(call_ref, child)).await?;
-                (CANCELLED_RESULT.to_owned(), true)
+                (history::CANCELLED_RESULT.to_owned(), true)
             }
         };
         Ok(ChildToolEnd {
