@@ -1051,3 +1051,58 @@ async fn shutdown_past_its_deadline_closes_a_stuck_child_before_its_parent() {
     let tree = check_tree(&events);
     assert_eq!(tree.end_kind(child_log.run_id()), "run.cancelled");
 }
+
+#[tokio::test]
+async fn a_childs_answer_over_part_bytes_is_cut_and_the_cut_recorded() {
+    let recorder = RecordingObserver::new();
+    let engine = Engine::builder()
+        .required_observer(Arc::new(recorder.clone()))
+        .message_limits(Limits {
+            part_bytes: 64,
+            ..Limits::default()
+        })
+        .build()
+        .unwrap();
+    // Two text parts of 40 bytes each (a reasoning part between them):
+    // each fits, the joined answer (80 bytes) does not.
+    let child = ScriptedProvider::new(vec![vec![
+        ScriptItem::text("a".repeat(40)),
+        ScriptItem::reasoning("thinking"),
+        ScriptItem::reasoning_signature("sig"),
+        ScriptItem::text("b".repeat(40)),
+        ScriptItem::complete(FinishReason::Stop),
+    ]]);
+    let spec = AgentSpec::new(model()).provider(Arc::new(child));
+    let parent = ScriptedProvider::new(vec![
+        vec![
+            ScriptItem::tool_call("c0", "a0", json!({"task": "long"})),
+            ScriptItem::complete(FinishReason::ToolCalls),
+        ],
+        answer("ok"),
+    ]);
+    let request = RunRequest::new(RunId::parse("run_p").unwrap(), model(), user("Go."))
+        .provider(Arc::new(parent))
+        .tool(Arc::new(AgentTool::new(definition("a0"), spec)));
+    let outcome = engine.start(request).unwrap().join().await;
+    assert!(
+        matches!(outcome, RunOutcome::Completed { .. }),
+        "{outcome:?}"
+    );
+    let events = recorder.events();
+    check_tree(&events);
+    let completed = events
+        .iter()
+        .find_map(|e| match e.payload().unwrap() {
+            Payload::ToolCompleted(p) => Some(p),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        completed.output,
+        format!("{}{}", "a".repeat(40), "b".repeat(24))
+    );
+    assert_eq!(
+        completed.extra["output_cut"],
+        json!({"original_bytes": 80, "kept_bytes": 64})
+    );
+}
