@@ -68,6 +68,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod budget;
 mod builder;
 mod cancel;
 mod compose;
@@ -83,6 +84,7 @@ mod source;
 mod tool;
 mod tool_set;
 
+pub use budget::{Budget, BudgetMember};
 pub use builder::EngineBuilder;
 pub use config::{
     ContextPolicy, DEFAULT_COMPACTION_INSTRUCTION, EngineLimits, LimitError, LimitField,

@@ -1,10 +1,12 @@
 //! The run loop, split by job: [`turn`] (the turn loop), [`sources`] (the
 //! turn's tool set, tool sources and their change records), [`model`]
 //! (model attempts and backoff), [`tools`] (tool calls and approvals),
-//! [`record`] (commit, dispatch, the acknowledged cursor, closing). This
+//! [`record`] (commit, dispatch, the acknowledged cursor, closing),
+//! [`budget`] (the budget checks at the model and tool boundaries). This
 //! module holds the run's state and the top of the task: cancellation,
 //! the panic guard, and settling how the run ended.
 
+mod budget;
 mod compact;
 mod context;
 mod env;
@@ -130,6 +132,8 @@ pub(crate) struct Runner {
     pub(crate) chat: Option<keel_eventlog::ChatRun>,
     pub(crate) inherits: Option<crate::request::Inheritance>,
     pub(crate) compaction: crate::request::CompactionRequest,
+    /// The run's budget account (`None`: no budget in its chain).
+    budget: Option<Arc<crate::budget::BudgetAccount>>,
     state: Mutex<State>,
 }
 
@@ -142,7 +146,9 @@ impl Runner {
     ) -> Runner {
         let rec = Recorder::new(Arc::clone(&env), log, ctx.limits.closing_deadline);
         let sources_seen = vec![sources::SourceSeen::default(); ctx.sources.len()];
+        let budget = crate::budget::BudgetAccount::open(None, ctx.limits.budget.as_ref());
         Runner {
+            budget,
             env,
             rec,
             ctx,
