@@ -8,7 +8,6 @@
 //! admitted one at a time ([`BudgetAccount::admit_model_call`]), which
 //! bounds a token overrun to one in-flight call.
 
-use crate::error::FailureCause;
 use keel_eventlog::{Cause, Extra};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::OwnedMutexGuard;
@@ -122,15 +121,6 @@ pub(crate) struct Breach {
 }
 
 impl Breach {
-    /// The run's failure cause.
-    pub(crate) fn cause(&self) -> FailureCause {
-        FailureCause::Budget {
-            member: self.member,
-            spent: self.spent,
-            limit: self.limit,
-        }
-    }
-
     /// What `turn.failed` and `run.failed` record:
     /// `{"kind": "budget", "rule": "budget.<member>", "spent": S, "limit": L}`.
     pub(crate) fn event_cause(&self) -> Cause {

@@ -6,6 +6,7 @@
 use super::Runner;
 use super::turn::TurnFailure;
 use crate::budget::{Boundary, Breach};
+use crate::error::FailureCause;
 use keel_eventlog::ErrorText;
 use keel_stream::Usage;
 use tokio::sync::OwnedMutexGuard;
@@ -49,7 +50,11 @@ impl Runner {
 
 /// The turn's (and run's) failure for a spent budget member.
 pub(super) fn budget_failure(breach: Breach) -> TurnFailure {
-    let cause = breach.cause();
+    let cause = FailureCause::Budget {
+        member: breach.member,
+        spent: breach.spent,
+        limit: breach.limit,
+    };
     TurnFailure {
         error: ErrorText::new(&cause.to_string()),
         event_cause: Some(breach.event_cause()),
