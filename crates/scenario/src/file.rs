@@ -571,6 +571,7 @@ fn engine_limits(w: &LimitsWire) -> EngineLimits {
             tool_calls: b.tool_calls,
             wall_ms: b.wall_ms,
         }),
+        ..d
     }
 }
 

@@ -2,13 +2,17 @@
 //! turn's tool set, tool sources and their change records), [`model`]
 //! (model attempts and backoff), [`tools`] (tool calls and approvals),
 //! [`record`] (commit, dispatch, the acknowledged cursor, closing),
-//! [`budget`] (the budget checks at the model and tool boundaries). This
-//! module holds the run's state and the top of the task: cancellation,
-//! the panic guard, and settling how the run ended.
+//! [`budget`] (the budget checks at the model and tool boundaries),
+//! [`delegate`] (agent tool calls: child runs) and [`children`] (a run's
+//! children, ended before the run's own terminals). This module holds the
+//! run's state and the top of the task: linking a sub-run to its parent,
+//! cancellation, the panic guard, and settling how the run ended.
 
 mod budget;
+mod children;
 mod compact;
 mod context;
+mod delegate;
 mod env;
 mod model;
 mod record;
@@ -16,6 +20,7 @@ mod sources;
 mod tools;
 mod turn;
 
+pub(crate) use children::{ChildRun, Children, FinalOutcome, RunEnded, StartChild};
 pub(crate) use env::RunEnv;
 pub(crate) use record::commit_cancelled_terminals;
 
@@ -121,10 +126,20 @@ impl RunEnd {
     }
 }
 
+/// What the engine's registry shares with a run task: the run's children
+/// (read by a shutdown that commits an abandoned run's terminals), the
+/// outcome its terminal records (read by its parent), and how the run
+/// starts children of its own.
+pub(crate) struct RunTies {
+    pub(crate) children: Arc<Children>,
+    pub(crate) final_outcome: FinalOutcome,
+    pub(crate) starter: Arc<dyn StartChild>,
+}
+
 pub(crate) struct Runner {
     pub(crate) env: Arc<RunEnv>,
     pub(crate) ctx: RunContext,
-    pub(crate) rec: Recorder,
+    pub(crate) rec: Arc<Recorder>,
     pub(crate) run_id: RunId,
     pub(crate) model: ModelName,
     pub(crate) continues: Option<RunId>,
@@ -133,7 +148,12 @@ pub(crate) struct Runner {
     pub(crate) inherits: Option<crate::request::Inheritance>,
     pub(crate) compaction: crate::request::CompactionRequest,
     /// The run's budget account (`None`: no budget in its chain).
-    budget: Option<Arc<crate::budget::BudgetAccount>>,
+    pub(crate) budget: Option<Arc<crate::budget::BudgetAccount>>,
+    /// Set for a sub-run: its link, recorded in `run.started`.
+    pub(crate) parent: Option<crate::request::ParentRun>,
+    pub(crate) lineage: delegate::Lineage,
+    pub(crate) children: Arc<Children>,
+    pub(crate) starter: Arc<dyn StartChild>,
     state: Mutex<State>,
 }
 
@@ -143,14 +163,29 @@ impl Runner {
         ctx: RunContext,
         log: RunLog,
         request: RunRequest,
+        ties: RunTies,
     ) -> Runner {
-        let rec = Recorder::new(Arc::clone(&env), log, ctx.limits.closing_deadline);
+        let rec = Recorder::new(
+            Arc::clone(&env),
+            log,
+            ctx.limits.closing_deadline,
+            ties.final_outcome,
+            Arc::clone(&ties.children),
+        );
         let sources_seen = vec![sources::SourceSeen::default(); ctx.sources.len()];
-        let budget = crate::budget::BudgetAccount::open(None, ctx.limits.budget.as_ref());
+        let lineage = delegate::Lineage::new(&ctx.limits, request.parent.as_ref());
+        // A child's account links to its parent's: it spends from every
+        // budget over it, and its own can only narrow them.
+        let over = request.parent.as_ref().and_then(|p| p.budget.clone());
+        let budget = crate::budget::BudgetAccount::open(over, ctx.limits.budget.as_ref());
         Runner {
             budget,
+            rec: Arc::new(rec),
+            parent: request.parent,
+            lineage,
+            children: ties.children,
+            starter: ties.starter,
             env,
-            rec,
             ctx,
             run_id: request.run_id,
             model: request.model,
@@ -185,6 +220,13 @@ impl Runner {
     /// terminal committed. Last, however the run ended, every tool source
     /// is closed.
     pub(crate) async fn run(self, cancel: CancelToken) -> RunEnd {
+        // A sub-run's parent names it (`tool.sub_run`) before it starts;
+        // a link the parent's log refused leaves no trace of the child.
+        if let Some(parent) = &self.parent
+            && !parent.linker.link().await
+        {
+            return self.unlinked();
+        }
         let driven = AssertUnwindSafe(async {
             // `run.started` is committed even when the run is cancelled
             // before its task first runs: a run `start` accepted is in the
@@ -206,6 +248,9 @@ impl Runner {
         })
         .catch_unwind()
         .await;
+        // However the loop stopped, every child ends (cancelled, waited
+        // for) before this run commits its own closing terminals.
+        self.children.end_all().await;
         let outcome = match driven {
             Ok(driven) => self.settle(driven).await,
             Err(_) => {
@@ -224,6 +269,20 @@ impl Runner {
             run_id: self.run_id,
             outcome,
             history,
+        }
+    }
+
+    /// How a sub-run whose link the parent's log refused ends: nothing
+    /// committed, nothing for the observers.
+    fn unlinked(self) -> RunEnd {
+        let detail = "the parent's log refused tool.sub_run (rule sub_run.link)".to_owned();
+        RunEnd {
+            acknowledged: true,
+            run_id: self.run_id,
+            outcome: RunOutcome::Failed {
+                cause: FailureCause::Internal(detail),
+            },
+            history: Vec::new(),
         }
     }
 
