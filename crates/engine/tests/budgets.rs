@@ -2,7 +2,8 @@
 //! the run at the boundary it is checked at (before `model.started` or
 //! `tool.started`), naming the rule with the spent and limit figures, in
 //! the outcome and in `turn.failed` / `run.failed`; a run within its budget
-//! is untouched; and every member's zero (or out-of-range) limit is refused.
+//! is untouched; every member's zero (or out-of-range) limit is refused;
+//! and a child's bigger budget never widens its parent's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use keel_engine::*;
@@ -352,4 +353,91 @@ async fn a_request_with_a_zero_budget_does_not_start() {
         panic!("started");
     };
     assert_eq!(e.field(), LimitField::BudgetToolCalls);
+}
+
+/// A child whose own budget is far bigger is still stopped by its
+/// parent's: the child fails at its second tool call with the parent's
+/// figures (its own 10 000 tokens never count), its cause rides on the
+/// parent's `tool.failed`, and the parent's next model call is refused on
+/// the tokens the child spent.
+#[tokio::test(start_paused = true)]
+async fn a_childs_bigger_budget_never_widens_its_parents() {
+    let wide = budget(Some(10_000), Some(10_000), Some(50), None);
+    let child_provider = ScriptedProvider::new(vec![
+        asks(&["k1"], (10, 40)),
+        asks(&["k2"], (10, 40)),
+        answers((1, 1)),
+    ]);
+    let work = ScriptedTool::named("work", vec![ToolStep::ok(json!("ok")); 4]).unwrap();
+    let spec = AgentSpec::new(ModelName::parse("scripted-1").unwrap())
+        .provider(Arc::new(child_provider))
+        .tool(Arc::new(work))
+        .limits(EngineLimits {
+            budget: Some(wide),
+            ..EngineLimits::default()
+        });
+    let definition = ToolDefinition::new(
+        ToolName::parse("helper").unwrap(),
+        "delegates",
+        CanonicalJson::from_value(&AgentTool::task_parameters()).unwrap(),
+    )
+    .unwrap();
+    let parent_provider = ScriptedProvider::new(vec![
+        vec![
+            ScriptItem::tool_call("p1", "helper", json!({"task": "dig"})),
+            ScriptItem::complete_with_usage(FinishReason::ToolCalls, 5, 5),
+        ],
+        answers((1, 1)),
+    ]);
+    let recorder = RecordingObserver::new();
+    let engine = Engine::builder()
+        .required_observer(Arc::new(recorder.clone()))
+        .build()
+        .unwrap();
+    let request = RunRequest::new(
+        RunId::parse("run_parent").unwrap(),
+        ModelName::parse("scripted-1").unwrap(),
+        vec![msg("u1", Role::User, "go")],
+    )
+    .provider(Arc::new(parent_provider))
+    .tool(Arc::new(AgentTool::new(definition, spec)))
+    .limits(EngineLimits {
+        budget: Some(budget(None, Some(60), Some(3), None)),
+        ..EngineLimits::default()
+    });
+    let outcome = engine.start(request).unwrap().join().await;
+    let parent_cause = FailureCause::Budget {
+        member: BudgetMember::OutputTokens,
+        spent: 85,
+        limit: 60,
+    };
+    assert!(
+        matches!(&outcome, RunOutcome::Failed { cause } if *cause == parent_cause),
+        "{outcome:?}"
+    );
+    let events = recorder.events();
+    let child_failed = events
+        .iter()
+        .filter(|e| e.run_id().as_str() != "run_parent")
+        .find_map(|e| match e.payload().unwrap() {
+            Payload::RunFailed(f) => Some(f),
+            _ => None,
+        })
+        .expect("the child failed");
+    assert_eq!(
+        child_failed.error.as_str(),
+        "budget.output_tokens: spent 85 of limit 60"
+    );
+    let tool_failed = events
+        .iter()
+        .find_map(|e| match e.payload().unwrap() {
+            Payload::ToolFailed(f) if f.call_id.as_str() == "p1" => Some(f),
+            _ => None,
+        })
+        .expect("the parent's agent call failed");
+    let sub_run = keel_eventlog::SubRunRef::from_extra(&tool_failed.extra).unwrap();
+    let cause = sub_run.cause.unwrap();
+    assert_eq!(cause.kind.as_deref(), Some("budget"));
+    assert_eq!(cause.extra["rule"], json!("budget.output_tokens"));
+    assert_eq!(cause.extra["limit"], json!(60));
 }
