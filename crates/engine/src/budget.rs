@@ -326,6 +326,20 @@ mod tests {
     }
 
     #[test]
+    fn a_breach_records_kind_rule_spent_and_limit() {
+        let breach = Breach {
+            member: BudgetMember::WallMs,
+            spent: 1_500,
+            limit: 1_000,
+        };
+        let cause = serde_json::to_value(breach.event_cause()).unwrap();
+        let expected = serde_json::json!({
+            "kind": "budget", "rule": "budget.wall_ms", "spent": 1_500, "limit": 1_000
+        });
+        assert_eq!(cause, expected);
+    }
+
+    #[test]
     fn no_account_and_no_gate_without_limits() {
         assert!(BudgetAccount::open(None, None).is_none());
         assert!(BudgetAccount::open(None, Some(&Budget::default())).is_none());
