@@ -1,8 +1,9 @@
 //! Engine limits and the retry policy: `EngineLimits` (turns, parallel
-//! tools, timeouts, the closing deadline) with `validate` and its
+//! tools, timeouts, the closing deadline, the budget) with `validate` and its
 //! `LimitError`, `MIN_CLOSING_DEADLINE`, `RetryPolicy` (attempts and
 //! backoff, never past `max_backoff`) and `PartialRetry`.
 
+use crate::budget::{Budget, MAX_BUDGET};
 use std::time::Duration;
 
 mod context;
@@ -147,6 +148,14 @@ pub enum LimitField {
     ContextBytesPerToken,
     /// [`ContextPolicy::instruction`].
     ContextInstruction,
+    /// [`Budget::input_tokens`](crate::Budget::input_tokens).
+    BudgetInputTokens,
+    /// [`Budget::output_tokens`](crate::Budget::output_tokens).
+    BudgetOutputTokens,
+    /// [`Budget::tool_calls`](crate::Budget::tool_calls).
+    BudgetToolCalls,
+    /// [`Budget::wall_ms`](crate::Budget::wall_ms).
+    BudgetWallMs,
 }
 
 impl LimitField {
@@ -169,6 +178,10 @@ impl LimitField {
             LimitField::ContextCompactAt => "context.compact_at",
             LimitField::ContextBytesPerToken => "context.bytes_per_token",
             LimitField::ContextInstruction => "context.instruction",
+            LimitField::BudgetInputTokens => "budget.input_tokens",
+            LimitField::BudgetOutputTokens => "budget.output_tokens",
+            LimitField::BudgetToolCalls => "budget.tool_calls",
+            LimitField::BudgetWallMs => "budget.wall_ms",
         }
     }
 }
@@ -230,6 +243,10 @@ pub struct EngineLimits {
     /// When and how the model context is compacted. `None` (the default)
     /// never compacts.
     pub context: Option<ContextPolicy>,
+    /// What this run and every run it starts may spend together. `None`
+    /// (the default) sets no budget of its own; a child run is still held
+    /// to its ancestors'.
+    pub budget: Option<Budget>,
     /// How deep sub-runs may nest: a run started by the host has depth 0,
     /// a child of it depth 1. An agent tool call that would start a child
     /// deeper than this fails (rule `limits.max_sub_run_depth`). The bound
@@ -254,6 +271,7 @@ impl Default for EngineLimits {
             approval_timeout: Duration::from_secs(600),
             retry: RetryPolicy::default(),
             context: None,
+            budget: None,
             max_sub_run_depth: 3,
             max_sub_runs: 16,
         }
@@ -289,7 +307,8 @@ impl EngineLimits {
     /// them: counts and timeouts at least 1, the closing deadline at least
     /// [`MIN_CLOSING_DEADLINE`], and a retry policy whose backoff grows
     /// (multiplier ≥ 1), whose jitter is a fraction (0 to 1) and whose
-    /// first wait is at most its longest. The one rule set for engine
+    /// first wait is at most its longest, and budget members (when set) at
+    /// least 1. The one rule set for engine
     /// limits: a configuration loader calls it and maps [`LimitError::field`]
     /// to its own names.
     ///
@@ -325,6 +344,9 @@ impl EngineLimits {
         }
         check_closing_deadline(self.closing_deadline)?;
         self.retry.check()?;
+        if let Some(budget) = &self.budget {
+            check_budget(budget)?;
+        }
         match &self.context {
             Some(context) => context.check(),
             None => Ok(()),
@@ -350,6 +372,28 @@ pub fn check_closing_deadline(deadline: Duration) -> Result<(), LimitError> {
         });
     }
     Ok(())
+}
+
+/// A budget member that is set must be at least 1 (a budget of 0 could
+/// never start the run's first call) and at most
+/// [`MAX_BUDGET`](crate::budget::MAX_BUDGET), so a breach's figures fit
+/// the event that records them.
+fn check_budget(budget: &Budget) -> Result<(), LimitError> {
+    let members = [
+        (LimitField::BudgetInputTokens, budget.input_tokens),
+        (LimitField::BudgetOutputTokens, budget.output_tokens),
+        (LimitField::BudgetToolCalls, budget.tool_calls),
+        (LimitField::BudgetWallMs, budget.wall_ms),
+    ];
+    let out_of_range = |limit: &Option<u64>| matches!(limit, Some(l) if *l == 0 || *l > MAX_BUDGET);
+    match members.into_iter().find(|(_, limit)| out_of_range(limit)) {
+        Some((field, limit)) => Err(LimitError {
+            field,
+            value: limit.unwrap_or_default().to_string(),
+            rule: "from 1 to 2^53 - 1 when set",
+        }),
+        None => Ok(()),
+    }
 }
 
 impl RetryPolicy {

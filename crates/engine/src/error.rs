@@ -4,6 +4,7 @@ use keel_message::{CallId, MessageError, OperationId, RunId, ToolName};
 use keel_observers::DispatchError;
 use keel_stream::{ProviderProblem, RetryPosition};
 
+use crate::budget::BudgetMember;
 use crate::config::LimitError;
 
 /// A composition the engine refuses at build time.
@@ -144,6 +145,18 @@ pub enum FailureCause {
         /// What happened.
         detail: String,
     },
+    /// A budget of the run or of an ancestor was spent at a model or tool
+    /// call boundary (`limits.budget`).
+    #[error("{}: spent {spent} of limit {limit}", member.rule())]
+    Budget {
+        /// The member spent.
+        member: BudgetMember,
+        /// What the account that set the limit has spent (milliseconds
+        /// since its run started for [`BudgetMember::WallMs`]).
+        spent: u64,
+        /// Its limit.
+        limit: u64,
+    },
     /// The log refused a commit the engine made, or the run task panicked
     /// outside every guarded extension point (a bug, reported rather than
     /// hidden).
@@ -193,6 +206,12 @@ mod tests {
             detail: "4 turns".into(),
         };
         assert_eq!(limit.to_string(), "limits.max_turns: 4 turns");
+        let budget = FailureCause::Budget {
+            member: BudgetMember::ToolCalls,
+            spent: 3,
+            limit: 3,
+        };
+        assert_eq!(budget.to_string(), "budget.tool_calls: spent 3 of limit 3");
         assert_eq!(
             FailureCause::Internal("x".into()).to_string(),
             "internal: x"

@@ -82,6 +82,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod budget;
 mod builder;
 mod cancel;
 mod compose;
@@ -97,6 +98,7 @@ mod source;
 mod tool;
 mod tool_set;
 
+pub use budget::{Budget, BudgetMember};
 pub use builder::EngineBuilder;
 pub use config::{
     ContextPolicy, DEFAULT_COMPACTION_INSTRUCTION, EngineLimits, LimitError, LimitField,

@@ -82,6 +82,9 @@ pub(crate) struct ParentRun {
     /// The least `max_sub_runs` over the ancestors.
     pub(crate) max_sub_runs: u32,
     pub(crate) linker: Arc<dyn LinkParent>,
+    /// The parent's budget account, which the child's links to (`None`:
+    /// no budget over the parent).
+    pub(crate) budget: Option<Arc<crate::budget::BudgetAccount>>,
 }
 
 /// Resolves to whether the parent's `tool.sub_run` is in its log.

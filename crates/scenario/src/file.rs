@@ -21,7 +21,8 @@
 //! provider's output would, and end up in the log as typed failures.
 
 use keel_engine::{
-    ContextPolicy, EngineLimits, LimitField, OnToolFailure, PartialRetry, RetryPolicy, ToolPolicy,
+    Budget, ContextPolicy, EngineLimits, LimitField, OnToolFailure, PartialRetry, RetryPolicy,
+    ToolPolicy,
 };
 use keel_message::{CanonicalJson, EnvVarName, Limits, ModelName, RunId, ToolDefinition, ToolName};
 use keel_providers::{ConnectOptions, ProviderConfigError, ProviderKind};
@@ -215,6 +216,18 @@ struct LimitsWire {
     approval_timeout_ms: Option<u64>,
     retry: Option<RetryWire>,
     context: Option<ContextWire>,
+    budget: Option<BudgetWire>,
+}
+
+/// `limits.budget`: what the run and every run it starts may spend, any
+/// subset of the members.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetWire {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    tool_calls: Option<u64>,
+    wall_ms: Option<u64>,
 }
 
 /// `limits.context`: the compaction policy (`window_tokens` required).
@@ -515,6 +528,10 @@ pub fn limit_path(field: LimitField) -> &'static str {
         LimitField::ContextCompactAt => "limits.context.compact_at",
         LimitField::ContextBytesPerToken => "limits.context.bytes_per_token",
         LimitField::ContextInstruction => "limits.context.instruction",
+        LimitField::BudgetInputTokens => "limits.budget.input_tokens",
+        LimitField::BudgetOutputTokens => "limits.budget.output_tokens",
+        LimitField::BudgetToolCalls => "limits.budget.tool_calls",
+        LimitField::BudgetWallMs => "limits.budget.wall_ms",
     }
 }
 
@@ -548,6 +565,12 @@ fn engine_limits(w: &LimitsWire) -> EngineLimits {
         approval_timeout: ms(w.approval_timeout_ms, d.approval_timeout),
         retry: w.retry.as_ref().map_or(d.retry, retry_policy),
         context: w.context.as_ref().map(context_policy),
+        budget: w.budget.as_ref().map(|b| Budget {
+            input_tokens: b.input_tokens,
+            output_tokens: b.output_tokens,
+            tool_calls: b.tool_calls,
+            wall_ms: b.wall_ms,
+        }),
         ..d
     }
 }
@@ -963,6 +986,30 @@ mod tests {
         assert_eq!(s.limits.retry.max_attempts, 2);
         assert_eq!(s.limits.retry.partial, PartialRetry::Restart);
         assert_eq!(s.limits.context, None);
+        assert_eq!(s.limits.budget, None);
+        let budget = MINIMAL.replacen(
+            "\"provider\"",
+            r#""limits":{"budget":{"output_tokens":500,"tool_calls":4,"wall_ms":60000}},"provider""#,
+            1,
+        );
+        let expected = Budget {
+            input_tokens: None,
+            output_tokens: Some(500),
+            tool_calls: Some(4),
+            wall_ms: Some(60_000),
+        };
+        assert_eq!(load_str(&budget).unwrap().limits.budget, Some(expected));
+        let unknown = MINIMAL.replacen(
+            "\"provider\"",
+            r#""limits":{"budget":{"dollars":5}},"provider""#,
+            1,
+        );
+        assert!(
+            load_str(&unknown)
+                .unwrap_err()
+                .to_string()
+                .contains("dollars")
+        );
         let context = MINIMAL.replacen(
             "\"provider\"",
             r#""limits":{"context":{"window_tokens":8000,"compact_at":0.5,"keep_turns":3,"bytes_per_token":3,"instruction":"Sum up."}},"provider""#,
@@ -1052,6 +1099,16 @@ mod tests {
                 r#"{"context":{"window_tokens":9,"instruction":""}}"#,
                 "limits.context.instruction",
             ),
+            (
+                r#"{"budget":{"input_tokens":0}}"#,
+                "limits.budget.input_tokens",
+            ),
+            (
+                r#"{"budget":{"output_tokens":0}}"#,
+                "limits.budget.output_tokens",
+            ),
+            (r#"{"budget":{"tool_calls":0}}"#, "limits.budget.tool_calls"),
+            (r#"{"budget":{"wall_ms":0}}"#, "limits.budget.wall_ms"),
         ];
         for (limits, member) in rows {
             let text = MINIMAL.replacen(

@@ -12,6 +12,7 @@ use super::sources::TurnTools;
 use super::turn::{TurnEnd, TurnFailure};
 use super::{Runner, Step};
 use crate::config::ContextPolicy;
+use crate::error::FailureCause;
 use crate::request::CompactionRequest;
 use keel_eventlog::history::compaction_message_id;
 use keel_eventlog::{
@@ -37,6 +38,8 @@ pub(super) enum Compaction {
     /// No call was made: nothing to compact, or no request to send that
     /// fits (the range plus the instruction reach the window).
     NotRun { reason: String },
+    /// The budget refused the compaction call: the turn fails.
+    OverBudget(Box<TurnFailure>),
 }
 
 /// A summary the compaction call produced, not yet accepted.
@@ -81,6 +84,7 @@ impl Runner {
                 format!("compaction refused ({}: {detail})", rule.rule_name()),
             ),
             Compaction::NotRun { reason } => (before, format!("no compaction ({reason})")),
+            Compaction::OverBudget(failure) => return Ok(Err(*failure)),
         };
         if estimate.tokens >= policy.window_tokens {
             return Ok(Err(window_failure(estimate, &policy, &what)));
@@ -101,6 +105,7 @@ impl Runner {
             Compaction::NotRun { reason } => {
                 TurnFailure::limit("compaction.nothing_to_compact", reason)
             }
+            Compaction::OverBudget(failure) => *failure,
         };
         Ok(TurnEnd::Failed(Box::new(failure)))
     }
@@ -137,6 +142,9 @@ impl Runner {
             .await?
         {
             Ok(called) => self.draft(turn, called),
+            Err(failure) if matches!(failure.cause, FailureCause::Budget { .. }) => {
+                return Ok(Compaction::OverBudget(Box::new(failure)));
+            }
             Err(failure) => match failure.event_cause.and_then(|c| c.operation_id) {
                 Some(operation_id) => Err((
                     operation_id,

@@ -448,6 +448,7 @@ impl Runner {
                 linked: Arc::clone(linked),
                 payload: link,
             }),
+            budget: self.budget.clone(),
         });
         Ok(request)
     }

@@ -2,11 +2,13 @@
 //! turn's tool set, tool sources and their change records), [`model`]
 //! (model attempts and backoff), [`tools`] (tool calls and approvals),
 //! [`record`] (commit, dispatch, the acknowledged cursor, closing),
+//! [`budget`] (the budget checks at the model and tool boundaries),
 //! [`delegate`] (agent tool calls: child runs) and [`children`] (a run's
 //! children, ended before the run's own terminals). This module holds the
 //! run's state and the top of the task: linking a sub-run to its parent,
 //! cancellation, the panic guard, and settling how the run ended.
 
+mod budget;
 mod children;
 mod compact;
 mod context;
@@ -145,6 +147,8 @@ pub(crate) struct Runner {
     pub(crate) chat: Option<keel_eventlog::ChatRun>,
     pub(crate) inherits: Option<crate::request::Inheritance>,
     pub(crate) compaction: crate::request::CompactionRequest,
+    /// The run's budget account (`None`: no budget in its chain).
+    pub(crate) budget: Option<Arc<crate::budget::BudgetAccount>>,
     /// Set for a sub-run: its link, recorded in `run.started`.
     pub(crate) parent: Option<crate::request::ParentRun>,
     pub(crate) lineage: delegate::Lineage,
@@ -170,7 +174,12 @@ impl Runner {
         );
         let sources_seen = vec![sources::SourceSeen::default(); ctx.sources.len()];
         let lineage = delegate::Lineage::new(&ctx.limits, request.parent.as_ref());
+        // A child's account links to its parent's: it spends from every
+        // budget over it, and its own can only narrow them.
+        let over = request.parent.as_ref().and_then(|p| p.budget.clone());
+        let budget = crate::budget::BudgetAccount::open(over, ctx.limits.budget.as_ref());
         Runner {
+            budget,
             rec: Arc::new(rec),
             parent: request.parent,
             lineage,

@@ -3,6 +3,7 @@
 //! it ends with exactly one model terminal, whatever the provider does
 //! (fails, stalls, panics, completes with nothing, reuses a call id).
 
+use super::budget::budget_failure;
 use super::sources::TurnTools;
 use super::turn::TurnFailure;
 use super::{Runner, Step};
@@ -122,6 +123,12 @@ impl Runner {
                 Ok(r) => r,
                 Err(e) => return Ok(Err(TurnFailure::message_rule(&e))),
             };
+            // Budget: after the tree's model gate, before `model.started`;
+            // the gate is held to this attempt's terminal.
+            let admitted = match self.admit_model_call().await {
+                Ok(admitted) => admitted,
+                Err(breach) => return Ok(Err(budget_failure(breach))),
+            };
             self.rec
                 .record(Payload::ModelStarted(ModelStarted {
                     turn,
@@ -133,7 +140,9 @@ impl Runner {
                 }))
                 .await?;
             let at = (turn, call.purpose());
-            let (problem, position) = match self.attempt(at, &operation_id, request).await? {
+            let ended = self.attempt(at, &operation_id, request).await?;
+            drop(admitted);
+            let (problem, position) = match ended {
                 AttemptEnd::Completed(output) => {
                     return Ok(Ok(Called {
                         operation_id,
@@ -386,6 +395,9 @@ impl Runner {
         position: RetryPosition,
     ) -> Step<AttemptEnd> {
         let usage = done.usage();
+        if let Some(u) = &usage {
+            self.charge_usage(u);
+        }
         {
             let mut st = self.state();
             if let Some(u) = &usage {

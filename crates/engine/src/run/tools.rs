@@ -5,6 +5,7 @@
 //! every extension point guarded; an output that does not fit the log is
 //! the tool's failure, and a tool's cut is recorded in `tool.completed`.
 
+use super::budget::budget_failure;
 use super::sources::TurnTools;
 use super::turn::TurnFailure;
 use super::{Interrupt, Runner, Step};
@@ -23,16 +24,20 @@ use keel_eventlog::{
 use keel_message::{CallId, ImagePart, InteractionId, MessageError, Part, ToolCallPart, ToolName};
 use std::sync::Arc;
 
-/// A tool failure whose policy ends the run.
-pub(super) struct EndsRun {
-    call_id: CallId,
-    tool: ToolName,
-    error: String,
+/// What ends the run from a tool call: a tool failure whose policy ends
+/// the run, or a spent budget at the call's boundary.
+pub(super) enum EndsRun {
+    Tool {
+        call_id: CallId,
+        tool: ToolName,
+        error: String,
+    },
+    Budget(Box<TurnFailure>),
 }
 
 impl EndsRun {
     pub(super) fn new(call_id: &CallId, tool: &ToolName, error: String) -> EndsRun {
-        EndsRun {
+        EndsRun::Tool {
             call_id: call_id.clone(),
             tool: tool.clone(),
             error,
@@ -40,11 +45,14 @@ impl EndsRun {
     }
 
     pub(super) fn into_failure(self) -> TurnFailure {
-        let EndsRun {
-            call_id,
-            tool,
-            error,
-        } = self;
+        let (call_id, tool, error) = match self {
+            EndsRun::Tool {
+                call_id,
+                tool,
+                error,
+            } => (call_id, tool, error),
+            EndsRun::Budget(failure) => return *failure,
+        };
         TurnFailure {
             error: ErrorText::new(&format!("tool {tool} (call {call_id}) failed: {error}")),
             event_cause: Some(Cause {
@@ -213,6 +221,15 @@ impl Runner {
     /// A tool that needs approval in a run with no handler is not run: its
     /// call fails (definitive) and is fed back, whatever its policy says.
     async fn tool_call(&self, turn: u64, call: &ToolCallPart, tools: &TurnTools) -> Step<ToolEnd> {
+        // Budget: before approval and `tool.started`; a breach ends the run
+        // and this call never starts.
+        if let Err(breach) = self.admit_tool_call() {
+            let failure = budget_failure(breach);
+            return Ok(ToolEnd {
+                part: self.result_part(call, failure.error.as_str(), true)?,
+                ends_run: Some(EndsRun::Budget(Box::new(failure))),
+            });
+        }
         let tool = tools.set.get(call.name()).cloned();
         let mut policy = tool.as_ref().map(|t| t.policy()).unwrap_or_default();
         let unapprovable = policy.requires_approval && self.ctx.interactions.is_none();
@@ -430,7 +447,7 @@ impl Runner {
             .await?;
         Ok(ToolEnd {
             part: self.result_part(call, error.as_str(), true)?,
-            ends_run: (policy.on_failure == OnToolFailure::EndRun).then(|| EndsRun {
+            ends_run: (policy.on_failure == OnToolFailure::EndRun).then(|| EndsRun::Tool {
                 call_id: call.call_id().clone(),
                 tool: call.name().clone(),
                 error: error.as_str().to_owned(),
