@@ -82,6 +82,7 @@ mod run;
 mod source;
 mod tool;
 mod tool_set;
+mod tree_cursor;
 
 pub use builder::EngineBuilder;
 pub use config::{
@@ -103,4 +104,8 @@ pub use source::{CloseFuture, ToolListFuture, ToolSource};
 pub use tool::{
     OnToolFailure, OutputCut, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolOutput,
     ToolPolicy, ToolRetry,
+};
+pub use tree_cursor::{
+    CursorEntry, CursorPart, MAX_CURSOR_BYTES, MAX_CURSOR_ENTRIES, MAX_TREE_RUNS, TreeCursor,
+    TreeCursorError,
 };
