@@ -207,6 +207,11 @@ impl Transcript {
                 let text = self.paint("33", &text);
                 self.line(&mut out, &text);
             }
+            Payload::ToolSubRun(p) => {
+                let text = format!("· call {} started sub-run {}", p.call_id, p.run_id);
+                let text = self.paint("2", &text);
+                self.line(&mut out, &text);
+            }
             Payload::Extension { kind, .. } => {
                 let text = self.paint("2", &format!("· {kind}"));
                 self.line(&mut out, &text);

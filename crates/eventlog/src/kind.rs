@@ -116,6 +116,9 @@ pub enum EventKind {
     ContextCompacted,
     /// `context.compaction_failed`: a compaction that changed nothing.
     ContextCompactionFailed,
+    /// `tool.sub_run`: a tool call started a child run (committed in the
+    /// parent's log, inside the call's open scope).
+    ToolSubRun,
     /// A kind this version does not know, kept opaque.
     Extension(Arc<str>),
 }
@@ -169,6 +172,7 @@ impl EventKind {
             "run.input" => return Ok(EventKind::RunInput),
             "context.compacted" => return Ok(EventKind::ContextCompacted),
             "context.compaction_failed" => return Ok(EventKind::ContextCompactionFailed),
+            "tool.sub_run" => return Ok(EventKind::ToolSubRun),
             _ => {}
         }
         let (head, last) = name.rsplit_once('.').unwrap_or((name, ""));
@@ -201,6 +205,7 @@ impl EventKind {
             EventKind::RunInput => Cow::Borrowed("run.input"),
             EventKind::ContextCompacted => Cow::Borrowed("context.compacted"),
             EventKind::ContextCompactionFailed => Cow::Borrowed("context.compaction_failed"),
+            EventKind::ToolSubRun => Cow::Borrowed("tool.sub_run"),
             EventKind::Lifecycle(scope, phase) => Cow::Borrowed(lifecycle_name(*scope, *phase)),
             EventKind::Extension(name) => Cow::Owned(name.to_string()),
         }

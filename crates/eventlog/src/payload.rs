@@ -24,11 +24,13 @@ use std::fmt;
 
 mod compaction;
 mod media_line;
+mod sub_run;
 pub use compaction::{
     CompactedRange, CompactionRule, ContextCompacted, ContextCompactionFailed, EstimatorKind,
     ModelPurpose, TokenEstimator,
 };
 use media_line::MediaPayload;
+pub use sub_run::{ParentLink, SUB_RUN, SubRunRef, SubRunStarted};
 
 /// Members a payload does not know, kept for a byte-identical round trip.
 pub type Extra = BTreeMap<String, serde_json::Value>;
@@ -117,6 +119,11 @@ pub struct RunStarted {
     /// for one of its own (RFC 2026-12-04-chat-owned-runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat: Option<ChatRun>,
+    /// Set when this run is a sub-run: the parent run and the tool call
+    /// that started it (the parent's log names this run back in a
+    /// `tool.sub_run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentLink>,
     /// Unknown members.
     #[serde(flatten)]
     pub extra: Extra,
@@ -615,6 +622,8 @@ pub enum Payload {
     RunInput(RunInput),
     ContextCompacted(ContextCompacted),
     ContextCompactionFailed(ContextCompactionFailed),
+    /// `tool.sub_run`: the call started a child run.
+    ToolSubRun(SubRunStarted),
     /// `run.input` in its reference form: the history of the run this one
     /// continues (see [`RunInputReference`]).
     RunInputReference(RunInputReference),
@@ -701,6 +710,13 @@ pub enum PayloadError {
         "context.compacted estimator.bytes_per_token is 0 (rule payload.bytes_per_token: at least 1)"
     )]
     BytesPerToken,
+    /// A tool terminal whose `sub_run` member is not
+    /// `{"run_id": <run id>, "cause"?: <cause>}`.
+    #[error("tool terminal sub_run member is malformed: {detail} (rule payload.sub_run)")]
+    SubRun {
+        /// Which member and what was expected, without values.
+        detail: String,
+    },
     /// An extension payload given a known kind.
     #[error("extension kind {kind} is a known kind (rule payload.extension_unknown)")]
     ExtensionKnown {
@@ -807,6 +823,7 @@ payload_table! {
     RunInput => EventKind::RunInput,
     ContextCompacted => EventKind::ContextCompacted,
     ContextCompactionFailed => EventKind::ContextCompactionFailed,
+    ToolSubRun => EventKind::ToolSubRun,
 }
 
 /// Takes a `model.completed` payload's `metadata` member out of `value`
@@ -887,6 +904,7 @@ impl Payload {
             P::ReasoningEnd(p) => return Transition::Within(model(p.turn, &p.operation_id)),
             P::ContextCompacted(p) => return Transition::Within(ScopeKey::Turn(p.turn)),
             P::ContextCompactionFailed(p) => return Transition::Within(ScopeKey::Turn(p.turn)),
+            P::ToolSubRun(p) => return Transition::Within(tool(p.turn, &p.call_id)),
             P::RunInput(_) | P::RunInputReference(_) => {
                 return Transition::Within(ScopeKey::Run);
             }
@@ -946,6 +964,9 @@ impl Payload {
             }
             Payload::RunInputReference(p) => check_reference(p)?,
             Payload::ContextCompacted(p) => check_compacted(p)?,
+            Payload::ToolCompleted(p) => check_sub_run(&p.extra)?,
+            Payload::ToolFailed(p) => check_sub_run(&p.extra)?,
+            Payload::ToolCancelled(p) => check_sub_run(&p.extra)?,
             _ => {}
         }
         if let Payload::Extension { kind, payload } = self {
@@ -1051,6 +1072,13 @@ fn check_reference(p: &RunInputReference) -> Result<(), PayloadError> {
         return Err(PayloadError::ReferenceSeq { last_seq });
     }
     Ok(())
+}
+
+/// A tool terminal's `sub_run` member, when present, is a [`SubRunRef`].
+/// (`tool.started` shares `ToolRef` with `tool.cancelled` but never names a
+/// child: its `sub_run`, if any, stays an unknown member.)
+fn check_sub_run(extra: &Extra) -> Result<(), PayloadError> {
+    SubRunRef::parse_extra(extra).map(|_| ())
 }
 
 /// The rules of `context.compacted` that serde cannot express.

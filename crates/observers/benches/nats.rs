@@ -88,6 +88,7 @@ fn events(run: &str) -> Vec<Arc<Event>> {
             extra: Extra::new(),
             continues: None,
             forked_from: None,
+            parent: None,
         }))
         .unwrap(),
         log.commit(&Payload::TurnStarted(TurnRef {

@@ -103,6 +103,7 @@ fn script(seed: u64, task: u64, k: u64) -> Vec<Arc<Event>> {
         extra: Extra::new(),
         continues: None,
         forked_from: None,
+        parent: None,
     }));
     let turns = 1 + rng.below(3);
     for turn in 1..=turns {

@@ -864,6 +864,7 @@ fn a_real_run_log_is_stored_and_imports_back() {
             extra: Extra::new(),
             continues: None,
             forked_from: None,
+            parent: None,
         }),
         events::turn_started(1),
         model.started(model_name),

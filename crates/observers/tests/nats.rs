@@ -151,6 +151,7 @@ impl Run {
                 extra: Extra::new(),
                 continues: None,
                 forked_from: None,
+                parent: None,
             })),
             self.commit(Payload::TurnStarted(TurnRef {
                 turn: 1,

@@ -108,6 +108,7 @@ fn run_started() -> Payload {
         chat: None,
         continues: None,
         forked_from: None,
+        parent: None,
         extra: Extra::new(),
     })
 }

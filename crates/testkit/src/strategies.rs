@@ -1030,6 +1030,7 @@ fn build_run(shape: &RunShape) -> Option<Vec<Payload>> {
         extra: Extra::new(),
         continues: None,
         forked_from: None,
+        parent: None,
     }));
     let mut ended = false;
     for (ti, turn) in shape.turns.iter().enumerate() {

@@ -74,6 +74,7 @@ impl Runner {
             continues: self.continues.clone(),
             forked_from: self.forked_from.clone(),
             chat: self.chat.clone(),
+            parent: None,
             extra: Extra::new(),
         })
     }
