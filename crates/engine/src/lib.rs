@@ -83,6 +83,7 @@ mod source;
 mod tool;
 mod tool_set;
 mod tree_cursor;
+mod tree_follow;
 
 pub use builder::EngineBuilder;
 pub use config::{
@@ -109,3 +110,4 @@ pub use tree_cursor::{
     CursorEntry, CursorPart, MAX_CURSOR_BYTES, MAX_CURSOR_ENTRIES, MAX_TREE_RUNS, TreeCursor,
     TreeCursorError,
 };
+pub use tree_follow::{TreeEvent, TreeFollowError, TreeFollower};
