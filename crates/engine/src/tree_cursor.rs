@@ -137,6 +137,12 @@ impl CursorEntry {
 /// Where a reader of a run tree's merged stream is: the root's last
 /// delivered seq, and each discovered run whose terminal is not delivered
 /// with its own, at most [`MAX_CURSOR_ENTRIES`] of them, each run once.
+///
+/// Text form (`Display` and [`parse`](Self::parse) round trip byte for
+/// byte): `<root_seq>` then `,<run_id>:<seq>` per listed run (seq 0:
+/// nothing of it delivered yet), in discovery order. A discovered run
+/// absent from the list is fully delivered; a run not yet discovered is
+/// found again from its parent's `tool.sub_run`, after the parent's seq.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TreeCursor {
     root: u64,
@@ -153,8 +159,10 @@ impl TreeCursor {
         }
     }
 
-    /// Reads the text form (see the [module](self)); refused with the part
-    /// and the rule.
+    /// Reads the text form, `<root_seq>` then `,<run_id>:<seq>` per listed
+    /// run (seqs in canonical decimal, each run once, within
+    /// [`MAX_CURSOR_BYTES`] and [`MAX_CURSOR_ENTRIES`]); refused with the
+    /// part and the rule.
     pub fn parse(text: &str) -> Result<TreeCursor, TreeCursorError> {
         if text.len() > MAX_CURSOR_BYTES {
             return Err(TreeCursorError::TooLong { len: text.len() });

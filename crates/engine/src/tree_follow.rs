@@ -191,8 +191,13 @@ enum Step {
     Fail(TreeFollowError),
 }
 
-/// Follows a run and its descendants (see the [module](self)). `next` is
-/// cancel safe: dropping its future loses no event.
+/// Follows a run and every descendant it starts, merged: each run through
+/// its own [`RunFollower`], a child from the delivery of the `tool.sub_run`
+/// naming it, and a parent's terminal of that call held until the child's
+/// run terminal is delivered. Every [`TreeEvent`] carries the
+/// [`TreeCursor`] that resumes right after it ([`TreeFollower::open`]):
+/// nothing repeated, nothing lost. At most [`MAX_TREE_RUNS`] runs at once.
+/// `next` is cancel safe: dropping its future loses no event.
 pub struct TreeFollower {
     source: Arc<dyn RunSource>,
     root: RunId,
