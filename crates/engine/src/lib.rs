@@ -103,8 +103,8 @@ pub use request::{
 };
 pub use source::{CloseFuture, ToolListFuture, ToolSource};
 pub use tool::{
-    OnToolFailure, OutputCut, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolOutput,
-    ToolPolicy, ToolRetry,
+    AgentSpec, AgentSpecError, AgentTool, OnToolFailure, OutputCut, Tool, ToolError, ToolFuture,
+    ToolInvocation, ToolOutcome, ToolOutput, ToolPolicy, ToolRetry,
 };
 pub use tree_cursor::{
     CursorEntry, CursorPart, MAX_CURSOR_BYTES, MAX_CURSOR_ENTRIES, MAX_TREE_RUNS, TreeCursor,
