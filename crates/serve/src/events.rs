@@ -79,6 +79,58 @@ fn bad_request(detail: String) -> Problem {
     )
 }
 
+/// Where a request starts, and what named it.
+struct StartCursor {
+    /// The run's seq (with `children=true`, the root's).
+    seq: u64,
+    /// With `children=true`, the combined cursor.
+    tree: Option<TreeCursor>,
+    source: CursorSource,
+}
+
+/// Reads `after` and `Last-Event-ID`: sequence numbers, or with
+/// `children` tree cursors. Both are checked when both are sent (as the
+/// query's number always was); the header wins.
+fn start_cursor(
+    after: Option<&str>,
+    headers: &HeaderMap,
+    children: bool,
+) -> Result<StartCursor, Problem> {
+    let read = |text: &str, source| -> Result<StartCursor, Problem> {
+        if children {
+            let tree = tree_cursor(text, source)?;
+            Ok(StartCursor {
+                seq: tree.root_seq(),
+                tree: Some(tree),
+                source,
+            })
+        } else {
+            Ok(StartCursor {
+                seq: seq_cursor(text, source)?,
+                tree: None,
+                source,
+            })
+        }
+    };
+    let after = after
+        .map(|text| read(text, CursorSource::After))
+        .transpose()?;
+    let header = match headers.get("last-event-id") {
+        Some(v) => {
+            let text = v
+                .to_str()
+                .map_err(|_| bad_request("Last-Event-ID is not a sequence number".to_owned()))?;
+            Some(read(text.trim(), CursorSource::LastEventId)?)
+        }
+        None => None,
+    };
+    Ok(header.or(after).unwrap_or(StartCursor {
+        seq: 0,
+        tree: children.then(|| TreeCursor::new(0)),
+        source: CursorSource::Start,
+    }))
+}
+
 /// A run cursor: a sequence number (as `u64::from_str` reads it, what the
 /// query's number always was).
 fn seq_cursor(text: &str, source: CursorSource) -> Result<u64, Problem> {
@@ -155,11 +207,13 @@ pub struct EventsRequest {
 
 impl EventsRequest {
     /// Reads the query string of `uri` (`after`, `format`, `limit`,
-    /// `max_events`, `max_bytes`, `named`, `durability`; anything else is
-    /// refused) and the
+    /// `max_events`, `max_bytes`, `named`, `durability`, `children`;
+    /// anything else is refused) and the
     /// `Last-Event-ID` header, which wins over `?after=` (a reconnecting
-    /// EventSource sends it and keeps the URL's `after`). A 400 problem
-    /// names the parameter, never its value.
+    /// EventSource sends it and keeps the URL's `after`). With
+    /// `children=true` both are combined cursors ([`TreeCursor`]) and the
+    /// format is SSE. A 400 problem names the parameter, never its value
+    /// (a refused tree cursor: the parameter, the entry and the rule).
     pub fn parse(uri: &Uri, headers: &HeaderMap) -> Result<EventsRequest, Problem> {
         let Query(query) = Query::<EventsQuery>::try_from_uri(uri)
             .map_err(|e| bad_request(keel_message::decode::elide_values(&e.body_text())))?;
@@ -168,39 +222,7 @@ impl EventsRequest {
             Some("true") => true,
             Some(_) => return Err(bad_request("children is not one of true, false".to_owned())),
         };
-        let header =
-            match headers.get("last-event-id") {
-                Some(v) => Some(v.to_str().map(str::trim).map_err(|_| {
-                    bad_request("Last-Event-ID is not a sequence number".to_owned())
-                })?),
-                None => None,
-            };
-        // Both are checked when both are sent (as the query's number always
-        // was); the header wins.
-        let read = |text: &str, source| -> Result<(u64, Option<TreeCursor>), Problem> {
-            if children {
-                let tree = tree_cursor(text, source)?;
-                Ok((tree.root_seq(), Some(tree)))
-            } else {
-                Ok((seq_cursor(text, source)?, None))
-            }
-        };
-        let after = match query.after.as_deref() {
-            Some(text) => Some(read(text, CursorSource::After)?),
-            None => None,
-        };
-        let header = match header {
-            Some(text) => Some(read(text, CursorSource::LastEventId)?),
-            None => None,
-        };
-        let ((cursor, tree), cursor_source) = match (header, after) {
-            (Some(read), _) => (read, CursorSource::LastEventId),
-            (None, Some(read)) => (read, CursorSource::After),
-            (None, None) => (
-                (0, children.then(|| TreeCursor::new(0))),
-                CursorSource::Start,
-            ),
-        };
+        let start = start_cursor(query.after.as_deref(), headers, children)?;
         let format = match query.format.as_deref() {
             None | Some("sse") => EventsFormat::Sse,
             Some("jsonl") => EventsFormat::Jsonl,
@@ -222,15 +244,15 @@ impl EventsRequest {
                 ));
             }
         };
-        if tree.is_some() && format == EventsFormat::Jsonl {
+        if start.tree.is_some() && format == EventsFormat::Jsonl {
             return Err(bad_request(
                 "children=true is served as sse only, not jsonl".to_owned(),
             ));
         }
         Ok(EventsRequest {
-            cursor,
-            tree,
-            cursor_source,
+            cursor: start.seq,
+            tree: start.tree,
+            cursor_source: start.source,
             format,
             naming,
             limit: query.limit,
