@@ -314,8 +314,9 @@ impl EventsRequest {
     }
 }
 
-/// The handler: one run, or with `children=true` the run and its
-/// sub-runs merged ([`crate::tree_events`]).
+/// The handler of one run's events. The daemon's [`router`](crate::router)
+/// serves `children=true` (the run and its sub-runs) on the same route;
+/// this handler alone refuses it.
 pub async fn events(
     State(daemon): State<Arc<Daemon>>,
     UrlPath(id): UrlPath<String>,
@@ -323,12 +324,23 @@ pub async fn events(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let request = EventsRequest::parse(&uri, &headers)?;
-    if let Some(cursor) = request.tree_cursor() {
-        return super::tree_events::stream(daemon, &id, cursor.clone(), &request).await;
+    if request.tree_cursor().is_some() {
+        return Err(bad_request(
+            "children=true is served by the daemon's router, not this handler".to_owned(),
+        ));
     }
+    one_run(daemon, id, &request).await
+}
+
+/// One run's events, as `request` asks (SSE or a JSON Lines page).
+pub(crate) async fn one_run(
+    daemon: Arc<Daemon>,
+    id: String,
+    request: &EventsRequest,
+) -> Result<Response, Problem> {
     match request.format {
-        EventsFormat::Sse => stream(daemon, id, &request).await,
-        EventsFormat::Jsonl => page(daemon, id, &request).await,
+        EventsFormat::Sse => stream(daemon, id, request).await,
+        EventsFormat::Jsonl => page(daemon, id, request).await,
     }
 }
 
