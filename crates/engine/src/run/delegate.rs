@@ -240,6 +240,9 @@ impl LinkParent for Linker {
                 .await
         })
     }
+    fn is_linked(&self) -> bool {
+        self.linked.load(Ordering::SeqCst)
+    }
 }
 
 impl CallFailure {
