@@ -82,6 +82,8 @@ mod conn;
 pub mod cross_site;
 pub mod error;
 pub mod events;
+/// `?children=true` of the events route: a run's tree.
+mod tree_events;
 pub mod factory;
 pub mod fork;
 pub mod frontend_tools;
