@@ -82,8 +82,7 @@ mod conn;
 pub mod cross_site;
 pub mod error;
 pub mod events;
-/// `?children=true` of the events route: a run's tree.
-mod tree_events;
+mod events_tree;
 pub mod factory;
 pub mod fork;
 pub mod frontend_tools;
@@ -99,7 +98,6 @@ mod server;
 pub mod sse_data;
 pub mod stream_caps;
 pub mod timed_io;
-mod tree_events;
 pub mod viewer;
 
 pub use config::{BearerToken, ServeConfig, ServeConfigError, TokenError};
@@ -194,7 +192,7 @@ impl Daemon {
 
 /// `GET /v1/runs/{id}/events`: one run ([`events`]), or with
 /// `children=true` the run and every sub-run it starts, merged
-/// (`tree_events`).
+/// (`events_tree`).
 async fn run_events(
     State(daemon): State<Arc<Daemon>>,
     UrlPath(id): UrlPath<String>,
@@ -203,7 +201,7 @@ async fn run_events(
 ) -> Result<Response, Problem> {
     let request = events::EventsRequest::parse(&uri, &headers)?;
     match request.tree_cursor() {
-        Some(cursor) => tree_events::stream(daemon, &id, cursor.clone(), &request).await,
+        Some(cursor) => events_tree::stream(daemon, &id, cursor.clone(), &request).await,
         None => events::one_run(daemon, id, &request).await,
     }
 }
