@@ -317,6 +317,13 @@ fn check_tree(events: &[Arc<Event>]) -> Tree {
         let parent_end = &tree.ends[parent];
         assert!(child_events.iter().all(|e| e.ts() < parent_end.ts()));
     }
+    // The store-level rules `keel verify` applies agree.
+    let mut links = keel_eventlog::links::LinkCheck::new();
+    for e in events {
+        links.push(e);
+    }
+    let report = links.finish().unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(report.sub_runs(), tree.parents.len());
     for (run, events) in &runs {
         for e in events {
             if let Payload::ToolSubRun(p) = e.payload().unwrap() {

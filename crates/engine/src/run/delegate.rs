@@ -5,7 +5,7 @@
 //! waiting again), and the one tool terminal its end maps to — here and
 //! when the parent closes a call whose child already ended.
 
-use super::children::{ChildOf, ChildRun, Children};
+use super::children::{ChildOf, ChildRun, Children, Linked, unlinked};
 use super::record::Recorder;
 use super::tools::{CallFailure, EndsRun, ToolEnd, cut_extra};
 use super::{Interrupt, Runner, Step, truncate};
@@ -14,17 +14,14 @@ use crate::request::{LinkFuture, LinkParent, ParentRun, RunOutcome, RunRequest};
 use crate::tool::{
     AgentProvider, AgentTool, OnToolFailure, ToolInvocation, ToolOutput, ToolPolicy,
 };
+use keel_eventlog::history;
 use keel_eventlog::{
     Cause, CommitError, ErrorText, Event, Extra, OpenScope, ParentLink, Payload, RunLog, SubRunRef,
     SubRunStarted, ToolCompleted, ToolFailed, ToolOutcome, ToolRef, ToolRetry,
 };
 use keel_message::{CallId, Message, MessageId, Part, Role, RunId, ToolCallPart, ToolName};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// What `history::rebuild` gives the model for a `tool.cancelled` (the
-/// wire helper's `history::CANCELLED_RESULT`, once merged).
-const CANCELLED_RESULT: &str = "the call was cancelled (rule tool.cancelled)";
+use std::sync::atomic::Ordering;
 
 /// Where a run stands in its tree: its depth (0 for a run the host
 /// started) and the sub-run bounds in force, the least of its own limits'
@@ -226,7 +223,7 @@ fn tool_child(children: &Children, cancelled: &Payload) -> Option<ChildOf> {
 /// and marks it linked right after the commit.
 struct Linker {
     rec: Arc<Recorder>,
-    linked: Arc<AtomicBool>,
+    linked: Linked,
     payload: Payload,
 }
 
@@ -235,10 +232,7 @@ impl LinkParent for Linker {
         let rec = Arc::clone(&self.rec);
         let linked = Arc::clone(&self.linked);
         let payload = self.payload.clone();
-        Box::pin(async move {
-            rec.record_link(&payload, || linked.store(true, Ordering::SeqCst))
-                .await
-        })
+        Box::pin(async move { rec.record_link(&payload, &linked).await })
     }
     fn is_linked(&self) -> bool {
         self.linked.load(Ordering::SeqCst)
@@ -344,7 +338,7 @@ impl Runner {
             }
             ChildEnd::Cancelled | ChildEnd::Unlinked => {
                 self.rec.record(cancelled_payload(call_ref, child)).await?;
-                (CANCELLED_RESULT.to_owned(), true)
+                (history::CANCELLED_RESULT.to_owned(), true)
             }
         };
         Ok(ChildToolEnd {
@@ -361,7 +355,7 @@ impl Runner {
         turn: u64,
         call: &ToolCallPart,
         agent: &AgentTool,
-    ) -> Result<(ChildRun, Arc<AtomicBool>), CallFailure> {
+    ) -> Result<(ChildRun, Linked), CallFailure> {
         let lineage = self.lineage;
         let depth = lineage.depth.saturating_add(1);
         if depth > lineage.max_depth {
@@ -376,7 +370,7 @@ impl Runner {
                 self.run_id, lineage.max_sub_runs
             )));
         }
-        let linked = Arc::new(AtomicBool::new(false));
+        let linked = unlinked();
         let started = self
             .child_request(turn, call, agent, depth, &linked)
             .and_then(|request| {
@@ -406,7 +400,7 @@ impl Runner {
         call: &ToolCallPart,
         agent: &AgentTool,
         depth: u32,
-        linked: &Arc<AtomicBool>,
+        linked: &Linked,
     ) -> Result<RunRequest, CallFailure> {
         let invocation = ToolInvocation {
             run_id: self.run_id.clone(),
