@@ -118,6 +118,7 @@ impl AgentStream {
         let run_started = AguiEvent::RunStarted {
             thread_id: self.thread_id.as_str().to_owned(),
             run_id: self.run_id.as_str().to_owned(),
+            parent_run_id: None,
         };
         let keel_run = AguiEvent::Custom {
             name: "keel.run".to_owned(),
