@@ -60,6 +60,12 @@
 //! `agui/prelude.rs` a join's prelude, `agui/check.rs` the view's own
 //! schema and stream checks ([`check_event`], [`check_stream`]).
 //!
+//! A run tree (the run and its sub-runs, interleaved) maps through
+//! [`AguiTree`]: each sub-run is a subagent of the root's run
+//! (`SUBAGENT_STARTED` … `SUBAGENT_FINISHED`/`SUBAGENT_ERROR`, its events
+//! carrying `subagentRunId`); a sub-run followed on its own names its
+//! parent as `RUN_STARTED.parentRunId` (`agui/tree.rs`).
+//!
 //! The agent endpoint (`POST /v1/agui`, a client driving a run rather
 //! than following one): [`input`] reads the client's `RunAgentInput`,
 //! [`drive`] is the response's stream ([`drive::AgentStream`]: the

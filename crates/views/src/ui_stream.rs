@@ -51,6 +51,11 @@
 //! model call is open. The daemon ends a chat response there (the client
 //! answers with its next request), as the SDK's own servers do.
 //!
+//! A run tree (the run and the sub-runs its agent tools started, as a
+//! tree follower delivers them) maps through [`UiTree`]: the root as
+//! above, each sub-run a `data-keel-sub-run` part nested by `call_id`
+//! under the tool part of the call that started it (`ui_stream/tree.rs`).
+//!
 //! Reasoning parts are ids `reasoning-<n>`, counted across the run as text
 //! parts are (`text-<n>`), so each id names one part. A signature or a
 //! redacted value is never sent: the SDK client has nothing to do with it

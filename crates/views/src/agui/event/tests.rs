@@ -89,6 +89,40 @@ fn run_rows() -> Vec<(AguiEvent, &'static str)> {
             r#"{"rawEvent":{"ts":5000},"runId":"r","threadId":"t","timestamp":5,"type":"RUN_STARTED"}"#,
         ),
         (
+            run(RunOutcome::Success, None),
+            r#"{"outcome":{"type":"success"},"rawEvent":{"ts":5000},"runId":"r","threadId":"r","timestamp":5,"type":"RUN_FINISHED"}"#,
+        ),
+        (
+            run(RunOutcome::Cancelled, Some(vec![usage])),
+            r#"{"outcome":{"type":"cancelled"},"rawEvent":{"ts":5000},"runId":"r","threadId":"r","timestamp":5,"type":"RUN_FINISHED","usage":[{"inputTokens":3}]}"#,
+        ),
+        (
+            AguiEvent::RunError {
+                message: s("gave up"),
+                code: s("keel.run.failed"),
+            },
+            r#"{"code":"keel.run.failed","message":"gave up","rawEvent":{"ts":5000},"timestamp":5,"type":"RUN_ERROR"}"#,
+        ),
+        (
+            AguiEvent::StepStarted {
+                step_name: s("turn 1"),
+            },
+            r#"{"rawEvent":{"ts":5000},"stepName":"turn 1","timestamp":5,"type":"STEP_STARTED"}"#,
+        ),
+        (
+            AguiEvent::StepFinished {
+                step_name: s("turn 1"),
+            },
+            r#"{"rawEvent":{"ts":5000},"stepName":"turn 1","timestamp":5,"type":"STEP_FINISHED"}"#,
+        ),
+    ]
+}
+
+/// `TEXT_MESSAGE_*` and `TOOL_CALL_*`, each optional member absent and present.
+/// `RUN_STARTED` of a sub-run and `SUBAGENT_*`.
+fn sub_run_rows() -> Vec<(AguiEvent, &'static str)> {
+    vec![
+        (
             AguiEvent::RunStarted {
                 thread_id: s("c"),
                 run_id: s("c"),
@@ -129,37 +163,9 @@ fn run_rows() -> Vec<(AguiEvent, &'static str)> {
             },
             r#"{"code":"keel.run.failed","message":"boom","rawEvent":{"ts":5000},"subagentRunId":"c","timestamp":5,"type":"SUBAGENT_ERROR"}"#,
         ),
-        (
-            run(RunOutcome::Success, None),
-            r#"{"outcome":{"type":"success"},"rawEvent":{"ts":5000},"runId":"r","threadId":"r","timestamp":5,"type":"RUN_FINISHED"}"#,
-        ),
-        (
-            run(RunOutcome::Cancelled, Some(vec![usage])),
-            r#"{"outcome":{"type":"cancelled"},"rawEvent":{"ts":5000},"runId":"r","threadId":"r","timestamp":5,"type":"RUN_FINISHED","usage":[{"inputTokens":3}]}"#,
-        ),
-        (
-            AguiEvent::RunError {
-                message: s("gave up"),
-                code: s("keel.run.failed"),
-            },
-            r#"{"code":"keel.run.failed","message":"gave up","rawEvent":{"ts":5000},"timestamp":5,"type":"RUN_ERROR"}"#,
-        ),
-        (
-            AguiEvent::StepStarted {
-                step_name: s("turn 1"),
-            },
-            r#"{"rawEvent":{"ts":5000},"stepName":"turn 1","timestamp":5,"type":"STEP_STARTED"}"#,
-        ),
-        (
-            AguiEvent::StepFinished {
-                step_name: s("turn 1"),
-            },
-            r#"{"rawEvent":{"ts":5000},"stepName":"turn 1","timestamp":5,"type":"STEP_FINISHED"}"#,
-        ),
     ]
 }
 
-/// `TEXT_MESSAGE_*` and `TOOL_CALL_*`, each optional member absent and present.
 fn text_and_tool_rows() -> Vec<(AguiEvent, &'static str)> {
     let call_start = |parent: Option<&str>| AguiEvent::ToolCallStart {
         tool_call_id: s("c1"),
@@ -332,6 +338,7 @@ fn reasoning_rows() -> Vec<(AguiEvent, &'static str)> {
 #[test]
 fn every_event_type_encodes_as_pinned() {
     let mut rows = run_rows();
+    rows.extend(sub_run_rows());
     rows.extend(reasoning_rows());
     rows.extend(text_and_tool_rows());
     rows.extend(snapshot_and_custom_rows());
