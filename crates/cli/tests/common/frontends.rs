@@ -101,6 +101,28 @@ pub fn venv_bin(test: &str, name: &str) -> Option<PathBuf> {
     Some(bin)
 }
 
+/// Verifies each stream (a JSON array of AG-UI events) with the client's
+/// own schema and `verifyEvents`; prints one result per stream (`ok`, or
+/// the refusal). Run with [`run_node`].
+pub const VERIFY: &str = r#"
+import { verifyEvents } from "@ag-ui/client";
+import { EventSchemas } from "@ag-ui/core/schemas";
+import { from, lastValueFrom, toArray } from "rxjs";
+import { readFileSync } from "node:fs";
+const streams = JSON.parse(readFileSync(0, "utf8"));
+const results = [];
+for (const events of streams) {
+  try {
+    const parsed = events.map((e) => EventSchemas.parse(e));
+    const out = await lastValueFrom(from(parsed).pipe(verifyEvents(false), toArray()));
+    results.push(out.length === events.length ? "ok" : `verified ${out.length} of ${events.length}`);
+  } catch (e) {
+    results.push(String(e && e.message ? e.message : e));
+  }
+}
+console.log(JSON.stringify(results));
+"#;
+
 /// Runs `node script` (an ES module, given as text) in `tests/frontends`
 /// with `input` on stdin; returns stdout, panicking with stderr when node
 /// fails.
