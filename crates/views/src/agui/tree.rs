@@ -29,17 +29,30 @@
 use super::{AguiError, AguiEvent, AguiMapper, RunOutcome, Stamped, SubagentOutcome};
 use crate::sub_run::{MAX_TREE_RUNS, Tree, TreeRefusal};
 use keel_eventlog::Event;
-use std::collections::BTreeMap;
 
 /// The stateful mapping of a run tree's events (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct AguiTree {
     tree: Tree,
-    /// The mappers of the runs still open, by run id.
-    mappers: BTreeMap<String, AguiMapper>,
+    /// The root's mapper (when [`AguiTree::map`] maps the root).
+    root_mapper: Option<AguiMapper>,
+    root_ended: bool,
+    /// The sub-runs still open, in the order they started (a parent
+    /// before its children).
+    open: Vec<OpenChild>,
+}
+
+/// A sub-run still open: its mapper, its placement, and its
+/// `run.started` line (a resumed stream's `SUBAGENT_STARTED` again).
+#[derive(Debug, Clone)]
+struct OpenChild {
+    mapper: AguiMapper,
+    place: Placement,
+    started: String,
 }
 
 /// Where a child sits: what its `SUBAGENT_STARTED` names.
+#[derive(Debug, Clone)]
 struct Placement {
     run_id: String,
     tool: String,
@@ -56,24 +69,69 @@ impl AguiTree {
 
     /// Whether the root's run terminal was mapped.
     pub fn ended(&self) -> bool {
-        self.tree
-            .root()
-            .is_some_and(|r| !self.mappers.contains_key(r))
+        self.root_ended
     }
 
     /// Maps the next event of the tree (any run's, in delivery order).
     pub fn map(&mut self, event: &Event) -> Result<Vec<Stamped>, AguiError> {
-        let placement = self.admit(event)?;
-        let run_id = event.run_id().as_str();
-        let mapper = self.mappers.entry(run_id.to_owned()).or_default();
-        let mapped = mapper.map(event)?;
+        let mut root = self.root_mapper.take().unwrap_or_default();
+        let mapped = self.map_with(event, |e| root.map(e));
+        self.root_mapper = Some(root);
+        mapped
+    }
+
+    /// Maps the next event of the tree, the root's through `root` (an
+    /// agent stream maps its own run its own way), a sub-run's as the
+    /// module docs say.
+    pub(crate) fn map_with(
+        &mut self,
+        event: &Event,
+        root: impl FnOnce(&Event) -> Result<Vec<Stamped>, AguiError>,
+    ) -> Result<Vec<Stamped>, AguiError> {
+        let Some(place) = self.admit(event)? else {
+            let mapped = root(event)?;
+            self.root_ended = event.kind().is_run_terminal();
+            return Ok(mapped);
+        };
+        let index = match self
+            .open
+            .iter()
+            .position(|c| c.place.run_id == place.run_id)
+        {
+            Some(index) => index,
+            None => {
+                self.open.push(OpenChild {
+                    mapper: AguiMapper::new(),
+                    place,
+                    started: event.line().to_owned(),
+                });
+                self.open.len() - 1
+            }
+        };
+        let child = &mut self.open[index];
+        let mapped = child.mapper.map(event)?;
+        let out = mapped.into_iter().map(|s| child.place.rewrite(s)).collect();
         if event.kind().is_run_terminal() {
-            self.mappers.remove(run_id);
+            self.open.remove(index);
         }
-        Ok(match placement {
-            None => mapped,
-            Some(place) => mapped.into_iter().map(|s| place.rewrite(s)).collect(),
-        })
+        Ok(out)
+    }
+
+    /// The sub-runs open now, re-opened for a response that resumes
+    /// inside them: each one's `SUBAGENT_STARTED` (stamped with its
+    /// `run.started`) and the starts of its open scopes (its step, text,
+    /// reasoning and tool calls, without their content: the client has
+    /// it), parents before children.
+    pub(crate) fn reopen(&self) -> Vec<Stamped> {
+        let mut out = Vec::new();
+        for child in &self.open {
+            let stamp = super::Stamp::of_line(&child.started);
+            let started = child.mapper.run_started();
+            out.push(child.place.rewrite(Stamped::new(started, stamp.clone())));
+            let scopes = child.mapper.reopen_scopes(&stamp, false);
+            out.extend(scopes.into_iter().map(|s| child.place.rewrite(s)));
+        }
+        out
     }
 
     /// Admits the event into the tree: `None` for the root's, the child's
