@@ -157,11 +157,6 @@ impl Tree {
         }
     }
 
-    /// The root's id, once an event was admitted.
-    pub(crate) fn root(&self) -> Option<&str> {
-        self.root.as_deref()
-    }
-
     /// A run's parent, when it is a child of the tree.
     pub(crate) fn parent_of(&self, run_id: &str) -> Option<&ParentRef> {
         self.runs.get(run_id).and_then(|r| r.parent.as_ref())
