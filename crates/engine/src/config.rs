@@ -230,6 +230,16 @@ pub struct EngineLimits {
     /// When and how the model context is compacted. `None` (the default)
     /// never compacts.
     pub context: Option<ContextPolicy>,
+    /// How deep sub-runs may nest: a run started by the host has depth 0,
+    /// a child of it depth 1. An agent tool call that would start a child
+    /// deeper than this fails (rule `limits.max_sub_run_depth`). The bound
+    /// in force is the least of the run's and every ancestor's, so a child
+    /// cannot widen it. 0 allows no sub-runs. Default 3.
+    pub max_sub_run_depth: u32,
+    /// Most children one run may start (rule `limits.max_sub_runs`); the
+    /// least of the run's and every ancestor's applies. 0 allows none.
+    /// Default 16.
+    pub max_sub_runs: u32,
 }
 
 impl Default for EngineLimits {
@@ -244,6 +254,8 @@ impl Default for EngineLimits {
             approval_timeout: Duration::from_secs(600),
             retry: RetryPolicy::default(),
             context: None,
+            max_sub_run_depth: 3,
+            max_sub_runs: 16,
         }
     }
 }

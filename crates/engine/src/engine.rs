@@ -6,7 +6,10 @@ use crate::compose::{RunDefaults, compose};
 use crate::error::StartError;
 use crate::follow::{FOLLOW_BOUNDS, FollowError, RunFollower};
 use crate::request::{RunCanceller, RunHandle, RunRequest};
-use crate::run::{RunEnv, Runner, commit_cancelled_terminals};
+use crate::run::{
+    ChildRun, Children, FinalOutcome, RunEnded, RunEnv, RunTies, Runner, StartChild,
+    commit_cancelled_terminals,
+};
 use keel_eventlog::{Clock, RunLog, SubscriptionBounds};
 use keel_message::{Limits, Message, RunId, ToolName};
 use keel_observers::{RunHistory, ShutdownReport};
@@ -16,18 +19,16 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// How a run task ended, as the registry learns it.
-#[derive(Debug, Clone, Copy)]
-struct RunEnded {
-    /// Every required observer acknowledged every event, terminals
-    /// included.
-    acknowledged: bool,
-}
-
 struct LiveEntry {
     cancel: CancelToken,
     log: RunLog,
     ended: watch::Receiver<Option<RunEnded>>,
+    /// The parent run, for a sub-run.
+    parent: Option<RunId>,
+    /// 0 for a run the host started, its parent's + 1 for a sub-run.
+    depth: u32,
+    /// The run's children (shared with its task).
+    children: Arc<Children>,
 }
 
 #[derive(Default)]
@@ -124,6 +125,19 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// A run just spawned: the handle a parent keeps on it, and its task.
+struct Launched {
+    child: ChildRun,
+    task: tokio::task::JoinHandle<crate::request::RunReport>,
+}
+
+impl StartChild for Engine {
+    fn start_child(&self, request: RunRequest) -> Result<ChildRun, StartError> {
+        // The parent waits on the child's registry entry, not on the task.
+        self.launch(request).map(|launched| launched.child)
+    }
+}
+
 /// What [`Engine::shutdown`] achieved.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EngineShutdown {
@@ -151,6 +165,18 @@ impl Engine {
     /// committed, when the engine is shutting down, the id is live, or the
     /// request does not compose (see [`StartError`]).
     pub fn start(&self, request: RunRequest) -> Result<RunHandle, StartError> {
+        let launched = self.launch(request)?;
+        Ok(RunHandle {
+            run_id: launched.child.run_id,
+            log: launched.child.log,
+            cancel: launched.child.cancel,
+            task: launched.task,
+        })
+    }
+
+    /// Composes, registers and spawns a run (a sub-run when the request's
+    /// `parent` is set: its registry entry names the parent).
+    fn launch(&self, request: RunRequest) -> Result<Launched, StartError> {
         let handle = tokio::runtime::Handle::try_current().map_err(|_| StartError::NoRuntime)?;
         let context = compose(&self.inner.defaults, &request)?;
         self.check_history(&request.history)?;
@@ -162,6 +188,7 @@ impl Engine {
         .map_err(StartError::Log)?;
         let cancel = CancelToken::default();
         let (ended_tx, ended_rx) = watch::channel(None);
+        let children = Arc::new(Children::default());
         {
             // One lock for the shutdown flag and the registry: a run is
             // either refused or seen (and cancelled) by shutdown.
@@ -179,28 +206,37 @@ impl Engine {
                 LiveEntry {
                     cancel: cancel.clone(),
                     log: log.clone(),
-                    ended: ended_rx,
+                    ended: ended_rx.clone(),
+                    parent: request.parent.as_ref().map(|p| p.link.run_id.clone()),
+                    depth: request.parent.as_ref().map_or(0, |p| p.depth),
+                    children: Arc::clone(&children),
                 },
             );
         }
-        let run_id = request.run_id.clone();
-        let runner = Runner::new(Arc::clone(&self.inner.env), context, log.clone(), request);
+        let final_outcome = FinalOutcome::default();
+        let child = ChildRun {
+            run_id: request.run_id.clone(),
+            log: log.clone(),
+            cancel: cancel.clone(),
+            ended: ended_rx,
+            final_outcome: final_outcome.clone(),
+        };
+        let ties = RunTies {
+            children,
+            final_outcome,
+            starter: Arc::new(self.clone()),
+        };
+        let runner = Runner::new(Arc::clone(&self.inner.env), context, log, request, ties);
         let engine = Arc::clone(&self.inner);
-        let run_cancel = cancel.clone();
         let task = handle.spawn(async move {
-            let ended = runner.run(run_cancel).await;
+            let ended = runner.run(cancel).await;
             engine.retire(ended.run_id());
             let _ = ended_tx.send(Some(RunEnded {
                 acknowledged: ended.acknowledged(),
             }));
             ended.into_report()
         });
-        Ok(RunHandle {
-            run_id,
-            log,
-            cancel,
-            task,
-        })
+        Ok(Launched { child, task })
     }
 
     fn check_history(&self, history: &[Message]) -> Result<(), StartError> {
@@ -284,6 +320,19 @@ impl Engine {
         RunFollower::open(run_id.clone(), after, bounds, self.log(run_id), history).await
     }
 
+    /// The ids of the live runs that `run_id` started as sub-runs (its
+    /// children, not their descendants). A child is live until its task
+    /// has ended; its parent waits for that before its own terminals, so
+    /// a run that is not live has no live children.
+    pub fn live_children(&self, run_id: &RunId) -> Vec<RunId> {
+        let registry = lock(&self.inner.registry);
+        let children = registry.runs.iter();
+        children
+            .filter(|(_, e)| e.parent.as_ref() == Some(run_id))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// The ids of every live run.
     pub fn live_run_ids(&self) -> Vec<RunId> {
         lock(&self.inner.registry).runs.keys().cloned().collect()
@@ -322,10 +371,13 @@ impl Engine {
             let runs = registry.runs.iter();
             runs.map(|(id, e)| (id.clone(), e.clone_entry())).collect()
         };
+        // Every run at once: each one ends its children before its own
+        // terminals, so a tree still closes innermost first.
         for (_, entry) in &live {
             entry.cancel.cancel();
         }
         let mut report = EngineShutdown::default();
+        let mut abandoned = Vec::new();
         for (run_id, mut entry) in live {
             let ended = tokio::time::timeout_at(until, entry.ended.wait_for(Option::is_some)).await;
             match ended.ok().and_then(|r| r.ok().and_then(|e| *e)) {
@@ -334,18 +386,29 @@ impl Engine {
                     if !acknowledged {
                         report.unacknowledged.push(run_id);
                     }
+                    entry.log.shutdown();
                 }
-                None => {
-                    report.runs_abandoned += 1;
-                    commit_cancelled_terminals(&entry.log);
-                    report.unacknowledged.push(run_id);
-                }
+                None => abandoned.push((run_id, entry)),
             }
-            entry.log.shutdown();
         }
+        self.abandon(abandoned, &mut report);
         let left = until.saturating_duration_since(Instant::now());
         report.observers = self.inner.env.pipeline.shutdown(left);
         report
+    }
+
+    /// Commits the terminals of runs still going at the shutdown deadline,
+    /// deepest first (a child's before its parent's, whose call then
+    /// closes with the child's terminal), and shuts their logs down.
+    fn abandon(&self, mut abandoned: Vec<(RunId, LiveEntry)>, report: &mut EngineShutdown) {
+        abandoned.sort_by_key(|(_, entry)| std::cmp::Reverse(entry.depth));
+        let part_bytes = self.inner.env.message_limits.part_bytes;
+        for (run_id, entry) in abandoned {
+            report.runs_abandoned += 1;
+            commit_cancelled_terminals(&entry.log, &entry.children, part_bytes);
+            report.unacknowledged.push(run_id);
+            entry.log.shutdown();
+        }
     }
 }
 
@@ -355,6 +418,9 @@ impl LiveEntry {
             cancel: self.cancel.clone(),
             log: self.log.clone(),
             ended: self.ended.clone(),
+            parent: self.parent.clone(),
+            depth: self.depth,
+            children: Arc::clone(&self.children),
         }
     }
 }

@@ -101,6 +101,6 @@ pub use request::{
 };
 pub use source::{CloseFuture, ToolListFuture, ToolSource};
 pub use tool::{
-    OnToolFailure, OutputCut, Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolOutput,
-    ToolPolicy, ToolRetry,
+    AgentSpec, AgentSpecError, AgentTool, OnToolFailure, OutputCut, Tool, ToolError, ToolFuture,
+    ToolInvocation, ToolOutcome, ToolOutput, ToolPolicy, ToolRetry,
 };

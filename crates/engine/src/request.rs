@@ -8,10 +8,13 @@ use crate::interaction::InteractionHandler;
 use crate::source::ToolSource;
 use crate::tool::Tool;
 use keel_eventlog::{
-    ChatRun, ForkedFrom, HistoryReference, RunLog, SubscribeError, Subscription, SubscriptionBounds,
+    ChatRun, ForkedFrom, HistoryReference, ParentLink, RunLog, SubscribeError, Subscription,
+    SubscriptionBounds,
 };
 use keel_message::{Message, MessageError, MessageId, ModelName, Role, RunId};
 use keel_stream::{MetadataAllowlist, ModelProvider, Usage};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 /// Which provider a run calls.
@@ -60,6 +63,36 @@ pub struct RunRequest {
     pub(crate) chat: Option<ChatRun>,
     pub(crate) inherits: Option<Inheritance>,
     pub(crate) compaction: CompactionRequest,
+    /// Set by the engine when the run is a sub-run (never by a host).
+    pub(crate) parent: Option<ParentRun>,
+}
+
+/// A sub-run's place under its parent: the link its `run.started`
+/// records, its depth, the sub-run bounds in force over its ancestors, and
+/// how it records the parent's `tool.sub_run` before it starts. The
+/// parent's handle on the child (cancel, await) is in the parent's
+/// registry of children, not here.
+#[derive(Clone)]
+pub(crate) struct ParentRun {
+    pub(crate) link: ParentLink,
+    /// The child's depth: 1 for a child of a run the host started.
+    pub(crate) depth: u32,
+    /// The least `max_sub_run_depth` over the ancestors.
+    pub(crate) max_depth: u32,
+    /// The least `max_sub_runs` over the ancestors.
+    pub(crate) max_sub_runs: u32,
+    pub(crate) linker: Arc<dyn LinkParent>,
+}
+
+/// Resolves to whether the parent's `tool.sub_run` is in its log.
+pub(crate) type LinkFuture = Pin<Box<dyn Future<Output = bool> + Send>>;
+
+/// Records, in the parent's log, the `tool.sub_run` that names a child:
+/// the first thing the child's task does, before its `run.started`.
+pub(crate) trait LinkParent: Send + Sync {
+    /// Commits the link (and waits until it is durable, or the parent's
+    /// observers refused it).
+    fn link(&self) -> LinkFuture;
 }
 
 /// What a request asks of compaction beyond the policy's threshold.
@@ -108,6 +141,7 @@ impl std::fmt::Debug for RunRequest {
             .field("chat", &self.chat)
             .field("inherits", &self.inherits)
             .field("compaction", &self.compaction)
+            .field("parent", &self.parent.as_ref().map(|p| &p.link))
             .finish_non_exhaustive()
     }
 }
@@ -131,6 +165,7 @@ impl RunRequest {
             chat: None,
             inherits: None,
             compaction: CompactionRequest::Threshold,
+            parent: None,
         }
     }
     /// A run of `model` on one user message, `question`, under a fresh

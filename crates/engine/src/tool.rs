@@ -4,6 +4,11 @@
 //! with its outcome and retry; a [`ToolInvocation`] parses its arguments
 //! into the tool's own type without echoing input values.
 
+mod agent;
+
+pub(crate) use agent::AgentProvider;
+pub use agent::{AgentSpec, AgentSpecError, AgentTool};
+
 use keel_message::{CallId, CanonicalJson, ImagePart, RunId, ToolDefinition};
 use std::future::Future;
 use std::pin::Pin;
@@ -308,6 +313,13 @@ pub trait Tool: Send + Sync + 'static {
     /// Runs one invocation; `Ok` is the result for the model (and the
     /// cut, when the tool shortened it).
     fn call(&self, invocation: ToolInvocation) -> ToolFuture;
+
+    /// The agent tool this is, if it is one: the engine then runs the call
+    /// itself, as a child run (see [`AgentTool`]), and never calls
+    /// [`call`](Self::call). `None` (the default) for every other tool.
+    fn as_agent(&self) -> Option<&AgentTool> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -548,6 +548,7 @@ fn engine_limits(w: &LimitsWire) -> EngineLimits {
         approval_timeout: ms(w.approval_timeout_ms, d.approval_timeout),
         retry: w.retry.as_ref().map_or(d.retry, retry_policy),
         context: w.context.as_ref().map(context_policy),
+        ..d
     }
 }
 

@@ -1,12 +1,16 @@
 //! The run loop, split by job: [`turn`] (the turn loop), [`sources`] (the
 //! turn's tool set, tool sources and their change records), [`model`]
 //! (model attempts and backoff), [`tools`] (tool calls and approvals),
-//! [`record`] (commit, dispatch, the acknowledged cursor, closing). This
-//! module holds the run's state and the top of the task: cancellation,
-//! the panic guard, and settling how the run ended.
+//! [`record`] (commit, dispatch, the acknowledged cursor, closing),
+//! [`delegate`] (agent tool calls: child runs) and [`children`] (a run's
+//! children, ended before the run's own terminals). This module holds the
+//! run's state and the top of the task: linking a sub-run to its parent,
+//! cancellation, the panic guard, and settling how the run ended.
 
+mod children;
 mod compact;
 mod context;
+mod delegate;
 mod env;
 mod model;
 mod record;
@@ -14,6 +18,7 @@ mod sources;
 mod tools;
 mod turn;
 
+pub(crate) use children::{ChildRun, Children, FinalOutcome, RunEnded, StartChild};
 pub(crate) use env::RunEnv;
 pub(crate) use record::commit_cancelled_terminals;
 
@@ -119,10 +124,20 @@ impl RunEnd {
     }
 }
 
+/// What the engine's registry shares with a run task: the run's children
+/// (read by a shutdown that commits an abandoned run's terminals), the
+/// outcome its terminal records (read by its parent), and how the run
+/// starts children of its own.
+pub(crate) struct RunTies {
+    pub(crate) children: Arc<Children>,
+    pub(crate) final_outcome: FinalOutcome,
+    pub(crate) starter: Arc<dyn StartChild>,
+}
+
 pub(crate) struct Runner {
     pub(crate) env: Arc<RunEnv>,
     pub(crate) ctx: RunContext,
-    pub(crate) rec: Recorder,
+    pub(crate) rec: Arc<Recorder>,
     pub(crate) run_id: RunId,
     pub(crate) model: ModelName,
     pub(crate) continues: Option<RunId>,
@@ -130,6 +145,11 @@ pub(crate) struct Runner {
     pub(crate) chat: Option<keel_eventlog::ChatRun>,
     pub(crate) inherits: Option<crate::request::Inheritance>,
     pub(crate) compaction: crate::request::CompactionRequest,
+    /// Set for a sub-run: its link, recorded in `run.started`.
+    pub(crate) parent: Option<crate::request::ParentRun>,
+    pub(crate) lineage: delegate::Lineage,
+    pub(crate) children: Arc<Children>,
+    pub(crate) starter: Arc<dyn StartChild>,
     state: Mutex<State>,
 }
 
@@ -139,12 +159,24 @@ impl Runner {
         ctx: RunContext,
         log: RunLog,
         request: RunRequest,
+        ties: RunTies,
     ) -> Runner {
-        let rec = Recorder::new(Arc::clone(&env), log, ctx.limits.closing_deadline);
+        let rec = Recorder::new(
+            Arc::clone(&env),
+            log,
+            ctx.limits.closing_deadline,
+            ties.final_outcome,
+            Arc::clone(&ties.children),
+        );
         let sources_seen = vec![sources::SourceSeen::default(); ctx.sources.len()];
+        let lineage = delegate::Lineage::new(&ctx.limits, request.parent.as_ref());
         Runner {
+            rec: Arc::new(rec),
+            parent: request.parent,
+            lineage,
+            children: ties.children,
+            starter: ties.starter,
             env,
-            rec,
             ctx,
             run_id: request.run_id,
             model: request.model,
@@ -179,6 +211,13 @@ impl Runner {
     /// terminal committed. Last, however the run ended, every tool source
     /// is closed.
     pub(crate) async fn run(self, cancel: CancelToken) -> RunEnd {
+        // A sub-run's parent names it (`tool.sub_run`) before it starts;
+        // a link the parent's log refused leaves no trace of the child.
+        if let Some(parent) = &self.parent
+            && !parent.linker.link().await
+        {
+            return self.unlinked();
+        }
         let driven = AssertUnwindSafe(async {
             // `run.started` is committed even when the run is cancelled
             // before its task first runs: a run `start` accepted is in the
@@ -200,6 +239,9 @@ impl Runner {
         })
         .catch_unwind()
         .await;
+        // However the loop stopped, every child ends (cancelled, waited
+        // for) before this run commits its own closing terminals.
+        self.children.end_all().await;
         let outcome = match driven {
             Ok(driven) => self.settle(driven).await,
             Err(_) => {
@@ -218,6 +260,20 @@ impl Runner {
             run_id: self.run_id,
             outcome,
             history,
+        }
+    }
+
+    /// How a sub-run whose link the parent's log refused ends: nothing
+    /// committed, nothing for the observers.
+    fn unlinked(self) -> RunEnd {
+        let detail = "the parent's log refused tool.sub_run (rule sub_run.link)".to_owned();
+        RunEnd {
+            acknowledged: true,
+            run_id: self.run_id,
+            outcome: RunOutcome::Failed {
+                cause: FailureCause::Internal(detail),
+            },
+            history: Vec::new(),
         }
     }
 

@@ -4,6 +4,8 @@
 //! for every open scope, then the observers re-offered what they had not
 //! acknowledged).
 
+use super::children::{Children, FinalOutcome};
+use super::delegate::commit_closing;
 use super::{Interrupt, RunEnv, Step};
 use crate::request::RunOutcome;
 use keel_eventlog::{
@@ -11,8 +13,8 @@ use keel_eventlog::{
     TurnFailed,
 };
 use keel_observers::{RunWindow, WindowError};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How a failing run closes its run and turn scopes.
@@ -33,13 +35,23 @@ pub(crate) struct Recorder {
     /// The last sequence the closing re-offer got acknowledged by every
     /// required observer (the window's watermark covers the rest).
     reoffered: AtomicU64,
-    /// Set once the run's terminal is committed: the outcome the log records.
-    final_outcome: Mutex<Option<RunOutcome>>,
+    /// Set once the run's terminal is committed: the outcome the log
+    /// records (shared with the parent, for a sub-run).
+    final_outcome: FinalOutcome,
+    /// The run's children: a call that started one closes with the
+    /// terminal its child's end maps to.
+    children: Arc<Children>,
     closing_deadline: Duration,
 }
 
 impl Recorder {
-    pub(crate) fn new(env: Arc<RunEnv>, log: RunLog, closing_deadline: Duration) -> Self {
+    pub(crate) fn new(
+        env: Arc<RunEnv>,
+        log: RunLog,
+        closing_deadline: Duration,
+        final_outcome: FinalOutcome,
+        children: Arc<Children>,
+    ) -> Self {
         let window = env.pipeline.window(log.clone());
         Recorder {
             env,
@@ -47,9 +59,31 @@ impl Recorder {
             gate: tokio::sync::Mutex::new(()),
             window,
             reoffered: AtomicU64::new(0),
-            final_outcome: Mutex::new(None),
+            final_outcome,
+            children,
             closing_deadline,
         }
+    }
+
+    /// Records a child's `tool.sub_run` (from the child's task) and calls
+    /// `committed` right after the commit, in the same poll, so the flag
+    /// it sets cannot disagree with the log. Then waits until the event is
+    /// durable; a refusal there is the run's to surface. True when the
+    /// link is in the log.
+    pub(crate) async fn record_link(&self, payload: &Payload, committed: impl FnOnce()) -> bool {
+        let event = {
+            let _turn = self.gate.lock().await;
+            let Ok(event) = self.log.commit(payload) else {
+                return false;
+            };
+            committed();
+            if self.window.submit(&event).await.is_err() {
+                return true;
+            }
+            event
+        };
+        let _ = self.window.durable(event.seq()).await;
+        true
     }
 
     /// Commits to the log, then hands the event to the window. It returns
@@ -88,7 +122,7 @@ impl Recorder {
         let event = self.log.commit(&payload).map_err(Interrupt::Log)?;
         // From here on the log says how the run ended; a cancellation
         // during the dispatch below must not report otherwise.
-        *self.final_slot() = Some(outcome.clone());
+        self.final_outcome.set(outcome.clone());
         // The outcome goes back to the caller once the terminal is durable.
         // A refusal leaves it to `close` to re-offer.
         if self.window.submit(&event).await.is_ok() {
@@ -97,15 +131,9 @@ impl Recorder {
         Ok(outcome)
     }
 
-    fn final_slot(&self) -> std::sync::MutexGuard<'_, Option<RunOutcome>> {
-        self.final_outcome
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// The outcome the log's run terminal records, once it is committed.
     pub(crate) fn final_outcome(&self) -> Option<RunOutcome> {
-        self.final_slot().clone()
+        self.final_outcome.get()
     }
 
     /// Whether the log holds the run's terminal.
@@ -133,7 +161,11 @@ impl Recorder {
         let parent = Some(ScopeKey::Turn(turn));
         for scope in self.log.open_scope_starts() {
             if scope.key().parent() == parent {
-                self.record(scope.cancelled()).await?;
+                let _turn = self.gate.lock().await;
+                let part_bytes = self.env.message_limits.part_bytes;
+                let committed = commit_closing(&self.log, &self.children, &scope, part_bytes);
+                let event = committed.map_err(Interrupt::Log)?;
+                self.window.submit(&event).await.map_err(interrupt)?;
             }
         }
         Ok(())
@@ -159,7 +191,12 @@ impl Recorder {
                     cause: Some(f.cause.clone()),
                     extra: Extra::new(),
                 }),
-                _ => scope.cancelled(),
+                _ => {
+                    let part_bytes = self.env.message_limits.part_bytes;
+                    // Refused only if the tracker and the engine disagree.
+                    let _ = commit_closing(&self.log, &self.children, &scope, part_bytes);
+                    continue;
+                }
             };
             // A refusal here would mean the tracker and the engine disagree;
             // the log stays consistent either way.
@@ -222,9 +259,9 @@ fn interrupt(error: WindowError) -> Interrupt {
 /// Commits cancelled terminals for every open scope of `log`, innermost
 /// first, without the observers: what a shutdown past its deadline does
 /// before it closes a log, so the log never ends with open scopes.
-pub(crate) fn commit_cancelled_terminals(log: &RunLog) {
+pub(crate) fn commit_cancelled_terminals(log: &RunLog, children: &Children, part_bytes: usize) {
     for scope in log.open_scope_starts() {
         // Refused only if the run task closed the scope meanwhile.
-        let _ = log.commit(&scope.cancelled());
+        let _ = commit_closing(log, children, &scope, part_bytes);
     }
 }

@@ -31,6 +31,14 @@ pub(super) struct EndsRun {
 }
 
 impl EndsRun {
+    pub(super) fn new(call_id: &CallId, tool: &ToolName, error: String) -> EndsRun {
+        EndsRun {
+            call_id: call_id.clone(),
+            tool: tool.clone(),
+            error,
+        }
+    }
+
     pub(super) fn into_failure(self) -> TurnFailure {
         let EndsRun {
             call_id,
@@ -82,19 +90,45 @@ fn known_retry(retry: ToolRetry) -> ToolRetry {
 }
 
 /// The outcome of one tool call, as fed back to the model.
-struct ToolEnd {
-    part: Part,
-    ends_run: Option<EndsRun>,
+pub(super) struct ToolEnd {
+    pub(super) part: Part,
+    pub(super) ends_run: Option<EndsRun>,
+}
+
+impl ToolEnd {
+    /// A result fed back to the model, the run going on.
+    pub(super) fn fed_back(part: Part) -> ToolEnd {
+        ToolEnd {
+            part,
+            ends_run: None,
+        }
+    }
 }
 
 /// Why a tool call failed, as `tool.failed` records it.
-struct CallFailure {
+pub(super) struct CallFailure {
     message: String,
     outcome: Option<ToolOutcome>,
     retry: Option<ToolRetry>,
 }
 
 impl CallFailure {
+    pub(super) fn typed(message: String, outcome: ToolOutcome, retry: ToolRetry) -> CallFailure {
+        CallFailure {
+            message,
+            outcome: Some(outcome),
+            retry: Some(retry),
+        }
+    }
+    /// A tool's own typed error, its unknown outcome and retry recorded as
+    /// their generic meanings.
+    pub(super) fn from_tool_error(e: crate::tool::ToolError) -> CallFailure {
+        CallFailure {
+            message: e.message,
+            outcome: e.outcome.map(known_outcome),
+            retry: e.retry.map(known_retry),
+        }
+    }
     fn plain(message: String) -> CallFailure {
         CallFailure {
             message,
@@ -154,7 +188,12 @@ impl Runner {
         Ok(ToolsEnd::Results(results.into_iter().flatten().collect()))
     }
 
-    fn result_part(&self, call: &ToolCallPart, content: &str, is_error: bool) -> Step<Part> {
+    pub(super) fn result_part(
+        &self,
+        call: &ToolCallPart,
+        content: &str,
+        is_error: bool,
+    ) -> Step<Part> {
         self.result_part_with_images(call, content, is_error, Vec::new())
     }
 
@@ -196,9 +235,12 @@ impl Runner {
                 extra: started_extra(&policy),
             }))
             .await?;
+        let agent = tool.as_ref().and_then(|t| t.as_agent());
         let result = if unapprovable {
             policy.on_failure = OnToolFailure::FeedBack;
             Err(CallFailure::unapprovable(call.name()))
+        } else if let Some(agent) = agent {
+            return self.delegate(turn, call, agent, &policy).await;
         } else {
             self.invoke(turn, call, tool, &policy).await
         };
@@ -299,11 +341,7 @@ impl Runner {
                 ToolRetry::Retryable,
             )),
             Ok(Err(_panic)) => Err(CallFailure::plain("tool panicked".to_owned())),
-            Ok(Ok(Err(e))) => Err(CallFailure {
-                message: e.message,
-                outcome: e.outcome.map(known_outcome),
-                retry: e.retry.map(known_retry),
-            }),
+            Ok(Ok(Err(e))) => Err(CallFailure::from_tool_error(e)),
             Ok(Ok(Ok(output))) if output.content().len() > part_bytes => {
                 Err(CallFailure::uncertain(
                     format!(
@@ -337,7 +375,7 @@ impl Runner {
 
     /// Records the tool's terminal. The event-size rule is the log's: an
     /// output the log refuses as too large becomes the tool's failure.
-    async fn finish(
+    pub(super) async fn finish(
         &self,
         turn: u64,
         call: &ToolCallPart,
@@ -416,7 +454,7 @@ fn started_extra(policy: &ToolPolicy) -> Extra {
 
 /// `tool.completed`'s record of a cut:
 /// `"output_cut": {"original_bytes": N, "kept_bytes": M}`.
-fn cut_extra(cut: OutputCut) -> Extra {
+pub(super) fn cut_extra(cut: OutputCut) -> Extra {
     let mut extra = Extra::new();
     extra.insert(
         "output_cut".to_owned(),

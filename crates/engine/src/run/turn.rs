@@ -74,7 +74,7 @@ impl Runner {
             continues: self.continues.clone(),
             forked_from: self.forked_from.clone(),
             chat: self.chat.clone(),
-            parent: None,
+            parent: self.parent.as_ref().map(|p| p.link.clone()),
             extra: Extra::new(),
         })
     }
@@ -194,6 +194,9 @@ impl Runner {
     /// Ends the failed turn: anything still open inside it is cancelled
     /// first, then the turn and the run fail naming the same cause.
     async fn fail(&self, turn: u64, failure: TurnFailure) -> Step<RunOutcome> {
+        // Children of calls still in flight (a sibling's failure ended the
+        // turn) end before their calls' terminals.
+        self.children.end_all().await;
         self.rec.cancel_children(turn).await?;
         self.rec
             .record(Payload::TurnFailed(TurnFailed {
