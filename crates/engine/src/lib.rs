@@ -82,6 +82,8 @@ mod run;
 mod source;
 mod tool;
 mod tool_set;
+mod tree_cursor;
+mod tree_follow;
 
 pub use builder::EngineBuilder;
 pub use config::{
@@ -104,3 +106,8 @@ pub use tool::{
     AgentSpec, AgentSpecError, AgentTool, OnToolFailure, OutputCut, Tool, ToolError, ToolFuture,
     ToolInvocation, ToolOutcome, ToolOutput, ToolPolicy, ToolRetry,
 };
+pub use tree_cursor::{
+    CursorEntry, CursorPart, MAX_CURSOR_BYTES, MAX_CURSOR_ENTRIES, MAX_TREE_RUNS, TreeCursor,
+    TreeCursorError,
+};
+pub use tree_follow::{TreeEvent, TreeFollowError, TreeFollower};
