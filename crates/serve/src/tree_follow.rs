@@ -6,7 +6,9 @@
 //! [`super::chat::next_event`] does for one run.
 
 use super::Daemon;
-use keel_engine::{FOLLOW_BOUNDS, FollowError, TreeCursor, TreeEvent, TreeFollowError, TreeFollower};
+use keel_engine::{
+    FOLLOW_BOUNDS, FollowError, TreeCursor, TreeEvent, TreeFollowError, TreeFollower,
+};
 use keel_eventlog::SubscriptionError;
 use keel_message::RunId;
 
