@@ -178,13 +178,13 @@ impl Responder {
                 }
                 return;
             }
-            if self.at_cursor {
-                if let Some(end) = self.closing(&view, root_seq).await {
-                    for event in &end {
-                        yield Ok(frame(&last, event));
-                    }
-                    return;
+            if self.at_cursor
+                && let Some(end) = self.closing(&view, root_seq).await
+            {
+                for event in &end {
+                    yield Ok(frame(&last, event));
                 }
+                return;
             }
             while let Some(next) = next_tree_event(&self.daemon, &mut follower).await {
                 let tree_event = match next {
