@@ -35,6 +35,13 @@ use std::hash::{Hash, Hasher};
 /// What the model is told when its call was denied approval.
 pub const DENIED_RESULT: &str = "denied";
 
+/// What the model is told of a call that was cancelled, when its turn
+/// still completes: a sub-run cancelled by its call's own timeout ends in
+/// `tool.cancelled`, and the model is owed a result for every call it made.
+/// (A run cancelled as a whole never completes the turn, so its
+/// cancelled calls never reach a history.)
+pub const CANCELLED_RESULT: &str = "the call was cancelled (rule tool.cancelled)";
+
 /// What the model is told when a result does not fit `limits.part_bytes`.
 const OVERSIZED_RESULT: &str = "tool result exceeded limits.part_bytes";
 
@@ -509,6 +516,7 @@ fn apply(
             }
         }
         Payload::ToolFailed(p) => result(turn, &p.call_id, p.error.as_str(), true, limits),
+        Payload::ToolCancelled(p) => result(turn, &p.call_id, CANCELLED_RESULT, true, limits),
         Payload::TurnCompleted(p) => {
             if let Some(message) = tool_message(run_id, p.turn, turn, limits) {
                 history.push(message);

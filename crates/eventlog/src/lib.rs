@@ -61,6 +61,7 @@ mod hasher;
 pub mod history;
 mod kind;
 mod lifecycle;
+pub mod links;
 mod log;
 mod payload;
 pub mod recovery;

@@ -8,7 +8,9 @@ use crate::scope::{ScopeKey, Transition};
 use keel_message::{OperationId, ToolName};
 
 mod compaction;
+mod sub_run;
 use compaction::CompactionOrder;
+use sub_run::SubRunScope;
 
 /// A lifecycle rule an event broke.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -135,6 +137,22 @@ pub enum LifecycleError {
         /// The operation it names.
         operation_id: OperationId,
     },
+    /// A `tool.sub_run` for a tool call whose scope is not open (never
+    /// started, or already ended).
+    #[error("tool.sub_run for {key}, which is not open (rule lifecycle.sub_run_scope)")]
+    SubRunOutsideScope {
+        /// The tool scope the link names.
+        key: ScopeKey,
+    },
+    /// A second `tool.sub_run` for one tool call: a call starts at most
+    /// one child run.
+    #[error(
+        "second tool.sub_run for {key}; a call starts one child run (rule lifecycle.sub_run_scope)"
+    )]
+    SecondSubRun {
+        /// The tool scope the links name.
+        key: ScopeKey,
+    },
     /// A snapshot's open tool scope that does not name its tool, in a
     /// window whose start event is gone: its terminal could not be checked
     /// or built.
@@ -171,6 +189,9 @@ impl LifecycleError {
             LifecycleError::TooManyOpen { .. } => "limits.open_scopes",
             LifecycleError::InputReferenceNotFirst { .. } => "lifecycle.input_reference",
             LifecycleError::CompactionOrder { .. } => "lifecycle.compaction_order",
+            LifecycleError::SubRunOutsideScope { .. } | LifecycleError::SecondSubRun { .. } => {
+                "lifecycle.sub_run_scope"
+            }
             LifecycleError::IdentityMismatch { .. } | LifecycleError::IdentityMissing { .. } => {
                 "lifecycle.same_identity"
             }
@@ -310,6 +331,8 @@ pub struct LifecycleTracker {
     started_in_turn: std::collections::HashSet<ScopeKey>,
     /// Where the compaction events of the current turn may stand.
     compactions: CompactionOrder,
+    /// Which open tool scopes already recorded their child run.
+    sub_runs: SubRunScope,
     run_started: bool,
     run_ended: bool,
     max_open: usize,
@@ -325,6 +348,7 @@ impl LifecycleTracker {
             last_turn: None,
             started_in_turn: std::collections::HashSet::new(),
             compactions: CompactionOrder::default(),
+            sub_runs: SubRunScope::default(),
             run_started: false,
             run_ended: false,
             max_open,
@@ -403,6 +427,7 @@ impl LifecycleTracker {
     /// Checks what `payload` does without applying it, its identity
     /// included: a tool terminal must name the tool its start named.
     pub fn check_payload(&self, payload: &Payload) -> Result<(), LifecycleError> {
+        self.check_links(payload)?;
         self.check_named(&payload.transition(), payload.tool_name())?;
         self.compactions.check(payload)
     }
@@ -411,10 +436,23 @@ impl LifecycleTracker {
     /// [`check_payload`](Self::check_payload)); a tool start's tool is
     /// remembered while its scope is open.
     pub fn apply_payload(&mut self, payload: &Payload) -> Result<(), LifecycleError> {
+        self.check_links(payload)?;
         self.compactions.check(payload)?;
         self.apply_named(&payload.transition(), payload.tool_name())?;
-        self.compactions.apply(payload);
+        self.apply_order(payload);
         Ok(())
+    }
+
+    /// The sub-run link rule (rule `lifecycle.sub_run_scope`), checked
+    /// before the transition so a misplaced `tool.sub_run` names it rather
+    /// than the generic `lifecycle.in_open_scope`. After the run's
+    /// terminal nothing is accepted, whatever it is
+    /// (`lifecycle.nothing_after_run`).
+    pub(crate) fn check_links(&self, payload: &Payload) -> Result<(), LifecycleError> {
+        if self.run_ended {
+            return Err(LifecycleError::AfterRunEnded);
+        }
+        self.sub_runs.check(payload, &self.open)
     }
 
     /// The compaction order rule alone (rule `lifecycle.compaction_order`),
@@ -427,6 +465,7 @@ impl LifecycleTracker {
     /// rule (every committed event: "right after" is about the last one).
     pub(crate) fn apply_order(&mut self, payload: &Payload) {
         self.compactions.apply(payload);
+        self.sub_runs.apply(payload);
     }
 
     /// Checks `transition` without applying it. A bare transition names no

@@ -213,6 +213,7 @@ impl RunLog {
         if let Some(reason) = state.ended {
             return Err(CommitError::Closed(reason));
         }
+        state.tracker.check_links(payload)?;
         state.tracker.check_named(transition, tool)?;
         state.tracker.check_order(payload)?;
         crate::lifecycle::check_position(payload, state.next_seq)?;
@@ -249,6 +250,7 @@ impl RunLog {
         if let Some(reason) = state.ended {
             return Err(CommitError::Closed(reason));
         }
+        state.tracker.check_links(payload)?;
         state.tracker.check_named(&transition, tool)?;
         state.tracker.check_order(payload)?;
         crate::lifecycle::check_position(payload, event.seq())?;

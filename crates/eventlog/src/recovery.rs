@@ -9,17 +9,22 @@
 //! `tool.started` recorded `"idempotent": true`: then it is retryable
 //! (`retry: "retryable"`, no outcome: whether the effect happened does not
 //! matter, repeating it is safe); a model call closes at the position the
-//! log shows.
+//! log shows. A tool call that started a sub-run (`tool.sub_run`) names its
+//! child in the terminal: `"sub_run": {"run_id": <child>, "cause": {"kind":
+//! "host_lost"}}`, the mark the cross-run link check (`crate::links`)
+//! tolerates whatever state the child was left in. Recover a tree's
+//! children before their parents, so each child's `run.failed` is
+//! committed before its parent's `tool.failed`.
 
 use crate::log::RunLog;
 use crate::payload::{
     Cause, ErrorText, Extra, InteractionFailed, ModelFailed, Payload, ProblemRecord, RunFailed,
-    ToolFailed, ToolOutcome, ToolRetry, TurnFailed,
+    SubRunRef, ToolFailed, ToolOutcome, ToolRetry, TurnFailed,
 };
 use crate::scope::ScopeKey;
-use keel_message::{CallId, OperationId};
+use keel_message::{CallId, OperationId, RunId};
 use keel_stream::{ProblemKind, ProviderProblem, RetryPosition};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// The `tool.started` member that marks an idempotent tool's call
 /// (`"idempotent": true`).
@@ -53,6 +58,7 @@ pub fn terminals(log: &RunLog) -> Vec<Payload> {
     }
     let with_output = attempts_with_output(log);
     let idempotent = idempotent_calls(log);
+    let children = linked_children(log);
     let error = ErrorText::new(HOST_LOST_TEXT);
     let cause = Cause {
         kind: Some(HOST_LOST.to_owned()),
@@ -94,7 +100,7 @@ pub fn terminals(log: &RunLog) -> Vec<Payload> {
                     error: error.clone(),
                     outcome: (!idempotent.contains(call_id)).then_some(ToolOutcome::Uncertain),
                     retry: idempotent.contains(call_id).then_some(ToolRetry::Retryable),
-                    extra: Extra::new(),
+                    extra: sub_run_extra(children.get(scope.key()), &cause),
                 }),
                 // A tool scope opened without its name (a resumed tracker
                 // given bare keys) can only be cancelled by name-less means.
@@ -109,6 +115,38 @@ pub fn terminals(log: &RunLog) -> Vec<Payload> {
                 error: error.clone(),
                 extra: Extra::new(),
             }),
+        })
+        .collect()
+}
+
+/// The `extra` of a recovered tool terminal: the child it linked, if any,
+/// with the `host_lost` cause.
+fn sub_run_extra(child: Option<&RunId>, cause: &Cause) -> Extra {
+    let mut extra = Extra::new();
+    if let Some(child) = child {
+        let named = SubRunRef {
+            run_id: child.clone(),
+            cause: Some(cause.clone()),
+        };
+        named.insert_into(&mut extra);
+    }
+    extra
+}
+
+/// The child each tool call linked (`tool.sub_run`), by call scope.
+fn linked_children(log: &RunLog) -> HashMap<ScopeKey, RunId> {
+    log.retained_after(0)
+        .iter()
+        .filter(|e| *e.kind() == crate::kind::EventKind::ToolSubRun)
+        .filter_map(|e| match e.payload() {
+            Ok(Payload::ToolSubRun(p)) => Some((
+                ScopeKey::Tool {
+                    turn: p.turn,
+                    call_id: p.call_id,
+                },
+                p.run_id,
+            )),
+            _ => None,
         })
         .collect()
 }

@@ -89,6 +89,28 @@ fn tool_output(turn: u64, c: &str, output: &str) -> Payload {
     })
 }
 
+/// `tool.sub_run` of call `c`, naming child run `child`.
+fn sub_run(turn: u64, c: &str, child: &str) -> Payload {
+    Payload::ToolSubRun(SubRunStarted {
+        turn,
+        call_id: call(c),
+        run_id: RunId::parse(child).unwrap(),
+        extra: Extra::new(),
+    })
+}
+
+/// A tool terminal naming its child run.
+fn with_sub_run(mut terminal: Payload, child: &str) -> Payload {
+    let extra = match &mut terminal {
+        Payload::ToolCompleted(p) => &mut p.extra,
+        Payload::ToolFailed(p) => &mut p.extra,
+        Payload::ToolCancelled(p) => &mut p.extra,
+        other => panic!("not a tool terminal: {other:?}"),
+    };
+    SubRunRef::new(RunId::parse(child).unwrap()).insert_into(extra);
+    terminal
+}
+
 fn tool_failed(turn: u64, c: &str) -> Payload {
     tool_failed_as(turn, c, "get_weather")
 }
@@ -207,7 +229,7 @@ fn history_rules() {
             ],
         ),
         (
-            "text then calls; denied, failed approval, failed tool; approved and cancelled has no result",
+            "text then calls; denied, failed approval, failed tool, approved and cancelled: each an error result",
             vec![
                 turn_started(1),
                 model_started(1, "o1"),
@@ -245,10 +267,51 @@ fn history_rules() {
                     vec![
                         result_part("c1", history::DENIED_RESULT, true),
                         result_part("c2", "approval failed: handler panicked", true),
+                        result_part("c3", history::CANCELLED_RESULT, true),
                         result_part("c4", "timed out", true),
                     ],
                 ),
             ],
+        ),
+        (
+            "a sub-run cancelled by its call's timeout: the cancelled result, beside a completed one",
+            vec![
+                turn_started(1),
+                model_started(1, "o1"),
+                tool_call(1, "o1", "c1"),
+                tool_call(1, "o1", "c2"),
+                model_completed(1, "o1"),
+                tool_started(1, "c1"),
+                tool_started(1, "c2"),
+                sub_run(1, "c1", "run_a"),
+                sub_run(1, "c2", "run_b"),
+                with_sub_run(tool_output(1, "c2", "found it"), "run_b"),
+                with_sub_run(tool_cancelled(1, "c1"), "run_a"),
+                turn_completed(1),
+            ],
+            vec![
+                assistant(1, vec![call_part("c1"), call_part("c2")]),
+                results(
+                    1,
+                    vec![
+                        result_part("c1", history::CANCELLED_RESULT, true),
+                        result_part("c2", "found it", false),
+                    ],
+                ),
+            ],
+        ),
+        (
+            "a cancelled call of a cancelled turn reaches no history",
+            vec![
+                turn_started(1),
+                model_started(1, "o1"),
+                tool_call(1, "o1", "c1"),
+                model_completed(1, "o1"),
+                tool_started(1, "c1"),
+                tool_cancelled(1, "c1"),
+                turn_cancelled(1),
+            ],
+            vec![assistant(1, vec![call_part("c1")])],
         ),
         (
             "an interaction about no call records nothing",

@@ -892,3 +892,111 @@ fn reasoning_end(turn: u64, o: &str) -> Payload {
         extra: Extra::new(),
     })
 }
+
+/// `tool.sub_run` of call `c` in `turn`, naming child run `child`.
+fn sub_run(turn: u64, c: &str, child: &str) -> Payload {
+    Payload::ToolSubRun(SubRunStarted {
+        turn,
+        call_id: call(c),
+        run_id: keel_message::RunId::parse(child).unwrap(),
+        extra: Extra::new(),
+    })
+}
+
+/// A run with turn 1 open and call `c1` started, then `rest`.
+fn in_tool(rest: Vec<Payload>) -> Vec<Payload> {
+    let mut steps = vec![run_started(), turn_started(1), tool_started(1, "c1")];
+    steps.extend(rest);
+    steps
+}
+
+#[test]
+fn sub_run_links_stand_inside_their_call_once() {
+    let scope = Some("lifecycle.sub_run_scope");
+    let rows: Vec<(&str, Vec<Payload>, Option<&str>)> = vec![
+        (
+            "inside its call",
+            in_tool(vec![sub_run(1, "c1", "run_c")]),
+            None,
+        ),
+        (
+            "the call's terminal after it",
+            in_tool(vec![sub_run(1, "c1", "run_c"), tool_completed(1, "c1")]),
+            None,
+        ),
+        (
+            "two calls, one link each",
+            in_tool(vec![
+                tool_started(1, "c2"),
+                sub_run(1, "c1", "run_a"),
+                sub_run(1, "c2", "run_b"),
+            ]),
+            None,
+        ),
+        (
+            "before any tool call",
+            vec![run_started(), turn_started(1), sub_run(1, "c1", "run_c")],
+            scope,
+        ),
+        (
+            "outside any turn",
+            vec![run_started(), sub_run(1, "c1", "run_c")],
+            scope,
+        ),
+        (
+            "naming another call",
+            in_tool(vec![sub_run(1, "c2", "run_c")]),
+            scope,
+        ),
+        (
+            "naming another turn",
+            in_tool(vec![sub_run(2, "c1", "run_c")]),
+            scope,
+        ),
+        (
+            "after the call ended",
+            in_tool(vec![tool_completed(1, "c1"), sub_run(1, "c1", "run_c")]),
+            scope,
+        ),
+        (
+            "a second link, same child",
+            in_tool(vec![sub_run(1, "c1", "run_c"), sub_run(1, "c1", "run_c")]),
+            scope,
+        ),
+        (
+            "a second link, another child",
+            in_tool(vec![sub_run(1, "c1", "run_a"), sub_run(1, "c1", "run_b")]),
+            scope,
+        ),
+        (
+            "a second link after a model call in between",
+            in_tool(vec![
+                sub_run(1, "c1", "run_a"),
+                model_started(1, "op_1"),
+                model_completed(1, "op_1"),
+                sub_run(1, "c1", "run_b"),
+            ]),
+            scope,
+        ),
+        (
+            "the same call id in the next turn links again",
+            in_tool(vec![
+                sub_run(1, "c1", "run_a"),
+                tool_completed(1, "c1"),
+                turn_completed(1),
+                turn_started(2),
+                tool_started(2, "c1"),
+                sub_run(2, "c1", "run_b"),
+            ]),
+            None,
+        ),
+        (
+            "after the run ended",
+            vec![run_started(), run_completed(), sub_run(1, "c1", "run_c")],
+            Some("lifecycle.nothing_after_run"),
+        ),
+    ];
+    for (row, steps, rule) in rows {
+        check(row, steps, rule);
+    }
+}

@@ -2,6 +2,8 @@
 
 use crate::args::{DbArgs, EventsArgs, RunsArgs};
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
+use keel_eventlog::Event;
+use keel_eventlog::links::{LinkCheck, LinkReport};
 use keel_observers::conversation;
 use keel_observers::{JournalReader, RunStatus, RunSummary, StoredRun, is_last_page};
 use keel_testkit::{Verdict, verify_run};
@@ -179,13 +181,15 @@ fn chain(all: &[RunSummary], continues: &[Option<String>], id: &str) -> Vec<usiz
     back
 }
 
-/// `keel verify`.
+/// `keel verify`: each run's own rules, then the links between runs
+/// (`keel_eventlog::links`): a violation of either exits 1 naming it.
 pub fn verify(args: DbArgs) -> Result<i32, CliError> {
     let reader = JournalReader::open(&args.db)?;
     let runs = reader.runs()?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let (mut ok, mut incomplete) = (0usize, 0usize);
+    let mut links = LinkCheck::new();
     for run in &runs {
         let lines = all_lines(&reader, run.run_id.as_str(), 0)?;
         let stored = StoredRun::new(run.last_seq, run.status);
@@ -214,14 +218,46 @@ pub fn verify(args: DbArgs) -> Result<i32, CliError> {
                 return Ok(EXIT_FAILED);
             }
         }
+        push_links(&mut links, &lines);
     }
+    let report = match links.finish() {
+        Ok(report) => report,
+        Err(v) => {
+            out.flush().map_err(write_error)?;
+            eprintln!("keel verify: {v}");
+            return Ok(EXIT_FAILED);
+        }
+    };
     writeln!(
         out,
-        "verify: {} run(s): {ok} ok, {incomplete} incomplete, 0 violations ({})",
+        "verify: {} run(s): {ok} ok, {incomplete} incomplete, 0 violations{} ({})",
         runs.len(),
+        link_summary(&report),
         args.db.display()
     )
     .map_err(write_error)?;
     out.flush().map_err(write_error)?;
     Ok(EXIT_OK)
+}
+
+/// Feeds a verified run's lines to the link check (they decode: the
+/// per-run check just read them).
+fn push_links(links: &mut LinkCheck, lines: &[String]) {
+    for line in lines {
+        if let Ok(event) = Event::decode(line) {
+            links.push(&event);
+        }
+    }
+}
+
+/// `, N sub-run link(s)` (and the links whose child never started), or
+/// nothing for a store without sub-runs (its summary stays as it was).
+fn link_summary(report: &LinkReport) -> String {
+    match (report.sub_runs(), report.unstarted()) {
+        (0, 0) => String::new(),
+        (linked, 0) => format!(", {linked} sub-run link(s)"),
+        (linked, unstarted) => format!(
+            ", {linked} sub-run link(s), {unstarted} without a child (host lost or still starting)"
+        ),
+    }
 }

@@ -66,8 +66,9 @@ pub struct SubRunStarted {
 /// assert_eq!(SubRunRef::from_extra(&extra), Some(child));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+/// Members it does not know are ignored here and kept in the terminal's
+/// `extra`, so a newer writer's additions still round-trip.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SubRunRef {
     /// The child run.
     pub run_id: RunId,
