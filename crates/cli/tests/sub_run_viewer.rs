@@ -123,12 +123,16 @@ async fn the_viewer_shows_a_tree_of_three_levels() {
     // and the child its tool call to the grandchild.
     for (run, least) in [(&child, 4), (&grandchild, 2)] {
         let rows = b
-            .count(&format!("li[data-run-id='{run}'] > .subrun-timeline .sub-row"))
+            .count(&format!(
+                "li[data-run-id='{run}'] > .subrun-timeline .sub-row"
+            ))
             .await;
         assert!(rows >= least, "{run}: {rows} timeline rows");
     }
     let child_rows = b
-        .texts(&format!("li[data-run-id='{child}'] > .subrun-timeline .tl-label"))
+        .texts(&format!(
+            "li[data-run-id='{child}'] > .subrun-timeline .tl-label"
+        ))
         .await
         .join("|");
     assert!(child_rows.contains("tool researcher · k2"), "{child_rows}");
@@ -160,7 +164,8 @@ async fn the_viewer_shows_a_tree_of_three_levels() {
     .await;
     // A run without sub-runs shows no panel.
     b.goto(&daemon.url(&format!("/runs/{grandchild}"))).await;
-    b.wait_css("#run-status[data-status=completed]", SECS_20).await;
+    b.wait_css("#run-status[data-status=completed]", SECS_20)
+        .await;
     assert_eq!(b.count("#subruns-panel[hidden]").await, 1);
     b.close().await;
 }
