@@ -27,7 +27,7 @@
 //! more committed, or the run's own terminal.
 //!
 //! The run's sub-runs (its agent tools' child runs) stream too, as
-//! subagents of the client's run ([`stream`]). SSE ids are the run tree's
+//! subagents of the client's run (`agui_agent/stream.rs`). SSE ids are the run tree's
 //! combined cursors (plain seqs for a run without sub-runs) with the group
 //! rule of `GET /v1/runs/{id}/agui` (`agui::group`). A POST with
 //! `Last-Event-ID: <cursor>` is a resume after a cut connection: nothing in its body is applied (it must
