@@ -171,3 +171,27 @@ fn verify_names_the_rule_both_runs_and_the_call_of_a_broken_link() {
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("(rule links.child_known)"), "{stderr}");
 }
+
+#[test]
+fn recover_closes_children_before_parents_and_verify_stays_clean() {
+    // A tree left open by a dead host (imported runs have no owner), in
+    // start order: root, child, grandchild.
+    let sb = Sandbox::new();
+    store(&sb, "run_p", [head(None), linked("c1", "run_b")].concat());
+    let middle = [head(Some(("run_p", "c1"))), linked("c2", "run_c")].concat();
+    store(&sb, "run_b", middle);
+    store(&sb, "run_c", head(Some(("run_b", "c2"))));
+    let out = sb.ok(&["recover"]);
+    let order: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("recovered  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(order, ["run_c", "run_b", "run_p"], "{out}");
+    let (code, stdout, stderr) = verify(&sb);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("3 ok, 0 incomplete, 0 violations, 2 sub-run link(s)"),
+        "{stdout}"
+    );
+}

@@ -180,3 +180,81 @@ fn attempts_with_output(log: &RunLog) -> HashSet<OperationId> {
         })
         .collect()
 }
+
+/// Orders `runs` for recovery: every run before its parent, deepest first
+/// (a run's depth is how many of its ancestors are among `runs`), runs of
+/// one depth keeping their order. Recovering in this order commits each
+/// child's `run.failed` before its parent's `tool.failed` of the call that
+/// started it, as a live engine would. `parent` reads a run's parent
+/// (its `run.started`'s `parent` run, [`parent_of`] for a stored first
+/// line). A cycle of parents (only a forged store has one) ends the walk
+/// where it comes back.
+///
+/// ```
+/// use keel_eventlog::recovery::children_first;
+/// use keel_message::RunId;
+/// let id = |s: &str| RunId::parse(s).unwrap();
+/// // (run, parent): a root, its child and its grandchild, in start order.
+/// let runs = vec![(id("root"), None), (id("child"), Some(id("root"))), (id("grand"), Some(id("child")))];
+/// let ordered = children_first(runs, |r| &r.0, |r| r.1.as_ref());
+/// let names: Vec<&str> = ordered.iter().map(|r| r.0.as_str()).collect();
+/// assert_eq!(names, ["grand", "child", "root"]);
+/// ```
+pub fn children_first<T>(
+    runs: Vec<T>,
+    id: impl Fn(&T) -> &RunId,
+    parent: impl Fn(&T) -> Option<&RunId>,
+) -> Vec<T> {
+    let index: HashMap<&RunId, usize> = runs.iter().enumerate().map(|(i, r)| (id(r), i)).collect();
+    let parents: Vec<Option<usize>> = runs
+        .iter()
+        .map(|r| parent(r).and_then(|p| index.get(p).copied()))
+        .collect();
+    let depths = depths(&parents);
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    // Stable: runs of one depth keep their given order.
+    order.sort_by_key(|&i| std::cmp::Reverse(depths[i]));
+    let mut slots: Vec<Option<T>> = runs.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|i| slots[i].take()).collect()
+}
+
+/// Each run's number of ancestors, given each run's parent index; every
+/// run is walked once (memoized), a cycle stops where it comes back.
+fn depths(parents: &[Option<usize>]) -> Vec<usize> {
+    let mut depth: Vec<Option<usize>> = vec![None; parents.len()];
+    for start in 0..parents.len() {
+        let mut path = Vec::new();
+        let mut on_path = HashSet::new();
+        let mut at = Some(start);
+        // Walk up to a run of known depth, the root, or a cycle.
+        let mut base = 0;
+        while let Some(i) = at {
+            if let Some(d) = depth[i] {
+                base = d + 1;
+                break;
+            }
+            if !on_path.insert(i) {
+                break;
+            }
+            path.push(i);
+            at = parents[i];
+        }
+        for i in path.into_iter().rev() {
+            depth[i] = Some(base);
+            base += 1;
+        }
+    }
+    depth.into_iter().map(|d| d.unwrap_or(0)).collect()
+}
+
+/// The parent run a stored run's first line (`run.started`) names, if any.
+pub fn parent_of(first_line: &str) -> Option<RunId> {
+    match crate::event::Event::decode(first_line)
+        .ok()?
+        .payload()
+        .ok()?
+    {
+        Payload::RunStarted(p) => p.parent.map(|l| l.run_id),
+        _ => None,
+    }
+}

@@ -13,10 +13,11 @@
 //! one `recovered <run> <terminals>` line per run it closed.
 #![cfg(feature = "sqlite")]
 
+use keel_eventlog::links::LinkCheck;
 use keel_eventlog::{
-    Event, Extra, InteractionStarted, LogConfig, ModelCompleted, ModelStarted, Payload,
-    RunCompleted, RunLog, RunStarted, SystemClock, TextDelta, ToolCall, ToolRef, TurnRef,
-    recovery::HOST_LOST,
+    Event, Extra, InteractionStarted, LogConfig, ModelCompleted, ModelStarted, ParentLink, Payload,
+    RunCompleted, RunLog, RunStarted, SubRunStarted, SystemClock, TextDelta, ToolCall, ToolRef,
+    TurnRef, recovery::HOST_LOST,
 };
 use keel_message::{CallId, CanonicalJson, InteractionId, ModelName, OperationId, RunId, ToolName};
 use keel_observers::journal::SCHEMA_VERSION;
@@ -924,4 +925,94 @@ fn corrupt_or_foreign_owned_runs_are_reported_and_left_untouched() {
     assert!(text.contains("recovery.importable"), "{text}");
     assert!(!text.contains("\"m\""), "{text}");
     journal.close().unwrap();
+}
+
+/// `run.started` of a sub-run of `parent`'s call `call_id`.
+fn child_started(parent: &str, call_id: &str) -> Payload {
+    Payload::RunStarted(RunStarted {
+        parent: Some(ParentLink::new(
+            RunId::parse(parent).unwrap(),
+            call(call_id),
+        )),
+        ..RunStarted::default()
+    })
+}
+
+/// `tool.sub_run`: call `call_id` of turn 1 started `child`.
+fn sub_run(call_id: &str, child: &str) -> Payload {
+    Payload::ToolSubRun(SubRunStarted {
+        turn: 1,
+        call_id: call(call_id),
+        run_id: RunId::parse(child).unwrap(),
+        extra: Extra::new(),
+    })
+}
+
+#[test]
+fn a_tree_is_recovered_children_first_and_keeps_its_links() {
+    let dir = TempDir::new("tree");
+    let db = dir.db();
+    let rt = rt();
+    let owner = open(&db);
+    // In start order: the root, an unrelated run, the child, the
+    // grandchild; each open where the host died.
+    let delegating = |head: Payload, call_id: &str, child: &str| {
+        vec![
+            head,
+            turn_started(1),
+            tool_started(1, call_id, "researcher"),
+            sub_run(call_id, child),
+        ]
+    };
+    journal_run(
+        &rt,
+        &owner,
+        "run_p",
+        &delegating(run_started(), "c1", "run_b"),
+    );
+    journal_run(&rt, &owner, "run_x", &[run_started(), turn_started(1)]);
+    let middle = delegating(child_started("run_p", "c1"), "c2", "run_c");
+    journal_run(&rt, &owner, "run_b", &middle);
+    let leaf = [
+        child_started("run_b", "c2"),
+        turn_started(1),
+        model_started(1, "op_1"),
+    ];
+    journal_run(&rt, &owner, "run_c", &leaf);
+    owner.close().unwrap();
+
+    let recoverer = open(&db);
+    let report = recoverer.recover_abandoned().unwrap();
+    let order: Vec<&str> = report.recovered.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(order, ["run_c", "run_b", "run_p", "run_x"], "{report:?}");
+    // Commit time agrees: each child's run.failed is no later than its
+    // parent's tool.failed.
+    let ts_of = |run: &str, kind: &str| {
+        let stored = assert_closed(&db, run);
+        let line = stored
+            .iter()
+            .find(|l| l.contains(&format!(r#""kind":"{kind}""#)))
+            .unwrap();
+        Event::decode(line).unwrap().ts()
+    };
+    assert!(ts_of("run_c", "run.failed") <= ts_of("run_b", "tool.failed"));
+    assert!(ts_of("run_b", "run.failed") <= ts_of("run_p", "tool.failed"));
+    // The parents' calls name their children, host_lost: the links hold.
+    let mut links = LinkCheck::new();
+    for run in ["run_p", "run_x", "run_b", "run_c"] {
+        for line in lines(&db, run) {
+            links.push(&Event::decode(&line).unwrap());
+        }
+    }
+    let checked = links.finish().unwrap();
+    assert_eq!(checked.sub_runs(), 2);
+    let parent_tool = lines(&db, "run_p")
+        .into_iter()
+        .find(|l| l.contains(r#""kind":"tool.failed""#))
+        .unwrap();
+    assert_eq!(
+        payload(&parent_tool)["sub_run"],
+        serde_json::json!({"cause": {"kind": HOST_LOST}, "run_id": "run_b"})
+    );
+    recoverer.close().unwrap();
 }

@@ -9,7 +9,7 @@
 //! operator listed that exact triple with `--allow-provider`; scripted
 //! providers need nothing. See `docs/rfc/implemented/2026-11-30-serve-provider-allowlist.md`.
 
-use crate::file::ProviderSpec;
+use crate::file::{ProviderSpec, Scenario, ToolEntry};
 use keel_message::{EnvVarName, EnvVarNameError};
 use keel_providers::{ProviderKind, UnknownProviderKind};
 
@@ -90,6 +90,37 @@ pub fn permitted(spec: &ProviderSpec, allowed: &[ProviderAllowance]) -> bool {
             .iter()
             .any(|a| a.allows(*kind, api_key_env, base_url.as_deref())),
     }
+}
+
+/// The first provider of `scenario` that may not run under `allowed`,
+/// as its JSON path (`provider`, `tools[2].agent.provider`, …), or `None`
+/// when all may: the scenario's own and each agent tool's, nested agents
+/// included (a child run's provider reads a key from the daemon's
+/// environment as the parent's does).
+pub fn unpermitted_provider(scenario: &Scenario, allowed: &[ProviderAllowance]) -> Option<String> {
+    if !permitted(&scenario.provider, allowed) {
+        return Some("provider".to_owned());
+    }
+    unpermitted_in_tools("", &scenario.tools, allowed)
+}
+
+/// [`unpermitted_provider`] over the agents among `tools` (under `prefix`).
+fn unpermitted_in_tools(
+    prefix: &str,
+    tools: &[ToolEntry],
+    allowed: &[ProviderAllowance],
+) -> Option<String> {
+    tools.iter().enumerate().find_map(|(i, tool)| match tool {
+        ToolEntry::Agent { spec, .. } => {
+            let at = format!("{prefix}tools[{i}].agent.");
+            if permitted(spec.provider(), allowed) {
+                unpermitted_in_tools(&at, spec.tools(), allowed)
+            } else {
+                Some(format!("{at}provider"))
+            }
+        }
+        ToolEntry::Scripted { .. } | ToolEntry::Builtin { .. } => None,
+    })
 }
 
 #[cfg(test)]

@@ -35,6 +35,9 @@ use std::time::Duration;
 
 use crate::builtins::Builtin;
 
+mod agent;
+pub use agent::AgentScenario;
+
 /// Why a scenario file was refused. Every variant names the file; the
 /// others also name the line and column, the JSON path, or both.
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +147,39 @@ pub enum ToolEntry {
         /// Its index in `tools`, for error messages.
         index: usize,
     },
+    /// A sub-agent: `{name, description, agent: {model, provider, tools,
+    /// limits, messages}, ...}`; each call starts a child run whose task
+    /// is the call's `task` argument.
+    Agent {
+        /// Name, description and the `task` parameters schema.
+        definition: ToolDefinition,
+        /// The child run's model, provider, tools, limits, instructions.
+        spec: AgentScenario,
+        /// Approval, failure handling, timeout (the timeout cancels the
+        /// child).
+        policy: ToolPolicy,
+    },
+}
+
+impl ToolEntry {
+    /// The name the model calls it by.
+    pub fn name(&self) -> &str {
+        match self {
+            ToolEntry::Scripted { definition, .. } | ToolEntry::Agent { definition, .. } => {
+                definition.name().as_str()
+            }
+            ToolEntry::Builtin { builtin, .. } => builtin.tool_name(),
+        }
+    }
+
+    /// Its approval, failure handling and timeout.
+    pub fn policy(&self) -> &ToolPolicy {
+        match self {
+            ToolEntry::Scripted { policy, .. }
+            | ToolEntry::Builtin { policy, .. }
+            | ToolEntry::Agent { policy, .. } => policy,
+        }
+    }
 }
 
 /// The `provider` member.
@@ -215,6 +251,8 @@ struct LimitsWire {
     approval_timeout_ms: Option<u64>,
     retry: Option<RetryWire>,
     context: Option<ContextWire>,
+    max_sub_run_depth: Option<u32>,
+    max_sub_runs: Option<u32>,
 }
 
 /// `limits.context`: the compaction policy (`window_tokens` required).
@@ -267,6 +305,8 @@ struct ToolWire {
     timeout_ms: Option<u64>,
     on_failure: Option<OnFailureWire>,
     script: Option<Vec<ToolStep>>,
+    /// A sub-agent (checked by [`agent`]); boxed: it holds tools.
+    agent: Option<Box<agent::AgentWire>>,
 }
 
 #[derive(Deserialize)]
@@ -427,22 +467,7 @@ fn check(file: &Path, w: ScenarioWire) -> Result<Scenario, ScenarioError> {
     })?;
     let limits = check_limits(&w.limits).map_err(|(path, message)| invalid(&path, message))?;
     let approval_timeout_set = w.limits.approval_timeout_ms.is_some();
-    let mut tools = Vec::with_capacity(w.tools.len());
-    let mut names: HashSet<String> = HashSet::new();
-    for (i, t) in w.tools.into_iter().enumerate() {
-        let entry = check_tool(i, t).map_err(|(path, message)| invalid(&path, message))?;
-        let name = match &entry {
-            ToolEntry::Scripted { definition, .. } => definition.name().as_str().to_owned(),
-            ToolEntry::Builtin { builtin, .. } => builtin.tool_name().to_owned(),
-        };
-        if !names.insert(name.clone()) {
-            return Err(invalid(
-                &format!("tools[{i}]"),
-                format!("a second tool named {name} (tool names are unique)"),
-            ));
-        }
-        tools.push(entry);
-    }
+    let tools = check_tools("", w.tools).map_err(|(path, message)| invalid(&path, message))?;
     let provider = check_provider(w.provider).map_err(|(path, message)| invalid(&path, message))?;
     #[cfg(feature = "mcp")]
     let mcp_servers =
@@ -492,6 +517,27 @@ fn check_mcp(entries: &[Value]) -> Result<(), RuleError> {
 }
 
 type RuleError = (String, String);
+
+/// The `tools` under `prefix` (`""` at the top, `tools[2].agent.` in an
+/// agent), each checked, their names unique.
+fn check_tools(prefix: &str, wires: Vec<ToolWire>) -> Result<Vec<ToolEntry>, RuleError> {
+    let mut tools = Vec::with_capacity(wires.len());
+    let mut names: HashSet<String> = HashSet::new();
+    for (i, t) in wires.into_iter().enumerate() {
+        let entry = check_tool(prefix, i, t)?;
+        if !names.insert(entry.name().to_owned()) {
+            return Err(rule(
+                &format!("{prefix}tools[{i}]"),
+                format!(
+                    "a second tool named {} (tool names are unique)",
+                    entry.name()
+                ),
+            ));
+        }
+        tools.push(entry);
+    }
+    Ok(tools)
+}
 
 fn rule(path: &str, message: impl Into<String>) -> RuleError {
     (path.to_owned(), message.into())
@@ -548,7 +594,8 @@ fn engine_limits(w: &LimitsWire) -> EngineLimits {
         approval_timeout: ms(w.approval_timeout_ms, d.approval_timeout),
         retry: w.retry.as_ref().map_or(d.retry, retry_policy),
         context: w.context.as_ref().map(context_policy),
-        ..d
+        max_sub_run_depth: w.max_sub_run_depth.unwrap_or(d.max_sub_run_depth),
+        max_sub_runs: w.max_sub_runs.unwrap_or(d.max_sub_runs),
     }
 }
 
@@ -582,8 +629,11 @@ fn retry_policy(r: &RetryWire) -> RetryPolicy {
     }
 }
 
-fn check_tool(i: usize, t: ToolWire) -> Result<ToolEntry, RuleError> {
-    let at = |member: &str| format!("tools[{i}].{member}");
+/// Tool `i` of the `tools` under `prefix`: a built-in, a scripted tool
+/// or an agent (exactly one of `builtin`, `script`, `agent`).
+fn check_tool(prefix: &str, i: usize, t: ToolWire) -> Result<ToolEntry, RuleError> {
+    let here = format!("{prefix}tools[{i}]");
+    let at = |member: &str| format!("{here}.{member}");
     let timeout = match t.timeout_ms {
         Some(0) => return Err(rule(&at("timeout_ms"), "must be at least 1")),
         other => other.map(Duration::from_millis),
@@ -598,68 +648,116 @@ fn check_tool(i: usize, t: ToolWire) -> Result<ToolEntry, RuleError> {
         idempotent: t.idempotent,
     };
     if let Some(id) = &t.builtin {
-        let builtin = Builtin::parse(id).ok_or_else(|| {
-            rule(
-                &at("builtin"),
-                format!(
-                    "unknown builtin (expected one of {})",
-                    Builtin::ALL
-                        .iter()
-                        .map(|b| b.id())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            )
-        })?;
-        for (member, present) in [
-            ("name", t.name.is_some()),
-            ("description", t.description.is_some()),
-            ("parameters", t.parameters.is_some()),
-            ("script", t.script.is_some()),
-        ] {
-            if present {
-                return Err(rule(
-                    &at(member),
-                    format!("a builtin tool takes no `{member}` (its definition is built in)"),
-                ));
-            }
-        }
-        return Ok(ToolEntry::Builtin {
-            builtin,
-            policy,
-            index: i,
-        });
+        return check_builtin(&here, i, id, &t, policy);
     }
-    let Some(name) = t.name else {
+    let Some(name) = &t.name else {
         return Err(rule(
-            &format!("tools[{i}]"),
-            "a tool needs `name` and `script` (a scripted tool) or `builtin`",
+            &here,
+            "a tool needs `builtin`, or `name` and `script` (a scripted tool) or `agent` (a sub-agent)",
         ));
     };
-    let Some(script) = t.script else {
+    match (t.script, t.agent) {
+        (Some(_), Some(_)) => Err(rule(
+            &here,
+            "a tool has exactly one of `script`, `builtin`, `agent` (rule scenario.tool_kind)",
+        )),
+        (None, None) => Err(rule(
+            &here,
+            "a scripted tool needs `script` (one step per invocation), a sub-agent `agent`",
+        )),
+        (Some(script), None) => Ok(ToolEntry::Scripted {
+            definition: check_definition(
+                &here,
+                name,
+                t.description.as_deref(),
+                t.parameters.as_ref(),
+            )?,
+            script,
+            policy,
+        }),
+        (None, Some(agent)) => agent::check_agent_tool(
+            &here,
+            name,
+            t.description.as_deref(),
+            t.parameters.as_ref(),
+            t.idempotent,
+            *agent,
+            policy,
+        ),
+    }
+}
+
+/// `{"builtin": id, ...}` at `here`: none of the members a built-in
+/// defines itself.
+fn check_builtin(
+    here: &str,
+    i: usize,
+    id: &str,
+    t: &ToolWire,
+    policy: ToolPolicy,
+) -> Result<ToolEntry, RuleError> {
+    let at = |member: &str| format!("{here}.{member}");
+    let builtin = Builtin::parse(id).ok_or_else(|| {
+        rule(
+            &at("builtin"),
+            format!(
+                "unknown builtin (expected one of {})",
+                Builtin::ALL
+                    .iter()
+                    .map(|b| b.id())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    })?;
+    for (member, present) in [
+        ("name", t.name.is_some()),
+        ("description", t.description.is_some()),
+        ("parameters", t.parameters.is_some()),
+        ("script", t.script.is_some()),
+    ] {
+        if present {
+            return Err(rule(
+                &at(member),
+                format!("a builtin tool takes no `{member}` (its definition is built in)"),
+            ));
+        }
+    }
+    if t.agent.is_some() {
         return Err(rule(
-            &format!("tools[{i}]"),
-            "a scripted tool needs `script` (one step per invocation)",
+            here,
+            "a tool has exactly one of `script`, `builtin`, `agent` (rule scenario.tool_kind)",
         ));
-    };
-    let name = ToolName::parse(&name).map_err(|e| rule(&at("name"), e.to_string()))?;
-    let parameters = match &t.parameters {
+    }
+    Ok(ToolEntry::Builtin {
+        builtin,
+        policy,
+        index: i,
+    })
+}
+
+/// The definition of the tool at `here`: its name, its description (empty
+/// when absent) and its parameters schema (`{"type":"object"}` when
+/// absent).
+fn check_definition(
+    here: &str,
+    name: &str,
+    description: Option<&str>,
+    parameters: Option<&Value>,
+) -> Result<ToolDefinition, RuleError> {
+    let at = |member: &str| format!("{here}.{member}");
+    let name = ToolName::parse(name).map_err(|e| rule(&at("name"), e.to_string()))?;
+    let parameters = match parameters {
         None => CanonicalJson::parse(r#"{"type":"object"}"#),
         Some(v) => CanonicalJson::from_value(v),
     }
     .map_err(|e| rule(&at("parameters"), e.to_string()))?;
-    let definition = ToolDefinition::new(name, t.description.as_deref().unwrap_or(""), parameters)
-        .map_err(|e| {
-            // The error's own path is `$.description` or `$.parameters`.
-            match e.path().strip_prefix("$.") {
-                Some(member) => rule(&at(member), e.kind().to_string()),
-                None => rule(&format!("tools[{i}]"), e.kind().to_string()),
-            }
-        })?;
-    Ok(ToolEntry::Scripted {
-        definition,
-        script,
-        policy,
+    ToolDefinition::new(name, description.unwrap_or(""), parameters).map_err(|e| {
+        // The error's own path is `$.description` or `$.parameters`.
+        match e.path().strip_prefix("$.") {
+            Some(member) => rule(&at(member), e.kind().to_string()),
+            None => rule(here, e.kind().to_string()),
+        }
     })
 }
 
@@ -795,11 +893,7 @@ mod tests {
             .unwrap()
             .tools
             .iter()
-            .map(|t| match t {
-                ToolEntry::Scripted { policy, .. } | ToolEntry::Builtin { policy, .. } => {
-                    policy.idempotent
-                }
-            })
+            .map(|t| t.policy().idempotent)
             .collect();
         assert_eq!(idempotent, [true, true, false]);
     }

@@ -4,8 +4,8 @@
 //! the approval handler, where `read_file` is confined, and its default
 //! approval timeout.
 
-use crate::file::{ProviderSpec, Scenario, ToolEntry};
-use keel_engine::{InteractionHandler, RunRequest, Tool};
+use crate::file::{AgentScenario, ProviderSpec, Scenario, ToolEntry};
+use keel_engine::{AgentSpec, AgentTool, EngineLimits, InteractionHandler, RunRequest, Tool};
 use keel_message::RunId;
 use keel_observers::conversation::{Continuation, Fork};
 use keel_providers::ApiKey;
@@ -53,6 +53,15 @@ pub enum LaunchError {
         /// Why.
         message: String,
     },
+    /// Something inside an agent tool's `agent` could not be built (its
+    /// provider, one of its own tools, its instructions).
+    #[error("at {path}: {message}")]
+    Agent {
+        /// The scenario member at fault (`tools[2].agent.provider`).
+        path: String,
+        /// Why.
+        message: String,
+    },
 }
 
 impl LaunchError {
@@ -61,6 +70,24 @@ impl LaunchError {
         match self {
             LaunchError::Provider(_) => "provider".to_owned(),
             LaunchError::Tool { index, .. } => format!("tools[{index}]"),
+            LaunchError::Agent { path, .. } => path.clone(),
+        }
+    }
+
+    /// What is wrong, without where.
+    fn message(&self) -> &str {
+        match self {
+            LaunchError::Provider(message)
+            | LaunchError::Tool { message, .. }
+            | LaunchError::Agent { message, .. } => message,
+        }
+    }
+
+    /// This error, raised inside the `agent` of `tools[index]`.
+    fn within_agent(self, index: usize) -> LaunchError {
+        LaunchError::Agent {
+            path: format!("tools[{index}].agent.{}", self.path()),
+            message: self.message().to_owned(),
         }
     }
 }
@@ -112,19 +139,17 @@ pub fn request_from(
     history: Vec<keel_message::Message>,
 ) -> Result<RunRequest, LaunchError> {
     let provider = build_provider(&scenario.provider)?;
-    let mut limits = scenario.limits.clone();
-    if let (false, Some(timeout)) = (
+    let limits = with_approval_default(
+        &scenario.limits,
         scenario.approval_timeout_set,
         launch.default_approval_timeout,
-    ) {
-        limits.approval_timeout = timeout;
-    }
+    );
     let mut request = RunRequest::new(run_id, scenario.model.clone(), history)
         .provider(provider)
         .limits(limits)
         .allow_metadata(scenario.allow_metadata.clone())
         .interaction_handler(Arc::clone(&launch.approvals));
-    for tool in scenario_tools(scenario, launch.files)? {
+    for tool in tools_of(&scenario.tools, launch)? {
         request = request.tool(tool);
     }
     Ok(request)
@@ -149,14 +174,25 @@ pub fn build_provider(spec: &ProviderSpec) -> Result<Arc<dyn ModelProvider>, Lau
     }
 }
 
-/// The scenario's tools (scripted, and built-ins with `read_file` confined
-/// to `files`), in file order.
-fn scenario_tools(
-    scenario: &Scenario,
-    files: Option<&Path>,
-) -> Result<Vec<Arc<dyn Tool>>, LaunchError> {
-    let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(scenario.tools.len());
-    for entry in &scenario.tools {
+/// `limits`, with the host's default approval timeout when the scenario
+/// set none.
+fn with_approval_default(
+    limits: &EngineLimits,
+    approval_timeout_set: bool,
+    default: Option<Duration>,
+) -> EngineLimits {
+    let mut limits = limits.clone();
+    if let (false, Some(timeout)) = (approval_timeout_set, default) {
+        limits.approval_timeout = timeout;
+    }
+    limits
+}
+
+/// The tools of `entries` (scripted, built-ins with `read_file` confined
+/// to `launch.files`, agents), in file order.
+fn tools_of(entries: &[ToolEntry], launch: &Launch<'_>) -> Result<Vec<Arc<dyn Tool>>, LaunchError> {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
         match entry {
             ToolEntry::Scripted {
                 definition,
@@ -169,19 +205,48 @@ fn scenario_tools(
                 builtin,
                 policy,
                 index,
+            } => tools.push(builtin.tool(policy.clone(), launch.files).map_err(|e| {
+                LaunchError::Tool {
+                    index: *index,
+                    message: e.to_string(),
+                }
+            })?),
+            ToolEntry::Agent {
+                definition,
+                spec,
+                policy,
             } => {
-                tools.push(
-                    builtin
-                        .tool(policy.clone(), files)
-                        .map_err(|e| LaunchError::Tool {
-                            index: *index,
-                            message: e.to_string(),
-                        })?,
-                )
+                let spec = agent_spec(spec, launch).map_err(|e| e.within_agent(i))?;
+                tools.push(Arc::new(
+                    AgentTool::new(definition.clone(), spec).with_policy(policy.clone()),
+                ));
             }
         }
     }
     Ok(tools)
+}
+
+/// What each call of an agent tool starts a child run with: its own
+/// provider (a scripted one shared by the tool's calls, in order), model,
+/// instructions, limits and tools (agents among them).
+fn agent_spec(agent: &AgentScenario, launch: &Launch<'_>) -> Result<AgentSpec, LaunchError> {
+    let limits = with_approval_default(
+        agent.limits(),
+        agent.approval_timeout_set(),
+        launch.default_approval_timeout,
+    );
+    let mut spec = AgentSpec::new(agent.model().clone())
+        .provider(build_provider(agent.provider())?)
+        .instructions(agent.instructions().to_vec())
+        .map_err(|e| LaunchError::Agent {
+            path: "messages".to_owned(),
+            message: e.to_string(),
+        })?
+        .limits(limits);
+    for tool in tools_of(agent.tools(), launch)? {
+        spec = spec.tool(tool);
+    }
+    Ok(spec)
 }
 
 /// Why a scenario's MCP servers could not join its run.

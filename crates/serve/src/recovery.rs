@@ -33,9 +33,14 @@
 //!    --nats` does, may hold one event the stream lacks, which only its
 //!    own host can forward: see [`keel_observers::nats`].)
 //!
+//! Runs are recovered children first (a sub-run before its parent), so
+//! each child's `run.failed` is committed before the parent's `tool.failed`
+//! of the call that started it.
+//!
 //! One stderr line per recovered run.
 
 use crate::error::ServeError;
+use keel_eventlog::recovery;
 use keel_observers::{
     JetStreamHandle, JetStreamRecovery, LocalSync, RecoveryReport, RequiredObserver, RunStatus,
     SqliteJournal, StreamRecovery, StreamStanding,
@@ -128,7 +133,9 @@ fn seqs(events: &[Arc<keel_eventlog::Event>]) -> String {
     }
 }
 
-/// Every run the store shows running, with its stored lines.
+/// Every run the store shows running, with its stored lines, children
+/// before parents ([`recovery::children_first`]: a sub-run is closed
+/// before the run whose call started it).
 async fn stored_running(
     journal: &Arc<SqliteJournal>,
 ) -> Result<Vec<(String, Vec<String>)>, ServeError> {
@@ -139,13 +146,32 @@ async fn stored_running(
         for run in reader.runs()? {
             if run.status == RunStatus::Running {
                 let lines = reader.all_lines_after(run.run_id.as_str(), 0)?;
-                runs.push((run.run_id.to_string(), lines));
+                let parent = lines.first().and_then(|l| recovery::parent_of(l));
+                runs.push(StoredRunning {
+                    run_id: run.run_id,
+                    parent,
+                    lines,
+                });
             }
         }
-        Ok::<_, ServeError>(runs)
+        let ordered = recovery::children_first(runs, |r| &r.run_id, |r| r.parent.as_ref());
+        Ok::<_, ServeError>(
+            ordered
+                .into_iter()
+                .map(|r| (r.run_id.to_string(), r.lines))
+                .collect(),
+        )
     })
     .await
     .map_err(|e| ServeError::Recovery(format!("recovery: {e}")))?
+}
+
+/// A run the store shows running, as recovery orders it.
+struct StoredRunning {
+    run_id: keel_message::RunId,
+    /// The run its `run.started` names as its parent (a sub-run's).
+    parent: Option<keel_message::RunId>,
+    lines: Vec<String>,
 }
 
 /// Step 1 and 2 for every stored running run. Returns how many the stream

@@ -15,7 +15,7 @@ use crate::problem::Problem;
 use axum::http::StatusCode;
 use keel_engine::RunRequest;
 use keel_message::{Message, RunId};
-use keel_scenario::allowance::{ProviderAllowance, permitted};
+use keel_scenario::allowance::{ProviderAllowance, unpermitted_provider};
 use keel_scenario::launch::{self, Launch, LaunchError};
 use keel_scenario::{Scenario, ScenarioError};
 use std::path::Path;
@@ -69,7 +69,7 @@ impl ScenarioFactory {
     /// scripted or allowed.
     pub fn chat_scenario(mut self, file: &Path) -> Result<ScenarioFactory, ChatScenarioError> {
         let scenario = keel_scenario::file::load(file)?;
-        if !permitted(&scenario.provider, &self.providers) {
+        if unpermitted_provider(&scenario, &self.providers).is_some() {
             return Err(ChatScenarioError::ProviderNotAllowed);
         }
         let plan = self.plan(scenario, Trust::Operator);
@@ -143,8 +143,8 @@ impl RunFactory for ScenarioFactory {
         // echoed), and only for a provider the operator allowed: checked
         // before the variable is read, so the answer says nothing about the
         // environment.
-        if !permitted(&scenario.provider, &self.providers) {
-            return Err(crate::runs::provider_not_allowed());
+        if let Some(path) = unpermitted_provider(&scenario, &self.providers) {
+            return Err(crate::runs::provider_not_allowed().with("path", path));
         }
         #[cfg(feature = "mcp")]
         let plan = self

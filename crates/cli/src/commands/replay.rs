@@ -15,7 +15,7 @@ use keel_engine::{Engine, EngineLimits};
 use keel_message::RunId;
 use keel_observers::JournalReader;
 use keel_observers::conversation;
-use keel_scenario::file::{self as scenario, Scenario, ToolEntry};
+use keel_scenario::file::{self as scenario, Scenario};
 use keel_testkit::replay::{Recording, ReplayTools, compare, replay as replay_run};
 
 /// Runs `keel replay`; returns the exit code (0 identical, 1 diverged).
@@ -96,18 +96,9 @@ async fn replay_with(
         limits = scenario.limits.clone();
         builder = builder.allow_metadata(scenario.allow_metadata.clone());
         for entry in &scenario.tools {
-            let (name, policy) = match entry {
-                ToolEntry::Scripted {
-                    definition, policy, ..
-                } => (definition.name().clone(), policy),
-                ToolEntry::Builtin {
-                    builtin, policy, ..
-                } => (
-                    keel_message::ToolName::parse(builtin.tool_name())
-                        .map_err(|e| CliError::bad_input(e.to_string()))?,
-                    policy,
-                ),
-            };
+            let name = keel_message::ToolName::parse(entry.name())
+                .map_err(|e| CliError::bad_input(e.to_string()))?;
+            let policy = entry.policy();
             tools = tools.with_policy(name, policy.clone());
         }
     }

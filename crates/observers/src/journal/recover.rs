@@ -21,7 +21,8 @@ use std::task::{Context, Poll, Wake, Waker};
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct RecoveryReport {
-    /// Runs this call closed, in the journal's run order.
+    /// Runs this call closed, in the order they were closed: children
+    /// before parents, otherwise the journal's run order.
     pub recovered: Vec<RecoveredRun>,
     /// Running runs it left alone, and why.
     pub skipped: Vec<SkippedRun>,
@@ -128,6 +129,14 @@ struct Running {
     owner: Option<String>,
 }
 
+/// A running run whose id is a run id, and the parent its `run.started`
+/// names (a sub-run's): what the recovery order needs.
+struct Scanned {
+    running: Running,
+    id: RunId,
+    parent: Option<RunId>,
+}
+
 /// What the lock file of one owner said, asked once per call.
 enum Host {
     Alive,
@@ -143,7 +152,10 @@ impl SqliteJournal {
     /// shows it `running` while no live host owns it (no owner recorded,
     /// or its owner's lock file is gone or can be locked).
     ///
-    /// For each one, in the journal's run order: read its stored lines and
+    /// For each one, children before parents (a sub-run before the run
+    /// whose call started it, deepest first:
+    /// [`recovery::children_first`]), otherwise in the journal's run
+    /// order (start time): read its stored lines and
     /// restore them into a [`RunLog`] ([`RunLog::import`], every commit
     /// rule checked; a run that fails is [`SkipReason::Corrupt`] and is not
     /// touched); claim it in one `BEGIN IMMEDIATE` transaction that makes
@@ -301,7 +313,10 @@ pub(super) fn connection(
     Ok(conn)
 }
 
-/// Every `running` run with its recorded owner, oldest first.
+/// The running runs, in recovery order: children before parents
+/// ([`recovery::children_first`]), otherwise by start time. A row whose id
+/// is not a run id is nobody's parent and comes last (it is skipped as
+/// corrupt).
 fn running_runs(conn: &Connection, path: &Path) -> Result<Vec<Running>, JournalError> {
     let sql = |source| JournalError::Sqlite {
         path: path.to_path_buf(),
@@ -310,8 +325,9 @@ fn running_runs(conn: &Connection, path: &Path) -> Result<Vec<Running>, JournalE
     };
     let mut stmt = conn
         .prepare(
-            "SELECT r.run_id, r.last_seq, o.host FROM runs r \
+            "SELECT r.run_id, r.last_seq, o.host, e.line FROM runs r \
              LEFT JOIN owners o ON o.run_id = r.run_id \
+             LEFT JOIN events e ON e.run_id = r.run_id AND e.seq = 1 \
              WHERE r.status = 'running' ORDER BY r.started_ts, r.run_id",
         )
         .map_err(sql)?;
@@ -321,23 +337,37 @@ fn running_runs(conn: &Connection, path: &Path) -> Result<Vec<Running>, JournalE
                 r.get::<_, String>(0)?,
                 r.get::<_, i64>(1)?,
                 r.get::<_, Option<String>>(2)?,
+                r.get::<_, Option<String>>(3)?,
             ))
         })
         .map_err(sql)?;
-    let mut runs = Vec::new();
+    let (mut runs, mut unnamed) = (Vec::new(), Vec::new());
     for row in rows {
-        let (run_id, last_seq, owner) = row.map_err(sql)?;
+        let (run_id, last_seq, owner, first_line) = row.map_err(sql)?;
         let last_seq = u64::try_from(last_seq).map_err(|_| JournalError::Corrupt {
             path: path.to_path_buf(),
             detail: format!("runs.last_seq of {run_id} is {last_seq}"),
         })?;
-        runs.push(Running {
+        let parent = first_line.as_deref().and_then(recovery::parent_of);
+        let id = RunId::parse(&run_id).ok();
+        let running = Running {
             run_id,
             last_seq,
             owner,
-        });
+        };
+        match id {
+            Some(id) => runs.push(Scanned {
+                running,
+                id,
+                parent,
+            }),
+            None => unnamed.push(running),
+        }
     }
-    Ok(runs)
+    let ordered = recovery::children_first(runs, |r| &r.id, |r| r.parent.as_ref());
+    let mut out: Vec<Running> = ordered.into_iter().map(|r| r.running).collect();
+    out.extend(unnamed);
+    Ok(out)
 }
 
 /// `run` as it is now, with every stored line in seq order, read in one
