@@ -20,6 +20,20 @@
 //! run ends. A tool answers with a [`ToolOutput`], which may record an
 //! [`OutputCut`] (kept in `tool.completed` as `output_cut`).
 //!
+//! A tool may be an [`AgentTool`]: its call is a child run of the same
+//! engine (an [`AgentSpec`]: model, provider, tools, limits, system
+//! instructions; the task is the call's `task` argument). The parent
+//! records `tool.sub_run` naming the child before the child's
+//! `run.started` (which names the parent and call back), and the child's
+//! end is the call's one terminal, committed after the child's own:
+//! completed → `tool.completed` with the final answer, failed →
+//! `tool.failed` with the child's cause, cancelled → `tool.cancelled`.
+//! A run ends its live children (cancels them and waits) before it
+//! commits its own closing terminals, so a tree closes innermost first
+//! and no child outlives its parent ([`Engine::live_children`]). Nesting
+//! and fan-out are bounded by `limits.max_sub_run_depth` and
+//! `limits.max_sub_runs`, the least over the run's ancestors.
+//!
 //! Every event is committed to the run's [`RunLog`](keel_eventlog::RunLog)
 //! first, then dispatched to the observers, one event at a time per run.
 //! [`RunHandle::cancel`] drops whatever is in flight (provider stream, tool

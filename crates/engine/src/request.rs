@@ -91,8 +91,11 @@ pub(crate) type LinkFuture = Pin<Box<dyn Future<Output = bool> + Send>>;
 /// the first thing the child's task does, before its `run.started`.
 pub(crate) trait LinkParent: Send + Sync {
     /// Commits the link (and waits until it is durable, or the parent's
-    /// observers refused it).
+    /// observers refused it). Safe to drop at any point: the link is then
+    /// in the log exactly when [`is_linked`](Self::is_linked) says so.
     fn link(&self) -> LinkFuture;
+    /// Whether the link is in the parent's log.
+    fn is_linked(&self) -> bool;
 }
 
 /// What a request asks of compaction beyond the policy's threshold.

@@ -11,8 +11,16 @@ use crate::error::StartError;
 use crate::request::{RunOutcome, RunRequest};
 use keel_eventlog::RunLog;
 use keel_message::{CallId, RunId};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+#[cfg(loom)]
+use loom::sync::atomic::AtomicBool;
+#[cfg(loom)]
+use loom::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
+#[cfg(not(loom))]
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+#[cfg(not(loom))]
+use std::sync::{Mutex, MutexGuard};
 use tokio::sync::watch;
 
 /// How a run task ended, as the registry learns it.
@@ -35,19 +43,35 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The final outcome's slot is not part of the registry's protocol (one
+/// writer, read after the writer's task ended): always std.
+fn lock_std<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The outcome a run's terminal records, set when the terminal is
 /// committed (before its dispatch): shared by the run task and its
 /// parent, which reads a completed child's final answer from it.
 #[derive(Clone, Default)]
-pub(crate) struct FinalOutcome(Arc<Mutex<Option<RunOutcome>>>);
+pub(crate) struct FinalOutcome(Arc<std::sync::Mutex<Option<RunOutcome>>>);
 
 impl FinalOutcome {
     pub(crate) fn set(&self, outcome: RunOutcome) {
-        *lock(&self.0) = Some(outcome);
+        *lock_std(&self.0) = Some(outcome);
     }
     pub(crate) fn get(&self) -> Option<RunOutcome> {
-        lock(&self.0).clone()
+        lock_std(&self.0).clone()
     }
+}
+
+/// Whether a child's link (the parent's `tool.sub_run`) is in the
+/// parent's log: set by the child's task right after the commit, read by
+/// the parent once the child ended.
+pub(crate) type Linked = Arc<AtomicBool>;
+
+/// A fresh, unset [`Linked`] flag.
+pub(crate) fn unlinked() -> Linked {
+    Arc::new(AtomicBool::new(false))
 }
 
 /// The parent's handle on one child.
@@ -77,7 +101,7 @@ struct Slot {
     /// Whether the parent's `tool.sub_run` naming it is in the parent's
     /// log (set by the child's task, right after the commit; shared from
     /// before the child is spawned, so the flag cannot be missed).
-    linked: Arc<AtomicBool>,
+    linked: Linked,
 }
 
 #[derive(Default)]
@@ -122,7 +146,7 @@ impl Children {
     }
 
     /// Records the child started for `call_id`.
-    pub(crate) fn insert(&self, call_id: CallId, child: ChildRun, linked: Arc<AtomicBool>) {
+    pub(crate) fn insert(&self, call_id: CallId, child: ChildRun, linked: Linked) {
         lock(&self.state).slots.push(Slot {
             call_id,
             child,
@@ -162,5 +186,136 @@ impl Children {
         for child in &children {
             child.wait().await;
         }
+    }
+}
+
+/// Loom models of the registry: concurrent reservations never pass the
+/// bound and every child a reservation let start is found; a release
+/// racing a reservation; and the link flag, set right after the commit,
+/// never claims a link the log does not hold.
+#[cfg(all(test, loom))]
+mod loom_model {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+    use super::*;
+    use keel_eventlog::{Extra, LogConfig, Payload, SubRunStarted, SystemClock, ToolRef, TurnRef};
+    use keel_message::ToolName;
+    use loom::sync::Arc as LoomArc;
+
+    fn log(id: &str) -> RunLog {
+        RunLog::new(
+            RunId::parse(id).unwrap(),
+            LogConfig::default(),
+            std::sync::Arc::new(SystemClock),
+        )
+        .unwrap()
+    }
+
+    fn child(id: &str) -> ChildRun {
+        let (_tx, ended) = watch::channel(None);
+        ChildRun {
+            run_id: RunId::parse(id).unwrap(),
+            log: log(id),
+            cancel: CancelToken::default(),
+            ended,
+            final_outcome: FinalOutcome::default(),
+        }
+    }
+
+    fn call(i: usize) -> CallId {
+        CallId::parse(&format!("c{i}")).unwrap()
+    }
+
+    #[test]
+    fn concurrent_reservations_never_pass_the_bound() {
+        loom::model(|| {
+            let children = LoomArc::new(Children::default());
+            let threads: Vec<_> = (0..2)
+                .map(|i| {
+                    let children = LoomArc::clone(&children);
+                    loom::thread::spawn(move || {
+                        let admitted = children.reserve(1).is_ok();
+                        if admitted {
+                            children.insert(call(i), child(&format!("run_{i}")), unlinked());
+                        }
+                        admitted
+                    })
+                })
+                .collect();
+            let admitted: Vec<bool> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            assert_eq!(admitted.iter().filter(|a| **a).count(), 1);
+            for (i, admitted) in admitted.into_iter().enumerate() {
+                assert_eq!(children.of_call(&call(i)).is_some(), admitted);
+            }
+            assert_eq!(children.reserve(1), Err(2));
+        });
+    }
+
+    #[test]
+    fn a_release_racing_a_reservation_leaves_the_count_exact() {
+        loom::model(|| {
+            let children = LoomArc::new(Children::default());
+            children.reserve(1).unwrap();
+            let releasing = LoomArc::clone(&children);
+            let release = loom::thread::spawn(move || releasing.release());
+            let reserving = LoomArc::clone(&children);
+            let reserve = loom::thread::spawn(move || reserving.reserve(1).is_ok());
+            release.join().unwrap();
+            let admitted = reserve.join().unwrap();
+            // Admitted: the count is 1 again; refused: the release came
+            // after, and the count is 0. Either way one more fits exactly
+            // when the count is 0.
+            assert_eq!(children.reserve(1).is_ok(), !admitted);
+        });
+    }
+
+    #[test]
+    fn the_link_flag_never_claims_a_link_the_log_lacks() {
+        loom::model(|| {
+            let parent = log("run_parent");
+            parent
+                .commit(&Payload::RunStarted(Default::default()))
+                .unwrap();
+            parent
+                .commit(&Payload::TurnStarted(TurnRef {
+                    turn: 1,
+                    extra: Extra::new(),
+                }))
+                .unwrap();
+            parent
+                .commit(&Payload::ToolStarted(ToolRef {
+                    turn: 1,
+                    call_id: call(0),
+                    tool: ToolName::parse("a0").unwrap(),
+                    extra: Extra::new(),
+                }))
+                .unwrap();
+            let linked = unlinked();
+            let link = Payload::ToolSubRun(SubRunStarted {
+                turn: 1,
+                call_id: call(0),
+                run_id: RunId::parse("run_child").unwrap(),
+                extra: Extra::new(),
+            });
+            let (child_log, child_flag) = (parent.clone(), Linked::clone(&linked));
+            // The child's side, in `Recorder::record_link`'s order: the
+            // commit, then the flag.
+            let child = loom::thread::spawn(move || {
+                if child_log.commit(&link).is_ok() {
+                    child_flag.store(true, Ordering::SeqCst);
+                }
+            });
+            let in_log = |log: &RunLog| {
+                log.retained_after(0)
+                    .iter()
+                    .any(|e| e.kind().to_string() == "tool.sub_run")
+            };
+            // The parent's side: whenever it reads the flag set, the log
+            // holds the link.
+            if linked.load(Ordering::SeqCst) {
+                assert!(in_log(&parent));
+            }
+            child.join().unwrap();
+            assert_eq!(linked.load(Ordering::SeqCst), in_log(&parent));
+        });
     }
 }

@@ -5,7 +5,7 @@
 //! waiting again), and the one tool terminal its end maps to — here and
 //! when the parent closes a call whose child already ended.
 
-use super::children::{ChildOf, ChildRun, Children};
+use super::children::{ChildOf, ChildRun, Children, Linked, unlinked};
 use super::record::Recorder;
 use super::tools::{CallFailure, EndsRun, ToolEnd, cut_extra};
 use super::{Interrupt, Runner, Step, truncate};
@@ -20,7 +20,7 @@ use keel_eventlog::{
 };
 use keel_message::{CallId, Message, MessageId, Part, Role, RunId, ToolCallPart, ToolName};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 /// What `history::rebuild` gives the model for a `tool.cancelled` (the
 /// wire helper's `history::CANCELLED_RESULT`, once merged).
@@ -226,7 +226,7 @@ fn tool_child(children: &Children, cancelled: &Payload) -> Option<ChildOf> {
 /// and marks it linked right after the commit.
 struct Linker {
     rec: Arc<Recorder>,
-    linked: Arc<AtomicBool>,
+    linked: Linked,
     payload: Payload,
 }
 
@@ -239,6 +239,9 @@ impl LinkParent for Linker {
             rec.record_link(&payload, || linked.store(true, Ordering::SeqCst))
                 .await
         })
+    }
+    fn is_linked(&self) -> bool {
+        self.linked.load(Ordering::SeqCst)
     }
 }
 
@@ -358,7 +361,7 @@ impl Runner {
         turn: u64,
         call: &ToolCallPart,
         agent: &AgentTool,
-    ) -> Result<(ChildRun, Arc<AtomicBool>), CallFailure> {
+    ) -> Result<(ChildRun, Linked), CallFailure> {
         let lineage = self.lineage;
         let depth = lineage.depth.saturating_add(1);
         if depth > lineage.max_depth {
@@ -373,7 +376,7 @@ impl Runner {
                 self.run_id, lineage.max_sub_runs
             )));
         }
-        let linked = Arc::new(AtomicBool::new(false));
+        let linked = unlinked();
         let started = self
             .child_request(turn, call, agent, depth, &linked)
             .and_then(|request| {
@@ -403,7 +406,7 @@ impl Runner {
         call: &ToolCallPart,
         agent: &AgentTool,
         depth: u32,
-        linked: &Arc<AtomicBool>,
+        linked: &Linked,
     ) -> Result<RunRequest, CallFailure> {
         let invocation = ToolInvocation {
             run_id: self.run_id.clone(),

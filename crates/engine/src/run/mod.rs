@@ -212,11 +212,18 @@ impl Runner {
     /// is closed.
     pub(crate) async fn run(self, cancel: CancelToken) -> RunEnd {
         // A sub-run's parent names it (`tool.sub_run`) before it starts;
-        // a link the parent's log refused leaves no trace of the child.
-        if let Some(parent) = &self.parent
-            && !parent.linker.link().await
-        {
-            return self.unlinked();
+        // a link the parent's log refused, or that a cancellation cut short
+        // before its commit, leaves no trace of the child. Once committed,
+        // the child starts (and, cancelled, ends at once).
+        if let Some(parent) = &self.parent {
+            let linked = tokio::select! {
+                biased;
+                linked = parent.linker.link() => linked,
+                () = cancel.cancelled() => parent.linker.is_linked(),
+            };
+            if !linked {
+                return self.unlinked();
+            }
         }
         let driven = AssertUnwindSafe(async {
             // `run.started` is committed even when the run is cancelled

@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// Which provider a child run calls.
 #[derive(Clone, Default)]
 pub(crate) enum AgentProvider {
-    /// The engine's only provider.
+    /// The parent run's provider.
     #[default]
     Default,
     /// A provider the engine registered under this name.
@@ -23,9 +23,10 @@ pub(crate) enum AgentProvider {
 }
 
 /// What a child run of an [`AgentTool`] runs with: its model, provider,
-/// tools, limits and system instructions. Whatever it leaves out comes
-/// from the engine's builder, as for any run; the interaction handler and
-/// the metadata allowlist are the parent run's.
+/// tools, limits and system instructions. Without a provider of its own
+/// the child calls its parent's; its tools are added to the engine's, and
+/// without limits of its own it runs under the engine's, as any run. The
+/// interaction handler and the metadata allowlist are the parent run's.
 ///
 /// ```
 /// use keel_engine::{AgentSpec, EngineLimits};
@@ -88,7 +89,7 @@ impl AgentSpecError {
 }
 
 impl AgentSpec {
-    /// A child run of `model`, on the engine's only provider, with the
+    /// A child run of `model`, on its parent's provider, with the
     /// engine's tools and limits and no instructions.
     pub fn new(model: ModelName) -> AgentSpec {
         AgentSpec {
