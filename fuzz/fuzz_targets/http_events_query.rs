@@ -6,10 +6,12 @@
 //! Properties:
 //! - the verdict matches an independent reading of the query with
 //!   `form_urlencoded`: accepted exactly when every key is one of `after`,
-//!   `format`, `limit`, `max_events`, `max_bytes`, `named`, none repeats,
-//!   the numbers parse, `format` is `sse` or `jsonl`, `named` is `true` or
-//!   `false`, and `Last-Event-ID` (if
-//!   sent) is a sequence number; an accepted request has the cursor of the
+//!   `format`, `limit`, `max_events`, `max_bytes`, `named`, `children`,
+//!   none repeats, the numbers parse, `format` is `sse` or `jsonl`, `named`
+//!   and `children` are `true` or `false`, `after` and `Last-Event-ID` (if
+//!   sent) are sequence numbers, or with `children=true` tree cursors
+//!   (`TreeCursor::parse`; the cursor is then the root seq), and
+//!   `children=true` is not asked as `jsonl`; an accepted request has the cursor of the
 //!   header, else of `after`, else 0, unnamed frames exactly for
 //!   `named=false`, and bounds clamped to
 //!   [1, 4096] events and [4 KiB, 8 MiB] bytes;
@@ -20,13 +22,22 @@
 #![no_main]
 
 use http::{HeaderMap, HeaderValue, Uri};
+use keel_engine::TreeCursor;
 use keel_serve::auth::bearer_matches;
 use keel_serve::events::{EventsFormat, EventsRequest, Naming};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;
 
-const KNOWN: &[&str] = &["after", "format", "limit", "max_events", "max_bytes", "named"];
+const KNOWN: &[&str] = &[
+    "after",
+    "format",
+    "limit",
+    "max_events",
+    "max_bytes",
+    "named",
+    "children",
+];
 
 /// An accepted request, as the independent reading sees it.
 #[derive(Debug)]
@@ -55,12 +66,20 @@ fn expected(query: &str, last_event_id: Option<&[u8]>) -> Option<Expected> {
     let (mut after, mut format, mut max_events, mut max_bytes) =
         (None, EventsFormat::Sse, None, None);
     let mut naming = Naming::Kind;
+    let mut children = false;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         if !KNOWN.contains(&key.as_ref()) || !seen.insert(key.clone().into_owned()) {
             return None;
         }
         match key.as_ref() {
-            "after" => after = Some(value.parse::<u64>().ok()?),
+            "after" => after = Some(value.into_owned()),
+            "children" => {
+                children = match value.as_ref() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return None,
+                }
+            }
             "limit" => drop(value.parse::<usize>().ok()?),
             "max_events" => max_events = Some(value.parse::<usize>().ok()?),
             "max_bytes" => max_bytes = Some(value.parse::<usize>().ok()?),
@@ -80,10 +99,26 @@ fn expected(query: &str, last_event_id: Option<&[u8]>) -> Option<Expected> {
             }
         }
     }
+    // A seq, or with `children=true` a tree cursor (its root seq); both
+    // are checked when both are sent.
+    let cursor = |text: &str| -> Option<u64> {
+        if children {
+            TreeCursor::parse(text).ok().map(|c| c.root_seq())
+        } else {
+            text.parse::<u64>().ok()
+        }
+    };
+    let after = match after {
+        None => None,
+        Some(text) => Some(cursor(&text)?),
+    };
     let header = match last_event_id {
         None => None,
-        Some(v) => Some(std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok()?),
+        Some(v) => Some(cursor(std::str::from_utf8(v).ok()?.trim())?),
     };
+    if children && format == EventsFormat::Jsonl {
+        return None;
+    }
     Some(Expected {
         cursor: header.or(after).unwrap_or(0),
         format,
@@ -105,7 +140,7 @@ fn rotate_letters(c: char) -> char {
 /// Keys whose values are words of a fixed vocabulary (`sse`, `jsonl`,
 /// `true`, `false`), not free text: rotating them turns a valid value into
 /// an invalid one, which changes which parameter a refusal names first.
-const ENUM_KEYS: &[&str] = &["format", "named"];
+const ENUM_KEYS: &[&str] = &["format", "named", "children"];
 
 /// The query with the letters of every free-text value (after `=`, up to
 /// `&`; not those of [`ENUM_KEYS`]) rotated: keys, separators, digits and

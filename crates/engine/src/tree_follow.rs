@@ -248,13 +248,18 @@ impl TreeFollower {
     ) -> Result<TreeFollower, TreeFollowError> {
         let resumed = resume::resume(source.as_ref(), &root, &cursor, bounds).await?;
         let mut open_calls = HashMap::new();
-        let mut members = vec![Member::new(
-            root.clone(),
-            None,
-            resumed.root.into_stream().boxed(),
-            cursor.root_seq(),
-        )];
+        let mut members = Vec::with_capacity(resumed.listed.len() + 1);
+        // A run whose follower has nothing to give (the cursor is at its
+        // terminal, or at the end of a run that is not live) is not
+        // followed; it stays in the cursor as it was.
+        if !resumed.root.is_finished() {
+            let stream = resumed.root.into_stream().boxed();
+            members.push(Member::new(root.clone(), None, stream, cursor.root_seq()));
+        }
         for listed in resumed.listed {
+            if listed.follower.is_finished() {
+                continue;
+            }
             let delivered = listed.follower.cursor();
             open_calls.insert(listed.link.clone(), listed.run_id.clone());
             members.push(Member::new(
@@ -286,6 +291,13 @@ impl TreeFollower {
     /// before any).
     pub fn cursor(&self) -> &TreeCursor {
         &self.cursor
+    }
+
+    /// Whether `next` has nothing more to give: every run's stream has
+    /// ended (right after `open`: the cursor is at the end of every run it
+    /// names, so the client has the whole tree), or it failed.
+    pub fn is_finished(&self) -> bool {
+        self.failed || self.members.is_empty()
     }
 
     /// How many runs it follows now (the root while its stream lasts, and

@@ -27,7 +27,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt, TryStreamExt};
-use keel_engine::{FollowError, RunFollower};
+use keel_engine::{FollowError, RunFollower, TreeCursor};
 use keel_eventlog::{Durability, Event, SubscribeError, SubscriptionBounds, SubscriptionError};
 use keel_message::RunId;
 use keel_observers::{
@@ -59,7 +59,9 @@ pub const RETRY_HINT: Duration = Duration::from_millis(1000);
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
-    after: Option<u64>,
+    /// A seq, or with `children=true` a tree cursor: read as text here.
+    after: Option<String>,
+    children: Option<String>,
     format: Option<String>,
     limit: Option<usize>,
     max_events: Option<usize>,
@@ -75,6 +77,75 @@ fn bad_request(detail: String) -> Problem {
         "Invalid request",
         detail,
     )
+}
+
+/// Where a request starts, and what named it.
+struct StartCursor {
+    /// The run's seq (with `children=true`, the root's).
+    seq: u64,
+    /// With `children=true`, the combined cursor.
+    tree: Option<TreeCursor>,
+    source: CursorSource,
+}
+
+/// Reads `after` and `Last-Event-ID`: sequence numbers, or with
+/// `children` tree cursors. Both are checked when both are sent (as the
+/// query's number always was); the header wins.
+fn start_cursor(
+    after: Option<&str>,
+    headers: &HeaderMap,
+    children: bool,
+) -> Result<StartCursor, Problem> {
+    let read = |text: &str, source| -> Result<StartCursor, Problem> {
+        if children {
+            let tree = tree_cursor(text, source)?;
+            Ok(StartCursor {
+                seq: tree.root_seq(),
+                tree: Some(tree),
+                source,
+            })
+        } else {
+            Ok(StartCursor {
+                seq: seq_cursor(text, source)?,
+                tree: None,
+                source,
+            })
+        }
+    };
+    let after = after
+        .map(|text| read(text, CursorSource::After))
+        .transpose()?;
+    let header = match headers.get("last-event-id") {
+        Some(v) => {
+            let text = v
+                .to_str()
+                .map_err(|_| bad_request("Last-Event-ID is not a sequence number".to_owned()))?;
+            Some(read(text.trim(), CursorSource::LastEventId)?)
+        }
+        None => None,
+    };
+    Ok(header.or(after).unwrap_or(StartCursor {
+        seq: 0,
+        tree: children.then(|| TreeCursor::new(0)),
+        source: CursorSource::Start,
+    }))
+}
+
+/// A run cursor: a sequence number (as `u64::from_str` reads it, what the
+/// query's number always was).
+fn seq_cursor(text: &str, source: CursorSource) -> Result<u64, Problem> {
+    text.parse::<u64>()
+        .map_err(|_| bad_request(format!("{} is not a sequence number", source.name())))
+}
+
+/// A combined cursor of `children=true`: refused naming the header or
+/// parameter, the part and the rule, never the text.
+fn tree_cursor(text: &str, source: CursorSource) -> Result<TreeCursor, Problem> {
+    TreeCursor::parse(text).map_err(|e| {
+        bad_request(format!("{} is not a tree cursor: {e}", source.name()))
+            .with("parameter", source.name())
+            .with("rule", e.rule())
+    })
 }
 
 /// How the events are delivered.
@@ -98,11 +169,36 @@ pub enum Naming {
     Unnamed,
 }
 
+/// Where a request's cursor came from: what a refusal of it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CursorSource {
+    /// No cursor: from the start.
+    Start,
+    /// The `Last-Event-ID` header (it wins over `after`).
+    LastEventId,
+    /// The `after` query parameter.
+    After,
+}
+
+impl CursorSource {
+    /// The header or parameter's name (`Last-Event-ID`, `after`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CursorSource::Start => "the start",
+            CursorSource::LastEventId => "Last-Event-ID",
+            CursorSource::After => "after",
+        }
+    }
+}
+
 /// A checked `GET /v1/runs/{id}/events` request: where to start, how to
 /// deliver, and the bounds, clamped to what the daemon allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventsRequest {
     cursor: u64,
+    /// With `children=true`: the combined cursor (its root seq is `cursor`).
+    tree: Option<TreeCursor>,
+    cursor_source: CursorSource,
     format: EventsFormat,
     naming: Naming,
     limit: Option<usize>,
@@ -111,25 +207,22 @@ pub struct EventsRequest {
 
 impl EventsRequest {
     /// Reads the query string of `uri` (`after`, `format`, `limit`,
-    /// `max_events`, `max_bytes`, `named`, `durability`; anything else is
-    /// refused) and the
+    /// `max_events`, `max_bytes`, `named`, `durability`, `children`;
+    /// anything else is refused) and the
     /// `Last-Event-ID` header, which wins over `?after=` (a reconnecting
-    /// EventSource sends it and keeps the URL's `after`). A 400 problem
-    /// names the parameter, never its value.
+    /// EventSource sends it and keeps the URL's `after`). With
+    /// `children=true` both are combined cursors ([`TreeCursor`]) and the
+    /// format is SSE. A 400 problem names the parameter, never its value
+    /// (a refused tree cursor: the parameter, the entry and the rule).
     pub fn parse(uri: &Uri, headers: &HeaderMap) -> Result<EventsRequest, Problem> {
         let Query(query) = Query::<EventsQuery>::try_from_uri(uri)
             .map_err(|e| bad_request(keel_message::decode::elide_values(&e.body_text())))?;
-        let header_cursor = match headers.get("last-event-id") {
-            Some(v) => Some(
-                v.to_str()
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .ok_or_else(|| {
-                        bad_request("Last-Event-ID is not a sequence number".to_owned())
-                    })?,
-            ),
-            None => None,
+        let children = match query.children.as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(_) => return Err(bad_request("children is not one of true, false".to_owned())),
         };
+        let start = start_cursor(query.after.as_deref(), headers, children)?;
         let format = match query.format.as_deref() {
             None | Some("sse") => EventsFormat::Sse,
             Some("jsonl") => EventsFormat::Jsonl,
@@ -151,8 +244,15 @@ impl EventsRequest {
                 ));
             }
         };
+        if start.tree.is_some() && format == EventsFormat::Jsonl {
+            return Err(bad_request(
+                "children=true is served as sse only, not jsonl".to_owned(),
+            ));
+        }
         Ok(EventsRequest {
-            cursor: header_cursor.or(query.after).unwrap_or(0),
+            cursor: start.seq,
+            tree: start.tree,
+            cursor_source: start.source,
             format,
             naming,
             limit: query.limit,
@@ -170,9 +270,21 @@ impl EventsRequest {
         })
     }
 
-    /// The last sequence the client has: events after it are sent.
+    /// The last sequence the client has: events after it are sent (with
+    /// `children=true`, the root's seq of [`tree_cursor`](Self::tree_cursor)).
     pub fn cursor(&self) -> u64 {
         self.cursor
+    }
+
+    /// With `children=true` (the run and its sub-runs, merged): the
+    /// combined cursor the client sent, or the start.
+    pub fn tree_cursor(&self) -> Option<&TreeCursor> {
+        self.tree.as_ref()
+    }
+
+    /// Where the cursor came from (what a refusal of it names).
+    pub fn cursor_source(&self) -> CursorSource {
+        self.cursor_source
     }
 
     /// SSE or a JSON Lines page.
@@ -202,7 +314,9 @@ impl EventsRequest {
     }
 }
 
-/// The handler.
+/// The handler of one run's events. The daemon's [`router`](crate::router)
+/// serves `children=true` (the run and its sub-runs) on the same route;
+/// this handler alone refuses it.
 pub async fn events(
     State(daemon): State<Arc<Daemon>>,
     UrlPath(id): UrlPath<String>,
@@ -210,9 +324,23 @@ pub async fn events(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let request = EventsRequest::parse(&uri, &headers)?;
+    if request.tree_cursor().is_some() {
+        return Err(bad_request(
+            "children=true is served by the daemon's router, not this handler".to_owned(),
+        ));
+    }
+    one_run(daemon, id, &request).await
+}
+
+/// One run's events, as `request` asks (SSE or a JSON Lines page).
+pub(crate) async fn one_run(
+    daemon: Arc<Daemon>,
+    id: String,
+    request: &EventsRequest,
+) -> Result<Response, Problem> {
     match request.format {
-        EventsFormat::Sse => stream(daemon, id, &request).await,
-        EventsFormat::Jsonl => page(daemon, id, &request).await,
+        EventsFormat::Sse => stream(daemon, id, request).await,
+        EventsFormat::Jsonl => page(daemon, id, request).await,
     }
 }
 
@@ -428,6 +556,15 @@ pub(crate) fn follow(
 /// `last`: a slow consumer is 429, a log shut down is `shutdown`, a
 /// missing event is the gap problem, anything else a journal problem.
 fn end_event(e: &FollowError, last: u64) -> SseEvent {
+    match end_problem(e) {
+        Some(problem) => error_event(&problem),
+        None => shutdown_event(last),
+    }
+}
+
+/// The problem a stream whose follower ended with `e` ends with; `None`
+/// when the daemon is shutting down (the log was shut down).
+pub(crate) fn end_problem(e: &FollowError) -> Option<Problem> {
     match e {
         FollowError::Live(SubscriptionError::SlowConsumer {
             last_delivered,
@@ -436,8 +573,8 @@ fn end_event(e: &FollowError, last: u64) -> SseEvent {
             lag_bytes,
             max_events,
             max_bytes,
-        }) => {
-            let problem = Problem::new(
+        }) => Some(
+            Problem::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "slow-consumer",
                 "Slow consumer",
@@ -448,15 +585,14 @@ fn end_event(e: &FollowError, last: u64) -> SseEvent {
             .with("lag_events", *lag_events)
             .with("lag_bytes", *lag_bytes)
             .with("max_events", *max_events)
-            .with("max_bytes", *max_bytes);
-            error_event(&problem)
-        }
-        FollowError::Live(SubscriptionError::Ended { .. }) => shutdown_event(last),
+            .with("max_bytes", *max_bytes),
+        ),
+        FollowError::Live(SubscriptionError::Ended { .. }) => None,
         FollowError::Gap {
             last_delivered,
             next_available,
-        } => error_event(&gap_problem(*last_delivered, *next_available)),
-        other => error_event(&Problem::journal(other)),
+        } => Some(gap_problem(*last_delivered, *next_available)),
+        other => Some(Problem::journal(other)),
     }
 }
 

@@ -82,6 +82,7 @@ mod conn;
 pub mod cross_site;
 pub mod error;
 pub mod events;
+mod events_tree;
 pub mod factory;
 pub mod fork;
 pub mod frontend_tools;
@@ -111,7 +112,8 @@ pub use server::Server;
 use approvals::Approvals;
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use config::Settings;
@@ -189,6 +191,22 @@ impl Daemon {
     }
 }
 
+/// `GET /v1/runs/{id}/events`: one run ([`events`]), or with
+/// `children=true` the run and every sub-run it starts, merged
+/// (`events_tree`).
+async fn run_events(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let request = events::EventsRequest::parse(&uri, &headers)?;
+    match request.tree_cursor() {
+        Some(cursor) => events_tree::stream(daemon, &id, cursor.clone(), &request).await,
+        None => events::one_run(daemon, id, &request).await,
+    }
+}
+
 /// The routes: the API behind the token check (inside it, the mark that
 /// keeps a connection from being closed to make room, and the stream
 /// caps on the event streams), the viewer's assets (which hold no data)
@@ -204,7 +222,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/v1/runs/{id}", get(runs::run_status))
         .route(
             "/v1/runs/{id}/events",
-            get(events::events).route_layer(capped()),
+            get(run_events).route_layer(capped()),
         )
         .route(
             "/v1/runs/{id}/agui",

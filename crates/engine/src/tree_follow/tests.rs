@@ -416,8 +416,12 @@ fn stored_tree() -> Tree {
 #[tokio::test]
 async fn every_cursor_of_a_stored_tree_resumes_the_rest() {
     let tree = stored_tree();
-    let whole = drain(&mut tree.follow("0").await.unwrap()).await;
+    let mut first = tree.follow("0").await.unwrap();
+    assert!(!first.is_finished());
+    let whole = drain(&mut first).await;
+    assert!(first.is_finished());
     check_tree(&whole);
+    assert!(tree.follow("12").await.unwrap().is_finished());
     for cut in 0..whole.len() {
         let text = whole[cut].cursor.to_string();
         let after = drain(&mut tree.follow(&text).await.unwrap()).await;
