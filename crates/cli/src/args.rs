@@ -159,8 +159,9 @@ pub struct RunsArgs {
     #[arg(long, value_name = "RUN_ID", conflicts_with = "tree")]
     pub conversation: Option<String>,
     /// Show the tree of the conversation RUN_ID belongs to: its root, then
-    /// every continuation and fork under the run it comes from, indented,
-    /// each with its status (and `forked at SEQ` for a fork).
+    /// every continuation, fork and sub-run under the run it comes from,
+    /// indented, each with its status (and `forked at SEQ` for a fork,
+    /// `sub-run of PARENT (call CALL_ID)` for a sub-run).
     #[arg(long, value_name = "RUN_ID")]
     pub tree: Option<String>,
 }

@@ -195,3 +195,48 @@ fn recover_closes_children_before_parents_and_verify_stays_clean() {
         "{stdout}"
     );
 }
+
+#[test]
+fn runs_tree_shows_sub_runs_under_their_parents() {
+    let sb = Sandbox::new();
+    clean_tree(&sb);
+    // From any run of the tree, the whole tree.
+    for from in ["run_p", "run_c"] {
+        let tree = sb.ok(&["runs", "--tree", from]);
+        assert_eq!(
+            tree.lines().collect::<Vec<_>>(),
+            [
+                "run_p  completed",
+                "  run_a  completed  sub-run of run_p (call c1)",
+                "  run_b  completed  sub-run of run_p (call c2)",
+                "    run_c  completed  sub-run of run_b (call c9)",
+            ],
+            "{tree}"
+        );
+    }
+    let listed = sb.ok(&["runs"]);
+    let line = listed.lines().find(|l| l.starts_with("run_c ")).unwrap();
+    assert!(line.ends_with("  sub-run of run_b (call c9)"), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemons_tree_names_each_sub_runs_parent_and_call() {
+    let sb = Sandbox::new();
+    clean_tree(&sb);
+    let d = common::daemon::Serve::new().db(&sb.db()).start();
+    let c = common::daemon::client();
+    let tree = common::daemon::get_json(&c, &d, "/v1/runs/run_a/tree").await;
+    let child = |run: &str, depth: u64, parent: &str, call: &str| {
+        serde_json::json!({"run_id": run, "status": "completed", "depth": depth,
+            "parent": {"run_id": parent, "call_id": call}})
+    };
+    assert_eq!(
+        tree,
+        serde_json::json!({"runs": [
+            {"run_id": "run_p", "status": "completed", "depth": 0},
+            child("run_a", 1, "run_p", "c1"),
+            child("run_b", 1, "run_p", "c2"),
+            child("run_c", 2, "run_b", "c9"),
+        ], "truncated": false})
+    );
+}

@@ -13,8 +13,8 @@
 //!   the child's start) or the call has not ended (the child may still be
 //!   starting);
 //! - `links.terminal_agrees`: child `run.completed` ↔ `tool.completed`,
-//!   `run.failed` ↔ `tool.failed` (its `sub_run.cause` the child's
-//!   cause), `run.cancelled` ↔ `tool.cancelled`; the terminal's `sub_run`
+//!   `run.failed` ↔ `tool.failed` (its `sub_run.cause`, when recorded, the
+//!   child's cause), `run.cancelled` ↔ `tool.cancelled`; the terminal's `sub_run`
 //!   names the child, and a call's terminal never comes while its child
 //!   is open. A `host_lost` tool terminal agrees with anything.
 //!

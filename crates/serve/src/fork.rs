@@ -131,8 +131,10 @@ fn fork_problem(id: &str, at: u64, e: &ForkError) -> Problem {
 }
 
 /// `GET /v1/runs/{id}/tree`: `{"runs": [{"run_id", "status", "depth",
-/// "continues"?, "forked_from"?: {"run_id", "seq"}}], "truncated"}`, the
-/// root first, each run followed by the runs that come from it.
+/// "continues"?, "forked_from"?: {"run_id", "seq"}, "parent"?: {"run_id",
+/// "call_id"}}], "truncated"}`, the root first, each run followed by the
+/// runs that come from it (continuations, forks and sub-runs: a sub-run
+/// has `parent`, as its `run.started` does).
 pub async fn run_tree(
     State(daemon): State<Arc<Daemon>>,
     UrlPath(id): UrlPath<String>,
@@ -156,6 +158,10 @@ pub async fn run_tree(
                 Origin::Continues(parent) => run["continues"] = json!(parent.as_str()),
                 Origin::Fork(fork) => {
                     run["forked_from"] = json!({"run_id": fork.run_id.as_str(), "seq": fork.seq});
+                }
+                Origin::SubRun(link) => {
+                    run["parent"] =
+                        json!({"run_id": link.run_id.as_str(), "call_id": link.call_id.as_str()});
                 }
             }
             run

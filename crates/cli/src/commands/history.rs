@@ -4,7 +4,7 @@ use crate::args::{DbArgs, EventsArgs, RunsArgs};
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use keel_eventlog::Event;
 use keel_eventlog::links::{LinkCheck, LinkReport};
-use keel_observers::conversation;
+use keel_observers::conversation::{self, Origin};
 use keel_observers::{JournalReader, RunStatus, RunSummary, StoredRun, is_last_page};
 use keel_testkit::{Verdict, verify_run};
 use std::io::{BufWriter, Write};
@@ -96,15 +96,14 @@ pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
     }
     let all = reader.runs()?;
     let mut continues: Vec<Option<String>> = Vec::with_capacity(all.len());
-    let mut forks: Vec<Option<keel_eventlog::ForkedFrom>> = Vec::with_capacity(all.len());
+    let mut origins: Vec<Origin> = Vec::with_capacity(all.len());
     for run in &all {
-        let (previous, fork) = match conversation::origin(&reader, run.run_id.as_str())? {
-            conversation::Origin::Root => (None, None),
-            conversation::Origin::Continues(p) => (Some(p.as_str().to_owned()), None),
-            conversation::Origin::Fork(f) => (None, Some(f)),
-        };
-        continues.push(previous);
-        forks.push(fork);
+        let origin = conversation::origin(&reader, run.run_id.as_str())?;
+        continues.push(match &origin {
+            Origin::Continues(p) => Some(p.as_str().to_owned()),
+            _ => None,
+        });
+        origins.push(origin);
     }
     let shown: Vec<usize> = match &args.conversation {
         None => (0..all.len()).collect(),
@@ -125,10 +124,11 @@ pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
         let lines = all_lines(&reader, run.run_id.as_str(), 0)?;
         let duration = Duration::from_micros(run.updated_ts.saturating_sub(run.started_ts));
         let turns = turns(&lines);
-        let follows = match (&continues[i], &forks[i]) {
-            (Some(p), _) => format!("  continues {p}"),
-            (None, Some(f)) => format!("  forked from {} at {}", f.run_id, f.seq),
-            (None, None) => String::new(),
+        let follows = match &origins[i] {
+            Origin::Continues(p) => format!("  continues {p}"),
+            Origin::Fork(f) => format!("  forked from {} at {}", f.run_id, f.seq),
+            Origin::SubRun(l) => format!("  sub-run of {} (call {})", l.run_id, l.call_id),
+            Origin::Root => String::new(),
         };
         writeln!(
             out,

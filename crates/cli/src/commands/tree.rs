@@ -1,6 +1,7 @@
 //! `keel runs --tree RUN_ID`: the conversation RUN_ID belongs to, as a
-//! tree: the root, then each continuation and fork indented under the run
-//! it comes from, with its status and, for a fork, `forked at SEQ`.
+//! tree: the root, then each continuation, fork and sub-run indented under
+//! the run it comes from, with its status and, for a fork, `forked at SEQ`,
+//! for a sub-run `sub-run of PARENT (call CALL_ID)`.
 
 use crate::error::{CliError, EXIT_OK};
 use keel_observers::JournalReader;
@@ -35,6 +36,7 @@ fn line(node: &TreeNode) -> String {
         Origin::Root => String::new(),
         Origin::Continues(_) => "  continues".to_owned(),
         Origin::Fork(fork) => format!("  forked at {}", fork.seq),
+        Origin::SubRun(link) => format!("  sub-run of {} (call {})", link.run_id, link.call_id),
     };
     format!(
         "{}{}  {}{how}",

@@ -95,8 +95,9 @@ pub enum TerminalGap {
         /// The run it names.
         named: RunId,
     },
-    /// The `tool.failed`'s `sub_run.cause` is not the child's
-    /// `run.failed` cause.
+    /// The `tool.failed`'s `sub_run.cause` is present and not the child's
+    /// `run.failed` cause (it may be left out when the terminal would not
+    /// fit with it).
     CauseDiffers,
     /// The tool terminal names a sub-run, but its call linked none.
     NoLink,

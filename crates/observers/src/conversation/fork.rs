@@ -9,7 +9,7 @@
 use super::{JournalStore, StoreError};
 use crate::{JournalError, JournalReader};
 use keel_eventlog::history::{self, ChainError, ForkPointError};
-use keel_eventlog::{Event, ForkedFrom, HistoryReference, Payload};
+use keel_eventlog::{Event, ForkedFrom, HistoryReference, ParentLink, Payload};
 use keel_message::{Limits, Message, MessageError, RunId};
 
 /// Why a run cannot be forked at a seq. Nothing of a message is echoed.
@@ -134,6 +134,8 @@ pub enum Origin {
     Continues(RunId),
     /// A fork of the run and seq named.
     Fork(ForkedFrom),
+    /// A sub-run the named run's call started.
+    SubRun(ParentLink),
 }
 
 impl Origin {
@@ -143,6 +145,7 @@ impl Origin {
             Origin::Root => None,
             Origin::Continues(run) => Some(run),
             Origin::Fork(fork) => Some(&fork.run_id),
+            Origin::SubRun(link) => Some(&link.run_id),
         }
     }
 }
@@ -156,10 +159,11 @@ pub fn origin(reader: &JournalReader, run_id: &str) -> Result<Origin, JournalErr
         .and_then(|line| Event::decode(line).ok())
         .and_then(|event| event.payload().ok());
     Ok(match started {
-        Some(Payload::RunStarted(p)) => match (p.forked_from, p.continues) {
-            (Some(fork), _) => Origin::Fork(fork),
-            (None, Some(run)) => Origin::Continues(run),
-            (None, None) => Origin::Root,
+        Some(Payload::RunStarted(p)) => match (p.parent, p.forked_from, p.continues) {
+            (Some(link), _, _) => Origin::SubRun(link),
+            (None, Some(fork), _) => Origin::Fork(fork),
+            (None, None, Some(run)) => Origin::Continues(run),
+            (None, None, None) => Origin::Root,
         },
         _ => Origin::Root,
     })

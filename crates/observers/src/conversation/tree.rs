@@ -1,6 +1,6 @@
-//! The tree of a conversation: its root run, then every continuation and
-//! fork under the run it comes from, as the runs' `run.started` events
-//! name them (`continues`, `forked_from`). `keel runs --tree` prints it;
+//! The tree of a conversation: its root run, then every continuation,
+//! fork and sub-run under the run it comes from, as the runs'
+//! `run.started` events name them (`continues`, `forked_from`, `parent`). `keel runs --tree` prints it;
 //! the daemon serves it to the viewer.
 
 use super::fork::{Origin, origin};
