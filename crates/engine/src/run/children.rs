@@ -9,7 +9,7 @@
 use crate::cancel::CancelToken;
 use crate::error::StartError;
 use crate::request::{RunOutcome, RunRequest};
-use keel_eventlog::RunLog;
+use keel_eventlog::{CommitError, Event, Payload, RunLog};
 use keel_message::{CallId, RunId};
 #[cfg(loom)]
 use loom::sync::atomic::AtomicBool;
@@ -72,6 +72,19 @@ pub(crate) type Linked = Arc<AtomicBool>;
 /// A fresh, unset [`Linked`] flag.
 pub(crate) fn unlinked() -> Linked {
     Arc::new(AtomicBool::new(false))
+}
+
+/// Commits a child's link (the parent's `tool.sub_run`) to the parent's
+/// `log` and, only once it is in, sets `linked`: the flag never claims a
+/// link the log lacks, whoever reads it when.
+pub(crate) fn commit_link(
+    log: &RunLog,
+    link: &Payload,
+    linked: &Linked,
+) -> Result<std::sync::Arc<Event>, CommitError> {
+    let event = log.commit(link)?;
+    linked.store(true, Ordering::SeqCst);
+    Ok(event)
 }
 
 /// The parent's handle on one child.
@@ -197,7 +210,7 @@ impl Children {
 mod loom_model {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
     use super::*;
-    use keel_eventlog::{Extra, LogConfig, Payload, SubRunStarted, SystemClock, ToolRef, TurnRef};
+    use keel_eventlog::{Extra, LogConfig, SubRunStarted, SystemClock, ToolRef, TurnRef};
     use keel_message::ToolName;
     use loom::sync::Arc as LoomArc;
 
@@ -297,12 +310,8 @@ mod loom_model {
                 extra: Extra::new(),
             });
             let (child_log, child_flag) = (parent.clone(), Linked::clone(&linked));
-            // The child's side, in `Recorder::record_link`'s order: the
-            // commit, then the flag.
             let child = loom::thread::spawn(move || {
-                if child_log.commit(&link).is_ok() {
-                    child_flag.store(true, Ordering::SeqCst);
-                }
+                commit_link(&child_log, &link, &child_flag).unwrap();
             });
             let in_log = |log: &RunLog| {
                 log.retained_after(0)

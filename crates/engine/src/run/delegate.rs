@@ -235,10 +235,7 @@ impl LinkParent for Linker {
         let rec = Arc::clone(&self.rec);
         let linked = Arc::clone(&self.linked);
         let payload = self.payload.clone();
-        Box::pin(async move {
-            rec.record_link(&payload, || linked.store(true, Ordering::SeqCst))
-                .await
-        })
+        Box::pin(async move { rec.record_link(&payload, &linked).await })
     }
     fn is_linked(&self) -> bool {
         self.linked.load(Ordering::SeqCst)

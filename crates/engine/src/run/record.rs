@@ -4,7 +4,7 @@
 //! for every open scope, then the observers re-offered what they had not
 //! acknowledged).
 
-use super::children::{Children, FinalOutcome};
+use super::children::{Children, FinalOutcome, Linked, commit_link};
 use super::delegate::commit_closing;
 use super::{Interrupt, RunEnv, Step};
 use crate::request::RunOutcome;
@@ -65,18 +65,16 @@ impl Recorder {
         }
     }
 
-    /// Records a child's `tool.sub_run` (from the child's task) and calls
-    /// `committed` right after the commit, in the same poll, so the flag
-    /// it sets cannot disagree with the log. Then waits until the event is
-    /// durable; a refusal there is the run's to surface. True when the
-    /// link is in the log.
-    pub(crate) async fn record_link(&self, payload: &Payload, committed: impl FnOnce()) -> bool {
+    /// Records a child's `tool.sub_run` (from the child's task), setting
+    /// `linked` once it is committed ([`commit_link`]). Then waits until
+    /// the event is durable; a refusal there is the run's to surface. True
+    /// when the link is in the log.
+    pub(crate) async fn record_link(&self, payload: &Payload, linked: &Linked) -> bool {
         let event = {
             let _turn = self.gate.lock().await;
-            let Ok(event) = self.log.commit(payload) else {
+            let Ok(event) = commit_link(&self.log, payload, linked) else {
                 return false;
             };
-            committed();
             if self.window.submit(&event).await.is_err() {
                 return true;
             }
