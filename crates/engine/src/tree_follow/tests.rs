@@ -392,6 +392,14 @@ async fn every_cursor_of_a_live_tree_resumes_the_rest() {
     }
 }
 
+/// The next item, which must come within 10 s.
+async fn next_or_stall(follower: &mut TreeFollower) -> Result<TreeEvent, TreeFollowError> {
+    tokio::time::timeout(Duration::from_secs(10), follower.next())
+        .await
+        .expect("the follower stalled")
+        .expect("the follower ended")
+}
+
 async fn drain(follower: &mut TreeFollower) -> Vec<TreeEvent> {
     let mut out = Vec::new();
     loop {
@@ -578,7 +586,7 @@ async fn a_child_naming_another_call_ends_the_stream() {
     let mut follower = tree.follow("0").await.unwrap();
     let mut got = Vec::new();
     let e = loop {
-        match follower.next().await.unwrap() {
+        match next_or_stall(&mut follower).await {
             Ok(event) => got.push(event),
             Err(e) => break e,
         }
@@ -608,7 +616,7 @@ async fn more_runs_at_once_than_the_bound_end_the_stream_before_the_link() {
     let mut follower = tree.follow("0").await.unwrap();
     let mut got = Vec::new();
     let e = loop {
-        match follower.next().await.unwrap() {
+        match next_or_stall(&mut follower).await {
             Ok(event) => got.push(event),
             Err(e) => break e,
         }
