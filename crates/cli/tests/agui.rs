@@ -8,30 +8,9 @@
 mod common;
 
 use common::daemon::{Daemon, Serve, client, get_json, post};
-use common::frontends;
+use common::frontends::{self, VERIFY};
 use serde_json::{Value, json};
 use std::time::Duration;
-
-/// Verifies each stream (a JSON array of AG-UI events) with the client's
-/// own schema and `verifyEvents`; prints one result per stream.
-const VERIFY: &str = r#"
-import { verifyEvents } from "@ag-ui/client";
-import { EventSchemas } from "@ag-ui/core/schemas";
-import { from, lastValueFrom, toArray } from "rxjs";
-import { readFileSync } from "node:fs";
-const streams = JSON.parse(readFileSync(0, "utf8"));
-const results = [];
-for (const events of streams) {
-  try {
-    const parsed = events.map((e) => EventSchemas.parse(e));
-    const out = await lastValueFrom(from(parsed).pipe(verifyEvents(false), toArray()));
-    results.push(out.length === events.length ? "ok" : `verified ${out.length} of ${events.length}`);
-  } catch (e) {
-    results.push(String(e && e.message ? e.message : e));
-  }
-}
-console.log(JSON.stringify(results));
-"#;
 
 /// A run with a retried partial answer, an uncertain tool failure, a
 /// completed tool, and a text message and tool call that stay open for a

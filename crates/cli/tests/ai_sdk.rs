@@ -12,35 +12,10 @@
 mod common;
 
 use common::daemon::{Daemon, Serve, client, get, post};
-use common::frontends;
+use common::frontends::{self, ASSEMBLE};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use std::path::PathBuf;
-
-/// Reads `{body, message}` on stdin; prints `{message, types}`: the last
-/// snapshot `readUIMessageStream` gives and the chunk types, after every
-/// chunk passed the SDK's schema.
-const ASSEMBLE: &str = r#"
-import { readUIMessageStream, uiMessageChunkSchema, parseJsonEventStream } from 'ai';
-let input = '';
-for await (const piece of process.stdin) input += piece;
-const { body, message } = JSON.parse(input);
-const bytes = new Response(body).body;
-const types = [];
-const parsed = parseJsonEventStream({ stream: bytes, schema: uiMessageChunkSchema });
-const chunks = parsed.pipeThrough(new TransformStream({
-  transform(result, controller) {
-    if (!result.success) throw new Error('chunk refused by the schema: ' + result.error);
-    types.push(result.value.type);
-    controller.enqueue(result.value);
-  },
-}));
-let last;
-for await (const snapshot of readUIMessageStream({ message: message ?? undefined, stream: chunks, terminateOnError: true })) {
-  last = snapshot;
-}
-console.log(JSON.stringify({ message: last, types }));
-"#;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

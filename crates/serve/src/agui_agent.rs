@@ -26,9 +26,11 @@
 //! frontend calls pending) once the run waits for the client with nothing
 //! more committed, or the run's own terminal.
 //!
-//! SSE ids are Keel cursors with the group rule of `GET /v1/runs/{id}/agui`
-//! (`agui::group`). A POST with `Last-Event-ID: <cursor>` is a
-//! resume after a cut connection: nothing in its body is applied (it must
+//! The run's sub-runs (its agent tools' child runs) stream too, as
+//! subagents of the client's run (`agui_agent/stream.rs`). SSE ids are the run tree's
+//! combined cursors (plain seqs for a run without sub-runs) with the group
+//! rule of `GET /v1/runs/{id}/agui` (`agui::group`). A POST with
+//! `Last-Event-ID: <cursor>` is a resume after a cut connection: nothing in its body is applied (it must
 //! still parse, and name the thread); the response follows the thread's
 //! latest run from the cursor to its next pause or terminal.
 //!
@@ -37,31 +39,28 @@
 //! ([`InputLimits`]), the cross-site checks and the token (router layers),
 //! a `--max-streams` slot keyed by the thread, taken before a run starts.
 
+mod stream;
+
 use super::approvals::{ANSWER_WAIT, when_parked};
-use super::chat::{chat_agent, next_event, open_follower};
+use super::chat::chat_agent;
 use super::chat_runs::{self, LastRun, run_name};
 use super::factory::RunPlan;
 use super::frontend_tools::{ClientResult, FrontendTool};
 use super::problem::Problem;
-use super::{Daemon, agui, chat_start, events, read_body, stream_caps};
+use super::{Daemon, chat_start, read_body, stream_caps};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use axum::response::sse::Event as SseEvent;
-use futures_util::Stream;
-use keel_engine::{InteractionDecision, RunFollower, RunRequest, Tool};
+use keel_engine::{InteractionDecision, RunRequest, Tool, TreeCursor};
 use keel_eventlog::ChatId;
-use keel_message::{RunId, ToolDefinition, ToolName};
-use keel_views::agui::drive::AgentStream;
+use keel_message::ToolDefinition;
 use keel_views::agui::input::{
     ClientToolResult, InputError, InputLimits, InteractionDecisionWire, NewInput, ResumeAnswer,
     RunAgentInput,
 };
-use keel_views::agui::{AguiError, Stamped};
-use std::collections::BTreeSet;
-use std::convert::Infallible;
 use std::sync::Arc;
+use stream::{Start, respond};
 
 /// The request bounds: `RunAgentInput`'s defaults, messages under the
 /// engine's message limits.
@@ -87,25 +86,28 @@ fn input_problem(e: &InputError) -> Problem {
     invalid(e.to_string(), e.path(), e.rule())
 }
 
-/// `Last-Event-ID`, if sent: the cursor the client's copy ends at.
-fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, Problem> {
+/// `Last-Event-ID`, if sent: the cursor the client's copy ends at (a
+/// run tree's combined cursor; a plain seq when the run has no sub-runs).
+fn last_event_id(headers: &HeaderMap) -> Result<Option<TreeCursor>, Problem> {
     let Some(value) = headers.get("last-event-id") else {
         return Ok(None);
     };
-    value
+    let refused = |detail: String, rule: &str| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-request",
+            "Invalid request",
+            format!("Last-Event-ID: {detail}"),
+        )
+        .with("path", "Last-Event-ID")
+        .with("rule", rule)
+    };
+    let text = value
         .to_str()
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_err(|_| refused("is not a cursor".to_owned(), "tree_cursor.syntax"))?;
+    TreeCursor::parse(text.trim())
         .map(Some)
-        .ok_or_else(|| {
-            Problem::new(
-                StatusCode::BAD_REQUEST,
-                "invalid-request",
-                "Invalid request",
-                "Last-Event-ID is not a sequence number",
-            )
-            .with("path", "Last-Event-ID")
-        })
+        .map_err(|e| refused(e.to_string(), e.rule()))
 }
 
 /// `POST /v1/agui`.
@@ -167,7 +169,7 @@ async fn drive(
 async fn resume(
     daemon: &Arc<Daemon>,
     input: &RunAgentInput,
-    cursor: u64,
+    cursor: TreeCursor,
 ) -> Result<Response, Problem> {
     let thread = input.thread_id();
     let Some(last) = chat_runs::last_run(daemon, thread).await? else {
@@ -178,8 +180,8 @@ async fn resume(
         Some(live) => live.log().stats().last_seq,
         None => last.stored.as_ref().map_or(0, |s| s.last_seq),
     };
-    if cursor > latest {
-        return Err(Problem::cursor_ahead(cursor, latest).with("path", "Last-Event-ID"));
+    if cursor.root_seq() > latest {
+        return Err(Problem::cursor_ahead(cursor.root_seq(), latest).with("path", "Last-Event-ID"));
     }
     respond(daemon, input, &run, Start::Cursor(cursor)).await
 }
@@ -337,179 +339,4 @@ fn not_waiting(kind: &'static str, title: &'static str, path: String, run: &str)
     )
     .with("path", path)
     .with("run_id", run)
-}
-
-/// Where a response starts in its run.
-#[derive(Debug, Clone, Copy)]
-enum Start {
-    /// A run just started: all of it.
-    Fresh,
-    /// The client answered at this cursor (the run's pause): what follows.
-    Answered(u64),
-    /// `Last-Event-ID`: what follows the cursor; a pause or terminal at
-    /// the cursor ends the response at once.
-    Cursor(u64),
-}
-
-impl Start {
-    fn seen(self) -> u64 {
-        match self {
-            Start::Fresh => 0,
-            Start::Answered(seen) | Start::Cursor(seen) => seen,
-        }
-    }
-}
-
-/// The response: run `run` as AG-UI events from `start`.
-async fn respond(
-    daemon: &Arc<Daemon>,
-    input: &RunAgentInput,
-    run: &str,
-    start: Start,
-) -> Result<Response, Problem> {
-    let keel_run = RunId::parse(run).map_err(|_| Problem::unknown_run(run))?;
-    let follower = open_follower(daemon, run).await.map_err(|detail| {
-        Problem::new(
-            StatusCode::CONFLICT,
-            "run-unreadable",
-            "The thread's run cannot be followed",
-            detail,
-        )
-        .with("run_id", run)
-    })?;
-    let frontend: BTreeSet<ToolName> = input.tools().iter().map(|t| t.name().clone()).collect();
-    let view = AgentStream::new(input.thread_id().clone(), input.run_id().clone(), frontend);
-    let frames = agent_stream(Arc::clone(daemon), view, keel_run, follower, start);
-    Ok(events::sse_response(frames))
-}
-
-/// The end of a response whose run waits for the client (the open turn's
-/// `STEP_FINISHED`, then `RUN_FINISHED`), once nothing more is committed.
-/// Its messages carry the cursor of the last event sent (they close the
-/// response, not an event: a resume from that cursor sends them again).
-fn closing(view: &AgentStream, follower: &RunFollower) -> Option<Vec<Stamped>> {
-    if follower.more_committed() {
-        return None;
-    }
-    view.paused()
-}
-
-/// A `RUN_ERROR` for what ended the response early (the run's own failure
-/// maps through the view).
-fn run_error(cursor: u64, message: &str) -> SseEvent {
-    let event = serde_json::json!({"type": "RUN_ERROR", "message": message, "code": "keel.stream"});
-    SseEvent::default()
-        .id(cursor.to_string())
-        .data(super::sse_data::escape_separators(&event.to_string()))
-}
-
-/// What happened to an event of the run the client has.
-enum CaughtUp {
-    /// Folded in; the response goes on.
-    Skipped,
-    /// At a `Last-Event-ID` cursor where the run waits or ended: the
-    /// response is its head and these closing events.
-    Ends(Vec<Stamped>),
-}
-
-/// The frames of one response (see the module docs): the events the
-/// client has are folded into the view first, then the head (which
-/// re-opens the scopes open there), then the rest, mapped.
-fn agent_stream(
-    daemon: Arc<Daemon>,
-    mut view: AgentStream,
-    keel_run: RunId,
-    mut follower: RunFollower,
-    start: Start,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
-    let seen = start.seen();
-    async_stream::stream! {
-        let mut opened = false;
-        let mut last = seen;
-        if seen == 0 {
-            opened = true;
-            for event in view.started(&keel_run) {
-                yield Ok(agui::frame(seen, &event));
-            }
-        }
-        while let Some(next) = next_event(&daemon, &mut follower).await {
-            let event = match next {
-                Ok(event) => event,
-                Err(detail) => {
-                    yield Ok(run_error(last, &detail));
-                    return;
-                }
-            };
-            let seq = event.seq();
-            if seq <= seen {
-                let caught = caught_up(&mut view, &event, &follower, start);
-                if seq == seen {
-                    opened = true;
-                    for head in view.started(&keel_run) {
-                        yield Ok(agui::frame(seen, &head));
-                    }
-                }
-                match caught {
-                    Ok(CaughtUp::Skipped) => continue,
-                    Ok(CaughtUp::Ends(end)) => {
-                        for event in &end {
-                            yield Ok(agui::frame(seq, event));
-                        }
-                    }
-                    Err(e) => yield Ok(run_error(seq, &e.to_string())),
-                }
-                return;
-            }
-            let mapped = match view.feed(&event) {
-                Ok(mapped) => mapped,
-                Err(e) => {
-                    yield Ok(run_error(last, &e.to_string()));
-                    return;
-                }
-            };
-            for frame in agui::group(seq, &mapped) {
-                yield Ok(frame);
-            }
-            last = seq;
-            if view.ended() {
-                return;
-            }
-            if let Some(end) = closing(&view, &follower) {
-                for event in &end {
-                    yield Ok(agui::frame(seq, event));
-                }
-                return;
-            }
-        }
-        if !opened {
-            for head in view.started(&keel_run) {
-                yield Ok(agui::frame(seen, &head));
-            }
-        }
-        if !view.ended() {
-            yield Ok(run_error(last, "the run's events ended before its terminal"));
-        }
-    }
-}
-
-/// An event the client has (at or before its cursor): folded into the
-/// view's state. At a `Last-Event-ID` cursor the response ends at once
-/// when the run waits there, or ended there (with its closing event
-/// again: each response is a whole AG-UI run).
-fn caught_up(
-    view: &mut AgentStream,
-    event: &keel_eventlog::Event,
-    follower: &RunFollower,
-    start: Start,
-) -> Result<CaughtUp, AguiError> {
-    let at_cursor = matches!(start, Start::Cursor(c) if c == event.seq());
-    if at_cursor && event.kind().is_run_terminal() {
-        let closing = view.feed(event)?.pop();
-        return Ok(CaughtUp::Ends(closing.into_iter().collect()));
-    }
-    view.skip(event)?;
-    Ok(match at_cursor.then(|| closing(view, follower)).flatten() {
-        Some(end) => CaughtUp::Ends(end),
-        None => CaughtUp::Skipped,
-    })
 }

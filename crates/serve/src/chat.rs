@@ -51,6 +51,7 @@ pub use super::chat_runs::MAX_CONVERSATION_RUNS;
 use super::chat_runs::{self, LastRun, NextRun, run_name};
 use super::factory::RunPlan;
 use super::problem::Problem;
+use super::tree_follow::{more_committed, next_tree_event, open_tree};
 use super::{Daemon, chat_start, read_body, runs, stream_caps};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
@@ -58,11 +59,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
+use keel_engine::TreeCursor;
 use keel_engine::{FollowError, InteractionDecision, RunFollower};
 use keel_eventlog::{ChatId, Event, Payload, SubscriptionError};
 use keel_message::{Part, RunId};
 use keel_observers::RunStatus;
-use keel_views::ui_stream::{Chunk, DONE, STREAM_HEADER, UiStream};
+use keel_views::ui_stream::{Chunk, DONE, STREAM_HEADER, UiStream, UiTree};
 use serde_json::{Map, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -617,20 +619,22 @@ fn frame(chunk: &Chunk) -> SseEvent {
     SseEvent::default().data(super::sse_data::escape_separators(&chunk.to_json()))
 }
 
-/// The run as UI message stream frames. Chunks of events up to `seen`
-/// the client has up to the last pause among them; those after it are
-/// sent. The stream ends after the run's terminal, or at a pause with
-/// nothing committed after it (the client answers in its next request).
+/// The run as UI message stream frames: the run's tree (its sub-runs as
+/// `data-keel-sub-run` parts, [`UiTree`]). Chunks of events up to `seen`
+/// (the root's seq) the client has up to the last pause among them; those
+/// after it are sent. The stream ends after the run's terminal, or at a
+/// pause with nothing committed after it (the client answers in its next
+/// request).
 fn ui_stream(
     daemon: Arc<Daemon>,
     run: String,
     seen: u64,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
     async_stream::stream! {
-        let mut view = UiStream::new();
+        let mut view = UiTree::new();
         let mut held: Vec<Chunk> = Vec::new();
         yield Ok(frame(&UiStream::start(&run)));
-        let mut follower = match open_follower(&daemon, &run).await {
+        let mut follower = match open_tree(&daemon, &run, TreeCursor::new(0)).await {
             Ok(follower) => follower,
             Err(error_text) => {
                 yield Ok(frame(&Chunk::Error { error_text }));
@@ -638,17 +642,18 @@ fn ui_stream(
                 return;
             }
         };
-        while let Some(next) = next_event(&daemon, &mut follower).await {
-            let chunks = match next.map(|e| view.feed(&e).map_err(|v| v.to_string())) {
+        while let Some(next) = next_tree_event(&daemon, &mut follower).await {
+            let chunks = match next.map(|e| view.feed(&e.event).map_err(|v| v.to_string())) {
                 Ok(Ok(chunks)) => chunks,
                 Ok(Err(e)) | Err(e) => {
                     yield Ok(frame(&Chunk::Error { error_text: e }));
                     break;
                 }
             };
-            if view.last_seq() <= seen {
+            let root = view.root();
+            if root.last_seq() <= seen {
                 held.extend(chunks);
-                if view.paused() {
+                if root.paused() {
                     held.clear();
                 }
                 continue;
@@ -656,10 +661,12 @@ fn ui_stream(
             for chunk in held.drain(..).chain(chunks) {
                 yield Ok(frame(&chunk));
             }
-            if view.ended() {
+            if view.root().ended() {
                 break;
             }
-            if view.paused() && !follower.more_committed() {
+            if view.root().paused()
+                && !more_committed(&daemon, follower.root(), view.root().last_seq()).await
+            {
                 yield Ok(frame(&Chunk::Finish { finish_reason: None, message_metadata: Some(serde_json::json!({"keel": {"outcome": "awaiting-approval"}})) }));
                 break;
             }

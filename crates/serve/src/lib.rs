@@ -98,6 +98,7 @@ mod server;
 pub mod sse_data;
 pub mod stream_caps;
 pub mod timed_io;
+mod tree_follow;
 pub mod viewer;
 
 pub use config::{BearerToken, ServeConfig, ServeConfigError, TokenError};

@@ -60,6 +60,12 @@
 //! `agui/prelude.rs` a join's prelude, `agui/check.rs` the view's own
 //! schema and stream checks ([`check_event`], [`check_stream`]).
 //!
+//! A run tree (the run and its sub-runs, interleaved) maps through
+//! [`AguiTree`]: each sub-run is a subagent of the root's run
+//! (`SUBAGENT_STARTED` … `SUBAGENT_FINISHED`/`SUBAGENT_ERROR`, its events
+//! carrying `subagentRunId`); a sub-run followed on its own names its
+//! parent as `RUN_STARTED.parentRunId` (`agui/tree.rs`).
+//!
 //! The agent endpoint (`POST /v1/agui`, a client driving a run rather
 //! than following one): [`input`] reads the client's `RunAgentInput`,
 //! [`drive`] is the response's stream ([`drive::AgentStream`]: the
@@ -122,6 +128,31 @@ pub enum AguiError {
     /// A prelude asked for at or after the run's terminal (nothing follows).
     #[error("the run ended at or before the cursor (rule agui.prelude_before_terminal)")]
     Ended,
+    /// A tree stream's event of a run that is not the root and was not
+    /// started as a sub-run of a run of the tree.
+    #[error("event {seq} of run {run_id} is not of a sub-run of the tree (rule agui.tree_linked)")]
+    Unlinked {
+        /// The run.
+        run_id: String,
+        /// The event.
+        seq: u64,
+    },
+    /// A tree stream's run event out of its seq order.
+    #[error("run {run_id}: seq {found} does not follow {last} (rule agui.tree_in_order)")]
+    OutOfOrder {
+        /// The run.
+        run_id: String,
+        /// The last seq of that run mapped.
+        last: u64,
+        /// The seq offered.
+        found: u64,
+    },
+    /// More runs in one tree stream than the bound.
+    #[error("the tree has more than {max} runs (rule agui.tree_runs_bound)")]
+    TooManyRuns {
+        /// The bound.
+        max: usize,
+    },
 }
 
 /// The open text message of a model call.
@@ -151,6 +182,8 @@ pub struct AguiMapper {
     run_id: String,
     /// The `run.started` line, once seen.
     started: Option<String>,
+    /// The run that started this one (a sub-run's `run.started.parent`).
+    parent_run_id: Option<String>,
     ended: bool,
     last_seq: u64,
     step: Option<u64>,
@@ -246,8 +279,9 @@ impl AguiMapper {
         out: &mut Vec<AguiEvent>,
     ) -> Result<(), AguiError> {
         match payload {
-            Payload::RunStarted(_) => {
+            Payload::RunStarted(p) => {
                 self.started = Some(line.to_owned());
+                self.parent_run_id = p.parent.as_ref().map(|l| l.run_id.as_str().to_owned());
                 out.push(self.run_started());
             }
             Payload::TurnStarted(p) => {
@@ -342,6 +376,7 @@ impl AguiMapper {
         AguiEvent::RunStarted {
             thread_id: self.run_id.clone(),
             run_id: self.run_id.clone(),
+            parent_run_id: self.parent_run_id.clone(),
         }
     }
 
@@ -604,11 +639,13 @@ mod prelude;
 mod reasoning;
 #[cfg(test)]
 mod tests;
+mod tree;
 
 pub use check::{check_event, check_stream};
 pub use event::{
     AguiEvent, Content, CustomValue, Discarded, EncryptedSubtype, Interrupt, ReasoningRole,
-    RunOutcome, Stamp, Stamped, TextElided, TextRole, TokenUsage, ToolRole,
+    RunOutcome, Stamp, Stamped, SubagentOutcome, TextElided, TextRole, TokenUsage, ToolRole,
 };
 pub use message::{AguiMessage, AguiToolCall, FunctionCall};
 pub use prelude::{Prelude, PreludeFold, SNAPSHOT_OPEN, SnapshotWriter, prelude};
+pub use tree::AguiTree;

@@ -23,5 +23,6 @@
 
 pub mod agui;
 mod media;
+pub mod sub_run;
 pub mod ui_stream;
 pub mod user_media;

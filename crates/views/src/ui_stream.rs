@@ -51,6 +51,11 @@
 //! model call is open. The daemon ends a chat response there (the client
 //! answers with its next request), as the SDK's own servers do.
 //!
+//! A run tree (the run and the sub-runs its agent tools started, as a
+//! tree follower delivers them) maps through [`UiTree`]: the root as
+//! above, each sub-run a `data-keel-sub-run` part nested by `call_id`
+//! under the tool part of the call that started it (`ui_stream/tree.rs`).
+//!
 //! Reasoning parts are ids `reasoning-<n>`, counted across the run as text
 //! parts are (`text-<n>`), so each id names one part. A signature or a
 //! redacted value is never sent: the SDK client has nothing to do with it
@@ -63,6 +68,9 @@ use keel_eventlog::{Event, EventDecodeError, Payload};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
+
+mod tree;
+pub use tree::UiTree;
 
 /// The response header naming the protocol.
 pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
@@ -138,6 +146,11 @@ pub enum Chunk {
         data: Value,
         transient: bool,
     },
+    /// A sub-run of a tree stream ([`UiTree`]): `{run_id, parent_run_id,
+    /// call_id, tool, status, turns, tool_calls}` (and `error`); its id is
+    /// the sub-run's, so each update replaces the part.
+    #[serde(rename = "data-keel-sub-run")]
+    SubRun { id: String, data: Value },
     /// A compaction changed nothing: `{rule, detail, tokens_before}`; kept
     /// in the message (`transient: false`).
     #[serde(rename = "data-keel-compaction-failed")]
@@ -200,6 +213,23 @@ pub enum ViewError {
         /// The seq offered.
         seq: u64,
     },
+    /// A tree stream's event of a run that is not the root and was not
+    /// started as a sub-run of a run of the tree.
+    #[error(
+        "event {seq} of run {run_id} is not of a sub-run of the tree (rule ui_stream.tree_linked)"
+    )]
+    Unlinked {
+        /// The run.
+        run_id: String,
+        /// The event.
+        seq: u64,
+    },
+    /// More runs in one tree stream than the bound.
+    #[error("the tree has more than {max} runs (rule ui_stream.tree_runs_bound)")]
+    TooManyRuns {
+        /// The bound.
+        max: usize,
+    },
 }
 
 impl ViewError {
@@ -209,6 +239,8 @@ impl ViewError {
             ViewError::Payload { .. } => "ui_stream.payload",
             ViewError::OutOfOrder { .. } => "ui_stream.in_order",
             ViewError::AfterEnd { .. } => "ui_stream.after_end",
+            ViewError::Unlinked { .. } => "ui_stream.tree_linked",
+            ViewError::TooManyRuns { .. } => "ui_stream.tree_runs_bound",
         }
     }
 }

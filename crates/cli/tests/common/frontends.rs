@@ -101,6 +101,53 @@ pub fn venv_bin(test: &str, name: &str) -> Option<PathBuf> {
     Some(bin)
 }
 
+/// Verifies each stream (a JSON array of AG-UI events) with the client's
+/// own schema and `verifyEvents`; prints one result per stream (`ok`, or
+/// the refusal). Run with [`run_node`].
+pub const VERIFY: &str = r#"
+import { verifyEvents } from "@ag-ui/client";
+import { EventSchemas } from "@ag-ui/core/schemas";
+import { from, lastValueFrom, toArray } from "rxjs";
+import { readFileSync } from "node:fs";
+const streams = JSON.parse(readFileSync(0, "utf8"));
+const results = [];
+for (const events of streams) {
+  try {
+    const parsed = events.map((e) => EventSchemas.parse(e));
+    const out = await lastValueFrom(from(parsed).pipe(verifyEvents(false), toArray()));
+    results.push(out.length === events.length ? "ok" : `verified ${out.length} of ${events.length}`);
+  } catch (e) {
+    results.push(String(e && e.message ? e.message : e));
+  }
+}
+console.log(JSON.stringify(results));
+"#;
+
+/// Reads `{body, message}` on stdin; prints `{message, types}`: the last
+/// snapshot `readUIMessageStream` gives and the chunk types, after every
+/// chunk passed the SDK's schema.
+pub const ASSEMBLE: &str = r#"
+import { readUIMessageStream, uiMessageChunkSchema, parseJsonEventStream } from 'ai';
+let input = '';
+for await (const piece of process.stdin) input += piece;
+const { body, message } = JSON.parse(input);
+const bytes = new Response(body).body;
+const types = [];
+const parsed = parseJsonEventStream({ stream: bytes, schema: uiMessageChunkSchema });
+const chunks = parsed.pipeThrough(new TransformStream({
+  transform(result, controller) {
+    if (!result.success) throw new Error('chunk refused by the schema: ' + result.error);
+    types.push(result.value.type);
+    controller.enqueue(result.value);
+  },
+}));
+let last;
+for await (const snapshot of readUIMessageStream({ message: message ?? undefined, stream: chunks, terminateOnError: true })) {
+  last = snapshot;
+}
+console.log(JSON.stringify({ message: last, types }));
+"#;
+
 /// Runs `node script` (an ES module, given as text) in `tests/frontends`
 /// with `input` on stdin; returns stdout, panicking with stderr when node
 /// fails.

@@ -399,6 +399,83 @@
     poll();
   }
 
+  // ---------- following a run's events (sub-runs) ----------
+
+  /** Most sub-runs one page follows; more are listed, not followed. */
+  const MAX_SUBRUNS = 64;
+  /** Most reconnects of one sub-run's stream. */
+  const SUBRUN_RETRIES = 20;
+
+  /**
+   * Follows `/v1/runs/{runId}/events` from its start to its terminal,
+   * calling `onEvent(ev)` once per event in seq order (a reconnect sends
+   * Last-Event-ID, so nothing repeats). Each event's strings are the
+   * caller's to render as text.
+   */
+  async function followRun(runId, onEvent) {
+    const url = '/v1/runs/' + encodeURIComponent(runId) + '/events';
+    let lastSeq = 0;
+    let ended = false;
+    for (let attempt = 0; attempt <= SUBRUN_RETRIES && !ended; attempt++) {
+      const headers = apiHeaders({ Accept: 'text/event-stream' });
+      if (lastSeq > 0) headers['Last-Event-ID'] = String(lastSeq);
+      let response;
+      try {
+        response = await fetch(url, { headers, credentials: 'omit', cache: 'no-store' });
+      } catch (_) {
+        await new Promise((r) => setTimeout(r, BACKOFF_MIN_MS * (attempt + 1)));
+        continue;
+      }
+      if (response.status === 204) return;
+      if (!response.ok || !response.body) {
+        if (response.status >= 500 || response.status === 429) {
+          await new Promise((r) => setTimeout(r, BACKOFF_MIN_MS * (attempt + 1)));
+          continue;
+        }
+        return;
+      }
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder('utf-8');
+      let buffer = '';
+      let data = [];
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          const lines = buffer.split(/\r\n|\n/);
+          buffer = lines.pop();
+          for (const line of lines) {
+            if (line.startsWith('data:')) {
+              data.push(line.slice(5).replace(/^ /, ''));
+              continue;
+            }
+            if (line !== '' || data.length === 0) continue;
+            let ev = null;
+            try {
+              ev = JSON.parse(data.join('\n'));
+            } catch (_) {
+              ev = null;
+            }
+            data = [];
+            if (!ev || typeof ev.seq !== 'number' || ev.seq !== lastSeq + 1) continue;
+            lastSeq = ev.seq;
+            onEvent(ev);
+            if (/^run\.(completed|failed|cancelled)$/.test(String(ev.kind))) ended = true;
+          }
+          if (ended) break;
+        }
+      } catch (_) {
+        // dropped: reconnect after the last event seen
+      }
+      try {
+        reader.cancel();
+      } catch (_) {
+        // already closed
+      }
+    }
+  }
+
   // ---------- the run page ----------
 
   function startRun(runId) {
@@ -476,6 +553,15 @@
 
     /** "forked from P at seq N" or "continues P", P linking to its page. */
     function showParent(p) {
+      const link = p.parent && typeof p.parent === 'object' ? p.parent : null;
+      if (link && link.run_id) {
+        const node = $('run-parent');
+        clear(node);
+        node.append('sub-run of ', runLink(String(link.run_id)), ' (call ' + String(link.call_id || '') + ')');
+        node.dataset.parent = String(link.run_id);
+        node.hidden = false;
+        return;
+      }
       const fork = p.forked_from && typeof p.forked_from === 'object' ? p.forked_from : null;
       const parent = fork ? String(fork.run_id || '') : p.continues ? String(p.continues) : '';
       if (!parent) return;
@@ -518,6 +604,113 @@
       } catch (_) {
         // The tree is an aid: the run page works without it.
       }
+    }
+
+
+    // ----- sub-runs: the run tree, each child's timeline -----
+
+    const subruns = { count: 0, nodes: new Map() }; // run id -> its <li>
+
+    /** A child's timeline: one row per scope (turn, model call, tool call). */
+    function subTimeline(box) {
+      const t = { start: null, end: null, scopes: new Map(), rows: el('div', { cls: 'sub-rows' }) };
+      box.append(t.rows);
+      t.render = () => {
+        if (t.start === null) return;
+        let last = t.start;
+        for (const s of t.scopes.values()) last = Math.max(last, s.end !== null ? s.end : s.start);
+        const t1 = t.end !== null ? t.end : last;
+        const span = Math.max(1000, t1 - t.start);
+        for (const s of t.scopes.values()) {
+          const end = s.end !== null ? s.end : t1;
+          const left = Math.max(0, Math.min(100, ((s.start - t.start) / span) * 100));
+          const width = Math.max(0.5, Math.min(100 - left, ((end - s.start) / span) * 100));
+          s.bar.style.left = left.toFixed(3) + '%';
+          s.bar.style.width = width.toFixed(3) + '%';
+          s.bar.dataset.state = s.state;
+          s.row.dataset.state = s.state;
+          s.bar.title = s.label + ': ' + s.state + ', ' + fmtDuration((end - s.start) / 1000);
+        }
+      };
+      t.started = (key, label, ts) => {
+        if (t.scopes.has(key)) return;
+        const bar = el('div', { cls: 'bar' });
+        const row = el('div', { cls: 'tl-row sub-row' }, el('div', { cls: 'tl-label', text: label }), el('div', { cls: 'tl-track' }, bar));
+        t.rows.append(row);
+        t.scopes.set(key, { label, start: ts, end: null, state: 'running', bar, row });
+      };
+      t.ended = (key, ts, st) => {
+        const s = t.scopes.get(key);
+        if (!s) return;
+        s.end = ts;
+        s.state = st;
+      };
+      return t;
+    }
+
+    /** Adds sub-run `childId` (started by call `callId` of tool `tool`)
+     * under `list` at `depth`, and follows its events. */
+    function addSubRun(list, childId, tool, callId, depth) {
+      if (!childId || subruns.nodes.has(childId)) return;
+      $('subruns-panel').hidden = false;
+      const status = el('span', { cls: 'status subrun-status', text: 'starting' });
+      const head = el('div', { cls: 'subrun-head' }, runLink(childId), ' ',
+        el('span', { cls: 'subrun-tool', text: tool + ' · ' + callId }), ' ', status);
+      const answer = el('div', { cls: 'subrun-text' });
+      const timeline = el('div', { cls: 'subrun-timeline' });
+      const below = el('ul', { cls: 'subruns' });
+      const item = el('li', { cls: 'subrun', data: { runId: childId, depth: String(depth), status: 'starting' } },
+        head, timeline, answer, below);
+      list.append(item);
+      subruns.nodes.set(childId, item);
+      subruns.count += 1;
+      if (subruns.count > MAX_SUBRUNS) {
+        status.textContent = 'not followed';
+        return;
+      }
+      const tl = subTimeline(timeline);
+      const tools = new Map(); // call id -> tool name
+      let text = '';
+      const setSubStatus = (st) => {
+        status.textContent = st;
+        status.dataset.status = st;
+        item.dataset.status = st;
+      };
+      followRun(childId, (ev) => {
+        const kind = String(ev.kind || '');
+        const p = ev.payload && typeof ev.payload === 'object' ? ev.payload : {};
+        const ts = typeof ev.ts === 'number' ? ev.ts : tl.start;
+        item.dataset.lastSeq = String(ev.seq);
+        if (kind === 'run.started') {
+          tl.start = ts;
+          setSubStatus('running');
+        } else if (kind === 'turn.started') tl.started('turn:' + p.turn, 'turn ' + p.turn, ts);
+        else if (kind === 'model.started') tl.started('model:' + p.operation_id, 'model ' + String(p.model || ''), ts);
+        else if (kind === 'tool.started') {
+          tools.set(String(p.call_id), String(p.tool || ''));
+          tl.started('tool:' + p.call_id, 'tool ' + String(p.tool || '') + ' · ' + String(p.call_id), ts);
+        } else if (kind === 'tool.sub_run') {
+          const call = String(p.call_id || '');
+          addSubRun(below, String(p.run_id || ''), tools.get(call) || 'agent', call, depth + 1);
+        } else if (kind === 'model.text_delta' && text.length < 2000) {
+          text += typeof p.text === 'string' ? p.text : '';
+          answer.textContent = text.slice(0, 2000);
+        }
+        const m = /^(turn|model|tool|run)\.(completed|failed|cancelled)$/.exec(kind);
+        if (m) {
+          const key = m[1] === 'turn' ? 'turn:' + p.turn : m[1] === 'model' ? 'model:' + p.operation_id : 'tool:' + p.call_id;
+          const st = m[1] === 'tool' && p.outcome === 'uncertain' ? 'uncertain' : m[2];
+          if (m[1] === 'run') {
+            tl.end = ts;
+            setSubStatus(m[2]);
+            if (m[2] !== 'completed') {
+              const why = String(p.error || p.reason || '');
+              if (why) below.before(el('div', { cls: 'note', data: { kind: m[2] }, text: 'sub-run ' + m[2] + ': ' + why }));
+            }
+          } else tl.ended(key, ts, st);
+        }
+        tl.render();
+      });
     }
 
     // ----- transcript -----
@@ -954,6 +1147,13 @@
         case 'model.tool_call':
           toolCall(assistantFor(p), String(p.call_id || ''), String(p.name || ''), p.arguments);
           return;
+        case 'tool.sub_run': {
+          const call = String(p.call_id || '');
+          const s = state.scopeByKey.get('tool:' + call);
+          const tool = s ? s.label.replace(/^tool /, '').replace(/ · .*$/, '') : 'agent';
+          addSubRun($('subruns'), String(p.run_id || ''), tool, call, 1);
+          return;
+        }
         default:
           break;
       }

@@ -26,6 +26,9 @@ pub fn check_event(event: &Value) -> Result<(), String> {
         "REASONING_ENCRYPTED_VALUE" => &["subtype", "entityId", "encryptedValue"],
         "CUSTOM" => &["name"],
         "MESSAGES_SNAPSHOT" => &[],
+        "SUBAGENT_STARTED" => &["subagentRunId", "name"],
+        "SUBAGENT_FINISHED" => &["subagentRunId"],
+        "SUBAGENT_ERROR" => &["subagentRunId", "message"],
         other => return Err(format!("{other} is not a type this view emits")),
     };
     for field in required {
@@ -80,6 +83,8 @@ fn scope_of(ty: &str) -> Option<(usize, &'static str, Scoped)> {
         "REASONING_MESSAGE_START" => (4, "messageId", Opens),
         "REASONING_MESSAGE_CONTENT" => (4, "messageId", Continues),
         "REASONING_MESSAGE_END" => (4, "messageId", Closes),
+        "SUBAGENT_STARTED" => (5, "subagentRunId", Opens),
+        "SUBAGENT_FINISHED" | "SUBAGENT_ERROR" => (5, "subagentRunId", Closes),
         _ => return None,
     })
 }
@@ -88,10 +93,14 @@ fn scope_of(ty: &str) -> Option<(usize, &'static str, Scoped)> {
 /// for the types this view emits: `RUN_STARTED` first, nothing after
 /// `RUN_FINISHED`/`RUN_ERROR`, every END after its START with no START
 /// of an open id, content only for an open id, and no open step, message,
-/// call or reasoning span or message at `RUN_FINISHED`.
+/// call or reasoning span or message at `RUN_FINISHED`; a subagent's
+/// `SUBAGENT_FINISHED`/`SUBAGENT_ERROR` after its `SUBAGENT_STARTED`, an
+/// id never started twice, none open at `RUN_FINISHED`, and steps kept
+/// per subagent (`subagentRunId`), as `verifyEvents` keeps them.
 pub fn check_stream(events: &[Value]) -> Result<(), String> {
     use std::collections::HashSet;
-    let mut open: [HashSet<String>; 5] = Default::default();
+    let mut open: [HashSet<String>; 6] = Default::default();
+    let mut subagents_seen = HashSet::new();
     let mut ended = false;
     for (i, event) in events.iter().enumerate() {
         check_event(event).map_err(|e| format!("event {i}: {e}"))?;
@@ -106,7 +115,14 @@ pub fn check_stream(events: &[Value]) -> Result<(), String> {
         let Some((set, id, what)) = scope_of(ty) else {
             continue;
         };
-        let key = event[id].as_str().unwrap_or_default().to_owned();
+        let mut key = event[id].as_str().unwrap_or_default().to_owned();
+        if set == 0 {
+            let owner = event["subagentRunId"].as_str().unwrap_or_default();
+            key = format!("{owner}/{key}");
+        }
+        if set == 5 && what == Scoped::Opens && !subagents_seen.insert(key.clone()) {
+            return Err(format!("event {i}: subagent {key} started twice"));
+        }
         let fine = match what {
             Scoped::Opens => open[set].insert(key.clone()),
             Scoped::Continues => open[set].contains(&key),
@@ -134,7 +150,8 @@ mod tests {
             vec![json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r", "rawEvent": {}})];
         for (ty, member, id) in events {
             let mut e = json!({"type": ty, "rawEvent": {}, "delta": "x", "role": "reasoning",
-                               "subtype": "message", "encryptedValue": "v", "entityId": id});
+                               "subtype": "message", "encryptedValue": "v", "entityId": id,
+                               "name": "n", "message": "m"});
             e[*member] = json!(id);
             stream.push(e);
         }
@@ -173,6 +190,58 @@ mod tests {
         check(&[("REASONING_START", m, "a")], Some("scopes open"));
         check(&[("REASONING_MESSAGE_START", m, "a")], Some("scopes open"));
         check(&[("REASONING_ENCRYPTED_VALUE", "entityId", "")], None);
+    }
+
+    /// Subagents pair like messages, are never started twice, and keep
+    /// their own steps.
+    #[test]
+    fn subagents_pair_and_keep_their_steps() {
+        let sub = "subagentRunId";
+        check(
+            &[
+                ("SUBAGENT_STARTED", sub, "c"),
+                ("SUBAGENT_FINISHED", sub, "c"),
+            ],
+            None,
+        );
+        check(
+            &[("SUBAGENT_STARTED", sub, "c"), ("SUBAGENT_ERROR", sub, "c")],
+            None,
+        );
+        check(&[("SUBAGENT_STARTED", sub, "c")], Some("scopes open"));
+        check(&[("SUBAGENT_ERROR", sub, "c")], Some("does not pair"));
+        check(
+            &[
+                ("SUBAGENT_STARTED", sub, "c"),
+                ("SUBAGENT_FINISHED", sub, "c"),
+                ("SUBAGENT_STARTED", sub, "c"),
+            ],
+            Some("started twice"),
+        );
+        let step = |owner: Option<&str>, ty: &str| {
+            let mut e = json!({"type": ty, "stepName": "turn 1", "rawEvent": {}});
+            if let Some(owner) = owner {
+                e["subagentRunId"] = json!(owner);
+            }
+            e
+        };
+        let run = |middle: Vec<Value>| {
+            let mut all = vec![json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})];
+            all.extend(middle);
+            all.push(
+                json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "rawEvent": {}}),
+            );
+            check_stream(&all)
+        };
+        let nested = vec![
+            step(None, "STEP_STARTED"),
+            step(Some("c"), "STEP_STARTED"),
+            step(Some("c"), "STEP_FINISHED"),
+            step(None, "STEP_FINISHED"),
+        ];
+        assert_eq!(run(nested), Ok(()));
+        let crossed = vec![step(None, "STEP_STARTED"), step(Some("c"), "STEP_FINISHED")];
+        assert!(run(crossed).is_err());
     }
 
     #[test]

@@ -14,6 +14,12 @@
 //! | `run.failed` | `RUN_ERROR` (AG-UI's carries no ids) |
 //! | the run pauses ([`AgentStream::paused`]) | `STEP_FINISHED` of the open turn, then `RUN_FINISHED` with the client's ids and, when an approval is pending, `outcome: {type: "interrupt", interrupts: [{id: interaction id, reason: "tool_approval", toolCallId, message: "Approve <tool>?"}]}`, else `outcome: {type: "success", pendingToolCallIds}` (the frontend calls) |
 //!
+//! A daemon streaming the run's tree ([`AgentStream::feed_tree`]) maps the
+//! sub-runs as [`AguiTree`](super::AguiTree) does: each a subagent of the
+//! client's run (`SUBAGENT_STARTED` … `SUBAGENT_FINISHED`/`SUBAGENT_ERROR`,
+//! its events carrying `subagentRunId`); a response resuming inside
+//! sub-runs re-opens them after the run's own scopes.
+//!
 //! The run pauses when no model call is open and every tool call of the
 //! turn without a result waits for the client: an approval pending
 //! (`interaction.started` with its call, until `interaction.*` ends it)
@@ -73,6 +79,8 @@ struct AskedCall {
 #[derive(Debug, Clone)]
 pub struct AgentStream {
     mapper: AguiMapper,
+    /// The sub-runs of a tree stream ([`AgentStream::feed_tree`]).
+    tree: super::AguiTree,
     thread_id: ChatId,
     run_id: AguiRunId,
     frontend_tools: BTreeSet<ToolName>,
@@ -99,6 +107,7 @@ impl AgentStream {
     ) -> AgentStream {
         AgentStream {
             mapper: AguiMapper::new(),
+            tree: super::AguiTree::new(),
             thread_id,
             run_id,
             frontend_tools,
@@ -118,6 +127,7 @@ impl AgentStream {
         let run_started = AguiEvent::RunStarted {
             thread_id: self.thread_id.as_str().to_owned(),
             run_id: self.run_id.as_str().to_owned(),
+            parent_run_id: None,
         };
         let keel_run = AguiEvent::Custom {
             name: "keel.run".to_owned(),
@@ -128,6 +138,9 @@ impl AgentStream {
             Stamped::new(keel_run, Stamp::none()),
         ];
         out.extend(self.mapper.reopen_scopes(&self.at(), false));
+        // A response resuming inside sub-runs re-opens them (each AG-UI
+        // response is a whole run).
+        out.extend(self.tree.reopen());
         out
     }
 
@@ -136,6 +149,26 @@ impl AgentStream {
     pub fn skip(&mut self, event: &Event) -> Result<(), AguiError> {
         self.mapper.advance(event)?;
         self.track(event)
+    }
+
+    /// Maps the next event of a run tree (the run and its sub-runs, in
+    /// delivery order): the run's as [`AgentStream::feed`] does, a
+    /// sub-run's as [`AguiTree`](super::AguiTree) does (`SUBAGENT_*`
+    /// around its events, each with `subagentRunId`).
+    pub fn feed_tree(&mut self, event: &Event) -> Result<Vec<Stamped>, AguiError> {
+        let mut tree = std::mem::take(&mut self.tree);
+        let mapped = tree.map_with(event, |e| self.feed(e));
+        self.tree = tree;
+        mapped
+    }
+
+    /// Takes an event of the run tree the client already had, as
+    /// [`AgentStream::skip`] does for the run's own.
+    pub fn skip_tree(&mut self, event: &Event) -> Result<(), AguiError> {
+        let mut tree = std::mem::take(&mut self.tree);
+        let taken = tree.map_with(event, |e| self.skip(e).map(|()| Vec::new()));
+        self.tree = tree;
+        taken.map(drop)
     }
 
     /// Maps the next event (see the module documentation).

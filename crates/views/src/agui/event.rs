@@ -24,8 +24,14 @@ use serde_json::Value;
 )]
 #[allow(missing_docs)] // the members are AG-UI's, named as AG-UI names them
 pub enum AguiEvent {
-    /// The run begins; its thread is the run.
-    RunStarted { thread_id: String, run_id: String },
+    /// The run begins; its thread is the run. `parentRunId` is the run
+    /// that started it, when it is a sub-run streamed on its own.
+    RunStarted {
+        thread_id: String,
+        run_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent_run_id: Option<String>,
+    },
     /// The run ended (completed or cancelled): no scope is open.
     RunFinished {
         thread_id: String,
@@ -94,6 +100,39 @@ pub enum AguiEvent {
     MessagesSnapshot { messages: Vec<AguiMessage> },
     /// What AG-UI has no type for: a `keel.*` name and its value.
     Custom { name: String, value: CustomValue },
+    /// A sub-run begins inside a tree stream (its `run.started`): `name`
+    /// is the agent tool's name, `parentToolCallId` the parent's call,
+    /// `parentSubagentRunId` the parent when it is itself a sub-run.
+    SubagentStarted {
+        subagent_run_id: String,
+        name: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent_subagent_run_id: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent_tool_call_id: Option<String>,
+    },
+    /// A sub-run completed (its `run.completed`).
+    SubagentFinished {
+        subagent_run_id: String,
+        outcome: SubagentOutcome,
+    },
+    /// A sub-run failed or was cancelled (its `run.failed`, `code`
+    /// `keel.run.failed`, or `run.cancelled`, `code` `keel.run.cancelled`).
+    SubagentError {
+        subagent_run_id: String,
+        message: String,
+        code: String,
+    },
+}
+
+/// How a sub-run's segment ended (`SUBAGENT_FINISHED.outcome`): a Keel
+/// sub-run that finishes has completed (a failed or cancelled one is a
+/// `SUBAGENT_ERROR`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum SubagentOutcome {
+    /// `run.completed`.
+    Success,
 }
 
 /// How a finished run (or response) ended (`RUN_FINISHED.outcome`).
@@ -297,11 +336,32 @@ pub struct Stamped {
     event: AguiEvent,
     #[serde(flatten)]
     stamp: Stamp,
+    /// The sub-run the event belongs to, in a tree stream (AG-UI's
+    /// attribution); absent for the root's own events.
+    #[serde(rename = "subagentRunId", skip_serializing_if = "Option::is_none")]
+    subagent_run_id: Option<String>,
 }
 
 impl Stamped {
     pub(crate) fn new(event: AguiEvent, stamp: Stamp) -> Stamped {
-        Stamped { event, stamp }
+        Stamped {
+            event,
+            stamp,
+            subagent_run_id: None,
+        }
+    }
+
+    /// The same event attributed to sub-run `run_id` (`subagentRunId`).
+    pub(crate) fn attributed(self, run_id: &str) -> Stamped {
+        Stamped {
+            subagent_run_id: Some(run_id.to_owned()),
+            ..self
+        }
+    }
+
+    /// The sub-run the event is attributed to (`subagentRunId`), if any.
+    pub fn subagent_run_id(&self) -> Option<&str> {
+        self.subagent_run_id.as_deref()
     }
 
     /// The event.
@@ -314,6 +374,7 @@ impl Stamped {
         Stamped {
             event,
             stamp: self.stamp,
+            subagent_run_id: self.subagent_run_id,
         }
     }
 

@@ -578,3 +578,83 @@ fn each_turn_has_its_own_calls() {
     ]);
     assert!(pauses(&script, &["pick_color"]));
 }
+
+/// A run tree through the agent stream: the sub-runs are subagents of
+/// the client's run; the client's ids stay on `RUN_*`; a response that
+/// skips what the client had says the same tail.
+#[test]
+fn a_tree_streams_its_sub_runs_as_subagents() {
+    let events = crate::sub_run::fixture::three_levels();
+    let keel = RunId::parse("run_r").unwrap_or_else(|e| panic!("{e}"));
+    let respond = |cut: usize| {
+        let mut agent = stream(&[]);
+        for event in &events[..cut] {
+            agent
+                .skip_tree(event)
+                .unwrap_or_else(|e| panic!("skip: {e}"));
+        }
+        let mut out: Vec<Value> = agent.started(&keel).iter().map(Stamped::to_value).collect();
+        for event in &events[cut..] {
+            let mapped = agent
+                .feed_tree(event)
+                .unwrap_or_else(|e| panic!("feed: {e}"));
+            out.extend(mapped.iter().map(Stamped::to_value));
+        }
+        assert!(agent.ended());
+        out
+    };
+    let whole = respond(0);
+    check_stream(&whole).unwrap_or_else(|e| panic!("{e}"));
+    let all = types(&whole);
+    let subagent: Vec<&str> = all
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.starts_with("SUBAGENT_"))
+        .collect();
+    assert_eq!(
+        subagent,
+        [
+            "SUBAGENT_STARTED",
+            "SUBAGENT_STARTED",
+            "SUBAGENT_STARTED",
+            "SUBAGENT_FINISHED",
+            "SUBAGENT_ERROR",
+            "SUBAGENT_ERROR"
+        ]
+    );
+    for e in whole.iter().filter(|e| e["type"] == "RUN_FINISHED") {
+        assert_eq!(
+            (&e["threadId"], &e["runId"]),
+            (&json!(THREAD), &json!(CLIENT_RUN))
+        );
+    }
+    // The client had everything up to run_g's text: the rest is the same
+    // tail, after the opening.
+    let cut = 21;
+    let tail = respond(cut);
+    check_stream(&tail).unwrap_or_else(|e| panic!("the resumed response: {e}"));
+    // The opening: RUN_STARTED, keel.run, the root's step, then run_c's
+    // and run_g's SUBAGENT_STARTED, each with its open step, and run_g's
+    // open text message.
+    let opening = 8;
+    assert_eq!(
+        types(&tail[..opening]),
+        [
+            "RUN_STARTED",
+            "CUSTOM keel.run",
+            "STEP_STARTED",
+            "SUBAGENT_STARTED",
+            "STEP_STARTED",
+            "SUBAGENT_STARTED",
+            "STEP_STARTED",
+            "TEXT_MESSAGE_START"
+        ]
+    );
+    let fed: usize = events[..cut]
+        .iter()
+        .scan(stream(&[]), |agent, e| {
+            Some(agent.feed_tree(e).map(|m| m.len()).unwrap_or(0))
+        })
+        .sum();
+    assert_eq!(tail[opening..], whole[2 + fed..], "the tail after a skip");
+}

@@ -40,9 +40,12 @@ fn variant(event: &AguiEvent) -> usize {
         AguiEvent::ReasoningMessageEnd { .. } => 17,
         AguiEvent::ReasoningEnd { .. } => 18,
         AguiEvent::ReasoningEncryptedValue { .. } => 19,
+        AguiEvent::SubagentStarted { .. } => 20,
+        AguiEvent::SubagentFinished { .. } => 21,
+        AguiEvent::SubagentError { .. } => 22,
     }
 }
-const VARIANTS: usize = 20;
+const VARIANTS: usize = 23;
 
 /// Each row's event, stamped, encodes to exactly its text (members in
 /// sorted order), every variant has a row, and every encoded event passes
@@ -81,6 +84,7 @@ fn run_rows() -> Vec<(AguiEvent, &'static str)> {
             AguiEvent::RunStarted {
                 thread_id: s("t"),
                 run_id: s("r"),
+                parent_run_id: None,
             },
             r#"{"rawEvent":{"ts":5000},"runId":"r","threadId":"t","timestamp":5,"type":"RUN_STARTED"}"#,
         ),
@@ -115,6 +119,53 @@ fn run_rows() -> Vec<(AguiEvent, &'static str)> {
 }
 
 /// `TEXT_MESSAGE_*` and `TOOL_CALL_*`, each optional member absent and present.
+/// `RUN_STARTED` of a sub-run and `SUBAGENT_*`.
+fn sub_run_rows() -> Vec<(AguiEvent, &'static str)> {
+    vec![
+        (
+            AguiEvent::RunStarted {
+                thread_id: s("c"),
+                run_id: s("c"),
+                parent_run_id: Some(s("r")),
+            },
+            r#"{"parentRunId":"r","rawEvent":{"ts":5000},"runId":"c","threadId":"c","timestamp":5,"type":"RUN_STARTED"}"#,
+        ),
+        (
+            AguiEvent::SubagentStarted {
+                subagent_run_id: s("c"),
+                name: s("researcher"),
+                parent_subagent_run_id: Some(s("b")),
+                parent_tool_call_id: Some(s("k1")),
+            },
+            r#"{"name":"researcher","parentSubagentRunId":"b","parentToolCallId":"k1","rawEvent":{"ts":5000},"subagentRunId":"c","timestamp":5,"type":"SUBAGENT_STARTED"}"#,
+        ),
+        (
+            AguiEvent::SubagentStarted {
+                subagent_run_id: s("b"),
+                name: s("planner"),
+                parent_subagent_run_id: None,
+                parent_tool_call_id: None,
+            },
+            r#"{"name":"planner","rawEvent":{"ts":5000},"subagentRunId":"b","timestamp":5,"type":"SUBAGENT_STARTED"}"#,
+        ),
+        (
+            AguiEvent::SubagentFinished {
+                subagent_run_id: s("c"),
+                outcome: SubagentOutcome::Success,
+            },
+            r#"{"outcome":{"type":"success"},"rawEvent":{"ts":5000},"subagentRunId":"c","timestamp":5,"type":"SUBAGENT_FINISHED"}"#,
+        ),
+        (
+            AguiEvent::SubagentError {
+                subagent_run_id: s("c"),
+                message: s("boom"),
+                code: s("keel.run.failed"),
+            },
+            r#"{"code":"keel.run.failed","message":"boom","rawEvent":{"ts":5000},"subagentRunId":"c","timestamp":5,"type":"SUBAGENT_ERROR"}"#,
+        ),
+    ]
+}
+
 fn text_and_tool_rows() -> Vec<(AguiEvent, &'static str)> {
     let call_start = |parent: Option<&str>| AguiEvent::ToolCallStart {
         tool_call_id: s("c1"),
@@ -287,6 +338,7 @@ fn reasoning_rows() -> Vec<(AguiEvent, &'static str)> {
 #[test]
 fn every_event_type_encodes_as_pinned() {
     let mut rows = run_rows();
+    rows.extend(sub_run_rows());
     rows.extend(reasoning_rows());
     rows.extend(text_and_tool_rows());
     rows.extend(snapshot_and_custom_rows());
