@@ -90,6 +90,19 @@ fn linked(c: &str, child: &str) -> Vec<Payload> {
     ]
 }
 
+/// `run_p` links `run_a` on call `c1` and ends that call with `terminal`;
+/// `run_a`'s events after its `run.started` are `child`.
+fn parent_and_child(terminal: Payload, child: Vec<Payload>) -> Vec<Run> {
+    vec![
+        run(
+            "run_p",
+            None,
+            join(vec![linked("c1", "run_a"), vec![terminal]]),
+        ),
+        run("run_a", Some(("run_p", "c1")), child),
+    ]
+}
+
 /// `terminal` of a call, its `sub_run` naming `named` with `cause`.
 fn naming(mut terminal: Payload, named: &str, cause: Option<Cause>) -> Payload {
     let extra = match &mut terminal {
@@ -362,17 +375,7 @@ fn link_rules() {
         ),
         (
             "host lost: agrees with a completed child",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![
-                        linked("c1", "run_a"),
-                        vec![tool_host_lost("c1", "run_a")],
-                    ]),
-                ),
-                run("run_a", Some(("run_p", "c1")), completed()),
-            ],
+            parent_and_child(tool_host_lost("c1", "run_a"), completed()),
             Clean {
                 sub_runs: 1,
                 unstarted: 0,
@@ -380,17 +383,7 @@ fn link_rules() {
         ),
         (
             "host lost: agrees with a child still open",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![
-                        linked("c1", "run_a"),
-                        vec![tool_host_lost("c1", "run_a")],
-                    ]),
-                ),
-                run("run_a", Some(("run_p", "c1")), vec![]),
-            ],
+            parent_and_child(tool_host_lost("c1", "run_a"), vec![]),
             Clean {
                 sub_runs: 1,
                 unstarted: 0,
@@ -474,125 +467,47 @@ fn link_rules() {
         ),
         (
             "child completed, tool failed",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![
-                        linked("c1", "run_a"),
-                        vec![tool_failed("c1", "run_a", None)],
-                    ]),
-                ),
-                run("run_a", Some(("run_p", "c1")), completed()),
-            ],
+            parent_and_child(tool_failed("c1", "run_a", None), completed()),
             broken(agrees, "run_p", "run_a", "c1"),
         ),
         (
             "child failed, tool completed",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![linked("c1", "run_a"), vec![tool_done("c1", "run_a")]]),
-                ),
-                run("run_a", Some(("run_p", "c1")), failed("k1")),
-            ],
+            parent_and_child(tool_done("c1", "run_a"), failed("k1")),
             broken(agrees, "run_p", "run_a", "c1"),
         ),
         (
             "child cancelled, tool completed",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![linked("c1", "run_a"), vec![tool_done("c1", "run_a")]]),
-                ),
-                run("run_a", Some(("run_p", "c1")), cancelled()),
-            ],
+            parent_and_child(tool_done("c1", "run_a"), cancelled()),
             broken(agrees, "run_p", "run_a", "c1"),
         ),
         (
             "child completed, tool cancelled",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![
-                        linked("c1", "run_a"),
-                        vec![tool_cancelled_naming("c1", "run_a")],
-                    ]),
-                ),
-                run("run_a", Some(("run_p", "c1")), completed()),
-            ],
+            parent_and_child(tool_cancelled_naming("c1", "run_a"), completed()),
             broken(agrees, "run_p", "run_a", "c1"),
         ),
         (
             "the call ended while its child is open",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![
-                        linked("c1", "run_a"),
-                        vec![tool_cancelled_naming("c1", "run_a")],
-                    ]),
-                ),
-                run("run_a", Some(("run_p", "c1")), vec![]),
-            ],
+            parent_and_child(tool_cancelled_naming("c1", "run_a"), vec![]),
             broken(agrees, "run_p", "run_a", "c1"),
         ),
         (
             "the tool terminal does not name the child",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![linked("c1", "run_a"), vec![tool_completed(1, "c1")]]),
-                ),
-                run("run_a", Some(("run_p", "c1")), completed()),
-            ],
+            parent_and_child(tool_completed(1, "c1"), completed()),
             broken(agrees, "run_p", "run_a", "c1"),
         ),
         (
             "the tool terminal names another run",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![linked("c1", "run_a"), vec![tool_done("c1", "run_z")]]),
-                ),
-                run("run_a", Some(("run_p", "c1")), completed()),
-            ],
+            parent_and_child(tool_done("c1", "run_z"), completed()),
             broken(agrees, "run_p", "run_a", "c1"),
         ),
         (
             "tool.failed with another cause than the child's",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![
-                        linked("c1", "run_a"),
-                        vec![tool_failed("c1", "run_a", Some(cause("k2")))],
-                    ]),
-                ),
-                run("run_a", Some(("run_p", "c1")), failed("k1")),
-            ],
+            parent_and_child(tool_failed("c1", "run_a", Some(cause("k2"))), failed("k1")),
             broken(agrees, "run_p", "run_a", "c1"),
         ),
         (
             "tool.failed without the child's cause (left out to fit)",
-            vec![
-                run(
-                    "run_p",
-                    None,
-                    join(vec![
-                        linked("c1", "run_a"),
-                        vec![tool_failed("c1", "run_a", None)],
-                    ]),
-                ),
-                run("run_a", Some(("run_p", "c1")), failed("k1")),
-            ],
+            parent_and_child(tool_failed("c1", "run_a", None), failed("k1")),
             Clean {
                 sub_runs: 1,
                 unstarted: 0,
