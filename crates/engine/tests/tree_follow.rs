@@ -48,13 +48,7 @@ fn answering(deltas: usize) -> Vec<ScriptItem> {
 }
 
 fn agent(name: &str, spec: AgentSpec) -> Arc<dyn Tool> {
-    let definition = ToolDefinition::new(
-        ToolName::parse(name).unwrap(),
-        "delegates a task",
-        CanonicalJson::from_value(&AgentTool::task_parameters()).unwrap(),
-    )
-    .unwrap();
-    Arc::new(AgentTool::new(definition, spec))
+    Arc::new(AgentTool::for_task(ToolName::parse(name).unwrap(), "delegates a task", spec).unwrap())
 }
 
 fn scripted(turns: Vec<Vec<ScriptItem>>) -> Arc<ScriptedProvider> {

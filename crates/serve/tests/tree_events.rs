@@ -7,9 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use keel_engine::{AgentSpec, AgentTool, Engine, RunRequest, Tool};
-use keel_message::{
-    CanonicalJson, Message, MessageId, ModelName, Role, RunId, ToolDefinition, ToolName,
-};
+use keel_message::{Message, MessageId, ModelName, Role, RunId, ToolName};
 use keel_serve::{HostParts, Problem, RunFactory, RunPlan, ServeConfig, Server};
 use keel_stream::FinishReason;
 use keel_testkit::{ScriptItem, ScriptedProvider};
@@ -53,13 +51,7 @@ fn scripted(turns: Vec<Vec<ScriptItem>>) -> Arc<ScriptedProvider> {
 }
 
 fn agent(name: &str, spec: AgentSpec) -> Arc<dyn Tool> {
-    let definition = ToolDefinition::new(
-        ToolName::parse(name).unwrap(),
-        "delegates a task",
-        CanonicalJson::from_value(&AgentTool::task_parameters()).unwrap(),
-    )
-    .unwrap();
-    Arc::new(AgentTool::new(definition, spec))
+    Arc::new(AgentTool::for_task(ToolName::parse(name).unwrap(), "delegates a task", spec).unwrap())
 }
 
 /// Every posted body: root → (researcher → checker, reviewer).

@@ -6,7 +6,9 @@
 
 use super::{Tool, ToolError, ToolFuture, ToolInvocation, ToolOutcome, ToolPolicy, ToolRetry};
 use crate::config::EngineLimits;
-use keel_message::{Message, ModelName, Role, ToolDefinition};
+use keel_message::{
+    CanonicalJson, Message, MessageError, ModelName, Role, ToolDefinition, ToolName,
+};
 use keel_stream::ModelProvider;
 use std::sync::Arc;
 
@@ -200,6 +202,28 @@ impl AgentTool {
             spec,
             policy: ToolPolicy::default(),
         }
+    }
+    /// A tool named `name`, described by `description`, whose parameters
+    /// are [`task_parameters`](Self::task_parameters): the definition most
+    /// hosts write. Refused as [`ToolDefinition::new`] refuses a
+    /// description over its bound.
+    ///
+    /// ```
+    /// use keel_engine::{AgentSpec, AgentTool, Tool};
+    /// use keel_message::{ModelName, ToolName};
+    /// let spec = AgentSpec::new(ModelName::parse("m")?);
+    /// let tool = AgentTool::for_task(ToolName::parse("reviewer")?, "Reviews a change", spec)?;
+    /// assert_eq!(tool.definition().name().as_str(), "reviewer");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_task(
+        name: ToolName,
+        description: &str,
+        spec: AgentSpec,
+    ) -> Result<AgentTool, MessageError> {
+        let parameters = CanonicalJson::from_value(&Self::task_parameters())?;
+        let definition = ToolDefinition::new(name, description, parameters)?;
+        Ok(AgentTool::new(definition, spec))
     }
     /// This tool under `policy` (its timeout bounds the child run: at the
     /// timeout the child is cancelled and the call is `tool.cancelled`).
