@@ -162,6 +162,7 @@
 
 mod claim;
 mod hosts;
+mod listing;
 mod reader;
 mod recover;
 mod request;
@@ -172,6 +173,7 @@ mod writer;
 /// needs no SQLite); named here as before.
 pub use crate::history::RunStatus;
 pub use claim::RunClaim;
+pub use listing::{ListedRun, RunsCursor, RunsPage, RunsQuery};
 pub use reader::{JournalReader, PAGE_BYTES, RunSummary, RunTotals, is_last_page, page_end};
 pub use recover::{RecoveredRun, RecoveryReport, SkipReason, SkippedRun};
 pub use schema::SCHEMA_VERSION;

@@ -115,9 +115,9 @@ pub mod journal;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use journal::{
-    JournalConfig, JournalError, JournalReader, JournalStats, PAGE_BYTES, RecoveredRun,
-    RecoveryReport, RunClaim, RunSummary, RunTotals, SkipReason, SkippedRun, SqliteJournal,
-    Synchronous, is_last_page,
+    JournalConfig, JournalError, JournalReader, JournalStats, ListedRun, PAGE_BYTES, RecoveredRun,
+    RecoveryReport, RunClaim, RunSummary, RunTotals, RunsCursor, RunsPage, RunsQuery, SkipReason,
+    SkippedRun, SqliteJournal, Synchronous, is_last_page,
 };
 
 #[cfg(feature = "nats")]

@@ -60,7 +60,7 @@ pub struct JournalReader {
     /// The schema version when opened (a writer may migrate the file
     /// later; everything this reader asks works on every version from
     /// this one up).
-    version: u32,
+    pub(super) version: u32,
 }
 
 impl JournalReader {
@@ -114,7 +114,7 @@ impl JournalReader {
         &self.path
     }
 
-    fn with<T>(
+    pub(super) fn with<T>(
         &self,
         op: &'static str,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
@@ -400,7 +400,7 @@ fn totals_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, RunTotals)> 
     Ok((run_id, totals))
 }
 
-fn non_negative(v: i64, col: usize, name: &str) -> rusqlite::Result<u64> {
+pub(super) fn non_negative(v: i64, col: usize, name: &str) -> rusqlite::Result<u64> {
     u64::try_from(v).map_err(|_| conversion(col, format!("the {name} total is {v}")))
 }
 
@@ -428,7 +428,7 @@ fn unsigned(row: &rusqlite::Row<'_>, col: usize, name: &str) -> rusqlite::Result
     u64::try_from(v).map_err(|_| conversion(col, format!("runs.{name} is {v}")))
 }
 
-fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
+pub(super) fn summary(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
     let status: String = row.get(2)?;
     let run_id: String = row.get(0)?;
     Ok(RunSummary {

@@ -11,7 +11,7 @@ use std::path::Path;
 
 /// The schema version this build writes. It reads every version from 1 to
 /// this one; a writer migrates an older store in place when it opens it.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Version 1 to 2: which host owns each running run (see `hosts.rs`).
 const V1_TO_V2: &str = "
@@ -38,11 +38,59 @@ UPDATE runs SET
                      FROM events e WHERE e.run_id = runs.run_id AND e.kind = 'model.completed');
 ";
 
+/// The root of each stored run's `continues` chain, from the `run.started`
+/// lines (seq 1): a run that continues none is its own root; a run whose
+/// previous run is not stored has that previous run as its root (what the
+/// writer records, see `writer.rs`). `UNION` (not `UNION ALL`) so that a
+/// malformed cycle ends the recursion. Shared by the version 4 migration
+/// and by readers of older stores.
+macro_rules! conversation_roots {
+    () => {
+        "
+starts (run_id, prev) AS (
+    SELECT run_id, json_extract(line, '$.payload.continues') FROM events
+    WHERE seq = 1 AND kind = 'run.started'
+),
+chain (run_id, root) AS (
+    SELECT run_id, COALESCE(prev, run_id) FROM starts
+    WHERE prev IS NULL OR prev NOT IN (SELECT run_id FROM starts)
+    UNION
+    SELECT s.run_id, c.root FROM starts s JOIN chain c ON s.prev = c.run_id
+)"
+    };
+}
+
+/// [`conversation_roots!`] as a constant: the `WITH RECURSIVE` tables
+/// `starts` and `chain (run_id, root)`.
+pub(crate) const CONVERSATION_ROOTS: &str = conversation_roots!();
+
+/// Version 3 to 4: listing at scale. Each run's conversation (the root of
+/// its `continues` chain, chat runs included) is kept in its row, and three
+/// indexes serve a page of `GET /v1/runs` from its cursor in the list's
+/// order (`started_ts`, `run_id`), alone or under a `status` or a
+/// `conversation` filter, without reading every row.
+const V3_TO_V4: &str = concat!(
+    "ALTER TABLE runs ADD COLUMN conversation TEXT;\n",
+    "WITH RECURSIVE",
+    conversation_roots!(),
+    "
+UPDATE runs SET conversation =
+    COALESCE((SELECT min(root) FROM chain WHERE chain.run_id = runs.run_id), run_id);
+CREATE INDEX runs_by_start ON runs (started_ts, run_id);
+CREATE INDEX runs_by_status ON runs (status, started_ts, run_id);
+CREATE INDEX runs_by_conversation ON runs (conversation, started_ts, run_id);
+"
+);
+
 /// The first version whose `runs` rows carry the totals.
 pub(crate) const TOTALS_VERSION: u32 = 3;
 
+/// The first version whose `runs` rows carry the conversation, with the
+/// listing indexes.
+pub(crate) const LISTING_VERSION: u32 = 4;
+
 /// `MIGRATIONS[i]` takes a store from version `i + 1` to `i + 2`.
-const MIGRATIONS: [&str; (SCHEMA_VERSION - 1) as usize] = [V1_TO_V2, V2_TO_V3];
+const MIGRATIONS: [&str; (SCHEMA_VERSION - 1) as usize] = [V1_TO_V2, V2_TO_V3, V3_TO_V4];
 
 /// The tables each version must hold.
 fn tables(version: u32) -> &'static [&'static str] {

@@ -5,6 +5,7 @@ use super::request::{Applied, Request};
 use super::{RunStatus, RunTotals, StatsCell};
 use crate::observer::{BatchError, ObserverError};
 use keel_eventlog::{Event, Payload, Phase, Scope};
+use keel_message::RunId;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -25,11 +26,18 @@ const SELECT_RUN: &str = "SELECT last_seq, status, started_ts, updated_ts, \
 const SELECT_LINE: &str = "SELECT line FROM events WHERE run_id = ?1 AND seq = ?2";
 const INSERT_EVENT: &str =
     "INSERT INTO events (run_id, seq, kind, ts, line) VALUES (?1, ?2, ?3, ?4, ?5)";
+/// A new row is its own conversation until [`SET_CONVERSATION`] says
+/// otherwise (a `run.started` that continues another run).
 const UPSERT_RUN: &str = "INSERT INTO runs (run_id, last_seq, status, started_ts, updated_ts, \
-     turns, input_tokens, output_tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+     turns, input_tokens, output_tokens, conversation) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?1) \
      ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq, \
      status = excluded.status, updated_ts = excluded.updated_ts, turns = excluded.turns, \
      input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens";
+/// A run that continues `?2` is in `?2`'s conversation (`?2` itself when
+/// `?2` is not stored: the same root the version 4 migration computes).
+const SET_CONVERSATION: &str = "UPDATE runs SET conversation = \
+     COALESCE((SELECT p.conversation FROM runs p WHERE p.run_id = ?2), ?2) WHERE run_id = ?1";
 /// `run.started` makes the host that journals it the run's owner.
 const UPSERT_OWNER: &str = "INSERT INTO owners (run_id, host) VALUES (?1, ?2) \
      ON CONFLICT (run_id) DO UPDATE SET host = excluded.host";
@@ -76,6 +84,29 @@ fn counted(totals: RunTotals, event: &Event) -> RunTotals {
         _ => {}
     }
     t
+}
+
+/// A `run.started` (seq 1) that continues another run.
+struct Continued<'e> {
+    run: &'e str,
+    previous: RunId,
+}
+
+/// The run `event` continues, when it is a `run.started` at seq 1 that
+/// names one. A duplicate or refused event is filtered out by the caller
+/// (only runs stored in this transaction are updated; an already stored
+/// run's seq 1 is never stored again).
+fn continued(event: &Event) -> Option<Continued<'_>> {
+    if event.seq() != 1 || event.kind().name().as_ref() != "run.started" {
+        return None;
+    }
+    match event.payload() {
+        Ok(Payload::RunStarted(started)) => started.continues.map(|previous| Continued {
+            run: event.run_id().as_str(),
+            previous,
+        }),
+        _ => None,
+    }
 }
 
 /// A `runs` row as SQLite returns it, before its values are checked.
@@ -310,6 +341,12 @@ impl Writer {
         for request in requests {
             outcomes.push(self.apply_request(&request.events, &mut pending)?);
         }
+        let continued: Vec<Continued<'e>> = requests
+            .iter()
+            .flat_map(|r| r.events.iter())
+            .filter_map(|e| continued(e))
+            .filter(|c| pending.contains_key(c.run))
+            .collect();
         {
             let mut upsert = self
                 .conn
@@ -330,6 +367,7 @@ impl Writer {
                     .map_err(at("update runs"))?;
             }
         }
+        self.record_conversations(&continued)?;
         self.conn.execute_batch("COMMIT").map_err(at("commit"))?;
         for (run, state) in pending {
             if state.status == RunStatus::Running {
@@ -343,6 +381,25 @@ impl Writer {
             self.cache.clear();
         }
         Ok(outcomes)
+    }
+
+    /// Puts each run of `continued` (in commit order, so a chain within
+    /// one transaction resolves) in the conversation of the run it
+    /// continues.
+    fn record_conversations(&self, continued: &[Continued<'_>]) -> Result<(), TxError> {
+        if continued.is_empty() {
+            return Ok(());
+        }
+        let mut update = self
+            .conn
+            .prepare_cached(SET_CONVERSATION)
+            .map_err(at("prepare the conversation update"))?;
+        for c in continued {
+            update
+                .execute(params![c.run, c.previous.as_str()])
+                .map_err(at("record the run's conversation"))?;
+        }
+        Ok(())
     }
 
     /// Applies a request's events in order until the first refusal: the
