@@ -481,6 +481,92 @@ async fn the_run_list_pages_with_a_cursor() {
     }
 }
 
+/// Every run id of `path` and the pages after it, in order.
+async fn all_listed(c: &reqwest::Client, d: &Daemon, path: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut next_path = format!("{path}&limit=1");
+    loop {
+        let page = get_json(c, d, &next_path).await;
+        seen.extend(
+            page["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["run_id"].as_str().unwrap().to_owned()),
+        );
+        match page["next"].as_str() {
+            Some(next) => next_path = format!("{path}&limit=1&after={next}"),
+            None => return seen,
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_run_list_filters_by_status_conversation_and_since() {
+    let d = daemon(&[], None);
+    let c = client();
+    let first = create(&c, &d, plain("run_f_a")).await;
+    wait_status(&c, &d, &first, "completed").await;
+    let started = get_json(&c, &d, "/v1/runs/run_f_a").await["started_ts"]
+        .as_u64()
+        .unwrap();
+    let r = common::daemon::post(&c, &d, "/v1/runs/run_f_a/messages", plain("run_f_b")).await;
+    assert_eq!(r.status(), 201);
+    wait_status(&c, &d, "run_f_b", "completed").await;
+    let loose = create(&c, &d, plain("run_f_c")).await;
+    wait_status(&c, &d, &loose, "completed").await;
+    for (query, want) in [
+        ("status=completed", vec!["run_f_a", "run_f_b", "run_f_c"]),
+        ("status=failed", vec![]),
+        ("conversation=run_f_b", vec!["run_f_a", "run_f_b"]),
+        ("conversation=run_f_c", vec!["run_f_c"]),
+        ("conversation=run_f_none", vec![]),
+        (
+            "status=completed&conversation=run_f_a",
+            vec!["run_f_a", "run_f_b"],
+        ),
+        (
+            &*format!("since={}", started / 1000 + 1),
+            vec!["run_f_b", "run_f_c"],
+        ),
+        (
+            "since=1970-01-01T00:00:00Z",
+            vec!["run_f_a", "run_f_b", "run_f_c"],
+        ),
+    ] {
+        assert_eq!(
+            all_listed(&c, &d, &format!("/v1/runs?{query}")).await,
+            want,
+            "{query}"
+        );
+    }
+    let page = get_json(&c, &d, "/v1/runs?status=completed&limit=1").await;
+    let next = page["next"].as_str().unwrap().to_owned();
+    for (query, member, rule) in [
+        ("status=done", "status", "runs.status"),
+        ("conversation=a%20b", "conversation", "runs.conversation"),
+        ("since=yesterday", "since", "runs.since"),
+        (&*format!("after={next}"), "after", "runs.cursor_filters"),
+        (
+            &*format!("status=failed&after={next}"),
+            "after",
+            "runs.cursor_filters",
+        ),
+    ] {
+        let r = get(&c, &d, &format!("/v1/runs?{query}")).await;
+        assert_eq!(r.status(), 400, "{query}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["type"], "urn:keel:problem:invalid-page", "{query}");
+        assert_eq!(v["parameter"], member, "{query}");
+        assert_eq!(v["rule"], rule, "{query}");
+    }
+    let allowed = get_json(&c, &d, "/v1/runs?status=done").await["allowed"].clone();
+    assert_eq!(
+        allowed,
+        json!(["running", "completed", "failed", "cancelled"])
+    );
+}
+
 /// Every body `keel serve` reads refuses a repeated member, naming its
 /// JSON path (issue #32, R9): last-wins would let
 /// `"approved":false,"approved":true` approve.

@@ -410,159 +410,70 @@ fn with_totals(mut entry: Value, totals: Option<&RunTotals>) -> Value {
     entry
 }
 
-/// The `limit` of `GET /v1/runs` when none is given.
-pub const DEFAULT_PAGE_RUNS: usize = 500;
-/// The largest `limit` of `GET /v1/runs`.
-pub const MAX_PAGE_RUNS: usize = 1000;
+pub use super::run_list::{DEFAULT_PAGE_RUNS, ListQuery, MAX_PAGE_RUNS};
 
-/// The query of `GET /v1/runs`, as sent (checked when the page is read).
-#[derive(Debug, Default, serde::Deserialize)]
-pub struct ListQuery {
-    limit: Option<String>,
-    after: Option<String>,
-}
-
-/// Where a page of the run list starts: after the run with this start
-/// time and id (the journal's order). On the wire it is opaque: the hex
-/// of `STARTED_TS:RUN_ID`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Cursor {
-    started_ts: u64,
-    run_id: String,
-}
-
-impl Cursor {
-    fn of(s: &RunSummary) -> Cursor {
-        Cursor {
-            started_ts: s.started_ts,
-            run_id: s.run_id.to_string(),
-        }
-    }
-
-    fn encode(&self) -> String {
-        format!("{}:{}", self.started_ts, self.run_id)
-            .bytes()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    }
-
-    fn decode(text: &str) -> Option<Cursor> {
-        if !text.len().is_multiple_of(2) || !text.is_ascii() {
-            return None;
-        }
-        let bytes = (0..text.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-            .collect::<Option<Vec<u8>>>()?;
-        let plain = String::from_utf8(bytes).ok()?;
-        let (ts, run_id) = plain.split_once(':')?;
-        Some(Cursor {
-            started_ts: ts.parse().ok()?,
-            run_id: run_id.to_owned(),
-        })
-    }
-
-    /// Whether `s` comes after the cursor in the journal's order.
-    fn precedes(&self, s: &RunSummary) -> bool {
-        (s.started_ts, s.run_id.as_str()) > (self.started_ts, self.run_id.as_str())
-    }
-}
-
-/// One page's bounds.
-#[derive(Debug)]
-struct Page {
-    limit: usize,
-    after: Option<Cursor>,
-}
-
-impl Page {
-    fn parse(query: &ListQuery) -> Result<Page, Problem> {
-        let bad = |parameter: &str, detail: String| {
-            Problem::new(
-                StatusCode::BAD_REQUEST,
-                "invalid-page",
-                "Invalid page of the run list",
-                detail,
-            )
-            .with("parameter", parameter)
-        };
-        let limit = match query.limit.as_deref() {
-            None => DEFAULT_PAGE_RUNS,
-            Some(text) => text
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=MAX_PAGE_RUNS).contains(n))
-                .ok_or_else(|| {
-                    bad(
-                        "limit",
-                        format!("limit must be an integer from 1 to {MAX_PAGE_RUNS}"),
-                    )
-                    .with("max_limit", MAX_PAGE_RUNS)
-                })?,
-        };
-        let after = match query.after.as_deref() {
-            None => None,
-            Some(text) => Some(Cursor::decode(text).ok_or_else(|| {
-                bad(
-                    "after",
-                    "after must be the `next` cursor of an earlier page".to_owned(),
-                )
-            })?),
-        };
-        Ok(Page { limit, after })
-    }
-}
-
-/// `GET /v1/runs?limit=N&after=CURSOR`: a page of the journal's runs in
-/// its order (live ones as live), each with its turns and usage, and
-/// `next`, the cursor of the page after it (`null` on the last page). The
-/// last page also lists the live runs not journaled yet.
+/// `GET /v1/runs?limit=N&after=CURSOR&status=S&conversation=RUN&since=T`:
+/// a page of the journal's runs in its order (live ones as live) that pass
+/// the filters, each with its turns and usage, and `next`, the cursor of
+/// the page after it (`null` on the last page). The journal reads the page
+/// from an index at its cursor ([`keel_observers::JournalReader::runs_page`]):
+/// its cost does not grow with the store. The last page also lists the live
+/// runs not journaled yet, when no filter but `status=running` is set.
 pub async fn list_runs(
     State(daemon): State<Arc<Daemon>>,
     Query(query): Query<ListQuery>,
 ) -> Result<Response, Problem> {
-    let page = Page::parse(&query)?;
-    let (stored, totals) = daemon.read(|r| Ok((r.runs()?, r.totals()?))).await?;
-    let live: HashSet<String> = daemon
-        .engine
-        .live_run_ids()
-        .iter()
-        .map(|id| id.as_str().to_owned())
-        .collect();
-    let after = page.after.as_ref();
-    let mut rest = stored
-        .iter()
-        .filter(|s| after.is_none_or(|c| c.precedes(s)));
-    let chosen: Vec<&RunSummary> = rest.by_ref().take(page.limit).collect();
-    let next = match (rest.next(), chosen.last()) {
-        (Some(_), Some(last)) => Some(Cursor::of(last).encode()),
-        _ => None,
-    };
-    let mut runs: Vec<Value> = Vec::with_capacity(chosen.len());
-    for s in &chosen {
+    let page = query.parse()?;
+    let journal_query = page.query().clone();
+    let stored = daemon.read(move |r| r.runs_page(&journal_query)).await?;
+    let next = stored.next.as_ref().map(|c| page.next(c));
+    let mut runs: Vec<Value> = Vec::with_capacity(stored.runs.len());
+    for listed in &stored.runs {
+        let s = &listed.summary;
         // A live run may end (and be journaled) between the two looks.
-        let run = live
-            .contains(s.run_id.as_str())
-            .then(|| daemon.engine.live_run(s.run_id.as_str()))
-            .flatten();
-        let entry = match run {
+        let entry = match daemon.engine.live_run(s.run_id.as_str()) {
             Some(run) => live_json(&run, Some(s)),
             None => summary_json(s, false),
         };
-        runs.push(with_totals(entry, totals.get(s.run_id.as_str())));
+        runs.push(with_totals(entry, Some(&listed.totals)));
     }
-    if next.is_none() {
-        let listed: HashSet<&str> = stored.iter().map(|s| s.run_id.as_str()).collect();
-        for id in live.iter().filter(|id| !listed.contains(id.as_str())) {
-            if let Some(run) = daemon.engine.live_run(id) {
-                runs.push(with_totals(live_json(&run, None), totals.get(id)));
-            }
-        }
+    if next.is_none() && page.lists_unjournaled_live_runs() {
+        runs.extend(unjournaled_live_runs(&daemon).await?);
     }
     Ok(json_response(
         StatusCode::OK,
         &json!({ "runs": runs, "next": next }),
     ))
+}
+
+/// The live runs the journal does not hold yet (their `run.started` is not
+/// committed to it): at most the daemon's live runs, each looked up by id.
+async fn unjournaled_live_runs(daemon: &Daemon) -> Result<Vec<Value>, Problem> {
+    let live: Vec<String> = daemon
+        .engine
+        .live_run_ids()
+        .iter()
+        .map(|id| id.as_str().to_owned())
+        .collect();
+    let lookup = live.clone();
+    let stored: HashSet<String> = daemon
+        .read(move |r| {
+            let mut found = HashSet::new();
+            for id in &lookup {
+                if r.run_status(id)?.is_some() {
+                    found.insert(id.clone());
+                }
+            }
+            Ok(found)
+        })
+        .await?;
+    let mut out = Vec::new();
+    for id in live.iter().filter(|id| !stored.contains(id.as_str())) {
+        if let Some(run) = daemon.engine.live_run(id) {
+            out.push(with_totals(live_json(&run, None), None));
+        }
+    }
+    Ok(out)
 }
 
 /// `GET /v1/runs/{id}`.
@@ -603,42 +514,5 @@ pub async fn cancel_run(
         .with("run_id", id.as_str())
         .with("status", s.status.as_str())),
         None => Err(Problem::unknown_run(&id)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cursor_round_trips_and_garbage_is_refused() {
-        let c = Cursor {
-            started_ts: 1_700_000_000_123,
-            run_id: "run:with:colons".to_owned(),
-        };
-        let text = c.encode();
-        assert!(text.bytes().all(|b| b.is_ascii_hexdigit()), "{text}");
-        assert_eq!(Cursor::decode(&text), Some(c));
-        for bad in ["", "a", "zz", "6162", "3a61", "78787878"] {
-            assert_eq!(Cursor::decode(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn the_limit_is_bounded() {
-        let q = |limit: &str| ListQuery {
-            limit: Some(limit.to_owned()),
-            after: None,
-        };
-        assert_eq!(
-            Page::parse(&ListQuery::default()).unwrap().limit,
-            DEFAULT_PAGE_RUNS
-        );
-        assert_eq!(Page::parse(&q("1000")).unwrap().limit, MAX_PAGE_RUNS);
-        for bad in ["0", "1001", "-1", "x"] {
-            let e = Page::parse(&q(bad)).unwrap_err();
-            assert_eq!(e.status(), StatusCode::BAD_REQUEST, "{bad}");
-            assert_eq!(e.to_json()["parameter"], "limit");
-        }
     }
 }
