@@ -164,6 +164,23 @@ pub struct RunsArgs {
     /// `sub-run of PARENT (call CALL_ID)` for a sub-run).
     #[arg(long, value_name = "RUN_ID")]
     pub tree: Option<String>,
+    /// List only runs of this status: running, completed, failed or
+    /// cancelled (as `GET /v1/runs?status=`).
+    #[arg(long, value_name = "STATUS", conflicts_with_all = ["conversation", "tree"])]
+    pub status: Option<String>,
+    /// List only runs started at or after TIME: unix milliseconds or an
+    /// RFC 3339 UTC time such as 2026-12-05T12:00:00Z (as `GET /v1/runs?since=`).
+    #[arg(long, value_name = "TIME", conflicts_with_all = ["conversation", "tree"])]
+    pub since: Option<String>,
+    /// Print at most N runs (1 to 1000), then `next: CURSOR` on stderr
+    /// when more follow (as `GET /v1/runs?limit=`); without it every run
+    /// is printed, read a page at a time.
+    #[arg(long, value_name = "N", conflicts_with_all = ["conversation", "tree"])]
+    pub limit: Option<String>,
+    /// Start after CURSOR, the `next` of an earlier `keel runs --limit`
+    /// or `GET /v1/runs` with the same filters.
+    #[arg(long, value_name = "CURSOR", conflicts_with_all = ["conversation", "tree"])]
+    pub after: Option<String>,
 }
 
 /// `keel events`.

@@ -139,6 +139,84 @@ fn runs_lists_id_status_turns_events_and_duration() {
     assert!(rows[0][6].ends_with('s'), "{listing}");
 }
 
+/// `keel runs` with the options of `GET /v1/runs`: the rows' ids.
+fn listed(sb: &Sandbox, args: &[&str]) -> (Vec<String>, String) {
+    let out = keel()
+        .arg("runs")
+        .args(args)
+        .args(sb.db_args())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    let ids = stdout
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .collect();
+    (ids, stderr)
+}
+
+#[test]
+fn runs_filters_and_pages_as_the_run_list_does() {
+    let sb = Sandbox::new();
+    let (a, _) = run_json(&sb, "plain_answer.json");
+    let (b, _) = run_json(&sb, "partial_failure.json");
+    let (c, _) = run_json(&sb, "plain_answer.json");
+    let all = listed(&sb, &[]).0;
+    assert_eq!(all, [a.clone(), b.clone(), c.clone()]);
+    assert_eq!(listed(&sb, &["--status", "failed"]).0, std::slice::from_ref(&b));
+    assert_eq!(
+        listed(&sb, &["--status", "completed"]).0,
+        [a.clone(), c.clone()]
+    );
+    assert_eq!(listed(&sb, &["--since", "1970-01-01T00:00:00Z"]).0, all);
+    assert!(listed(&sb, &["--since", "99999999999999"]).0.is_empty());
+    // Pages of one, resumed with the cursor printed on stderr.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = vec!["--limit", "1", "--status", "completed"];
+        if let Some(cursor) = &after {
+            args.extend(["--after", cursor.as_str()]);
+        }
+        let (ids, stderr) = listed(&sb, &args);
+        seen.extend(ids);
+        match stderr.lines().find_map(|l| l.strip_prefix("next: ")) {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, [a.clone(), c]);
+    // Refusals name the option and the rule, exit 2.
+    let first = keel()
+        .args(["runs", "--limit", "1", "--status", "completed"])
+        .args(sb.db_args())
+        .output()
+        .unwrap();
+    let cursor = text(&first)
+        .1
+        .trim()
+        .strip_prefix("next: ")
+        .unwrap()
+        .to_owned();
+    for (args, rule) in [
+        (vec!["--status", "done"], "runs.status"),
+        (vec!["--since", "yesterday"], "runs.since"),
+        (vec!["--limit", "0"], "runs.limit"),
+        (vec!["--after", "zz"], "runs.after"),
+        (vec!["--after", cursor.as_str()], "runs.cursor_filters"),
+    ] {
+        let out = keel()
+            .arg("runs")
+            .args(&args)
+            .args(sb.db_args())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(text(&out).1.contains(rule), "{args:?}: {}", text(&out).1);
+    }
+}
+
 #[test]
 fn verify_is_clean_after_runs_of_every_outcome() {
     let sb = Sandbox::new();

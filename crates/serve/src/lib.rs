@@ -91,7 +91,7 @@ pub mod nats_connect;
 pub mod problem;
 mod recovery;
 mod reservation;
-mod run_list;
+pub mod run_list;
 pub mod runs;
 #[cfg(feature = "scenario")]
 pub mod scenario_factory;

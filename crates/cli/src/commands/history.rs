@@ -6,6 +6,7 @@ use keel_eventlog::Event;
 use keel_eventlog::links::{LinkCheck, LinkReport};
 use keel_observers::conversation::{self, Origin};
 use keel_observers::{JournalReader, RunStatus, RunSummary, StoredRun, is_last_page};
+use keel_serve::run_list::{ListQuery, MAX_PAGE_RUNS};
 use keel_testkit::{Verdict, verify_run};
 use std::io::{BufWriter, Write};
 use std::time::Duration;
@@ -87,31 +88,87 @@ fn turns(lines: &[String]) -> usize {
         .count()
 }
 
-/// `keel runs`: every stored run, or with `--conversation` one
-/// conversation's chain, first to last.
+/// `keel runs`: the stored runs in the list's order, read a page at a
+/// time from the journal's index (`JournalReader::runs_page`, as
+/// `GET /v1/runs`: the same filters, limits and cursors), or with
+/// `--conversation` one conversation's chain, first to last.
 pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
     let reader = JournalReader::open(&args.db.db)?;
     if let Some(id) = &args.tree {
         return super::tree::print(&reader, id);
     }
+    if let Some(id) = &args.conversation {
+        return conversation_chain(&reader, id);
+    }
+    let limited = args.limit.is_some();
+    let page = ListQuery {
+        limit: args.limit.clone(),
+        after: args.after,
+        status: args.status,
+        conversation: None,
+        since: args.since,
+    }
+    .parse()
+    .map_err(|p| CliError::bad_input(problem_text(&p)))?;
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let mut query = page.query().clone();
+    if !limited {
+        query.limit = MAX_PAGE_RUNS;
+    }
+    loop {
+        let listed = reader.runs_page(&query)?;
+        let width = listed
+            .runs
+            .iter()
+            .map(|r| r.summary.run_id.as_str().len())
+            .max()
+            .unwrap_or(0);
+        for run in &listed.runs {
+            let origin = conversation::origin(&reader, run.summary.run_id.as_str())?;
+            print_run(&mut out, &run.summary, run.totals.turns, &origin, width)?;
+        }
+        match listed.next {
+            Some(next) if limited => {
+                out.flush().map_err(write_error)?;
+                eprintln!("next: {}", page.next(&next));
+                break;
+            }
+            Some(next) => query.after = Some(next),
+            None => break,
+        }
+    }
+    out.flush().map_err(write_error)?;
+    Ok(EXIT_OK)
+}
+
+/// A refused `keel runs` parameter, as the problem's detail naming the
+/// option and the rule.
+fn problem_text(p: &keel_serve::problem::Problem) -> String {
+    let json = p.to_json();
+    format!(
+        "--{}: {} (rule {})",
+        json["parameter"].as_str().unwrap_or_default(),
+        json["detail"].as_str().unwrap_or_default(),
+        json["rule"].as_str().unwrap_or_default()
+    )
+}
+
+/// `keel runs --conversation RUN_ID`: the chain of `id`'s conversation.
+fn conversation_chain(reader: &JournalReader, id: &str) -> Result<i32, CliError> {
     let all = reader.runs()?;
     let mut continues: Vec<Option<String>> = Vec::with_capacity(all.len());
     let mut origins: Vec<Origin> = Vec::with_capacity(all.len());
     for run in &all {
-        let origin = conversation::origin(&reader, run.run_id.as_str())?;
+        let origin = conversation::origin(reader, run.run_id.as_str())?;
         continues.push(match &origin {
             Origin::Continues(p) => Some(p.as_str().to_owned()),
             _ => None,
         });
         origins.push(origin);
     }
-    let shown: Vec<usize> = match &args.conversation {
-        None => (0..all.len()).collect(),
-        Some(id) => {
-            known_run(&reader, id)?;
-            chain(&all, &continues, id)
-        }
-    };
+    known_run(reader, id)?;
+    let shown = chain(&all, &continues, id);
     let width = shown
         .iter()
         .map(|&i| all[i].run_id.as_str().len())
@@ -121,34 +178,44 @@ pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
     let mut out = BufWriter::new(stdout.lock());
     for i in shown {
         let run = &all[i];
-        let lines = all_lines(&reader, run.run_id.as_str(), 0)?;
-        let duration = Duration::from_micros(run.updated_ts.saturating_sub(run.started_ts));
-        let turns = turns(&lines);
-        let follows = match &origins[i] {
-            Origin::Continues(p) => format!("  continues {p}"),
-            Origin::Fork(f) => format!("  forked from {} at {}", f.run_id, f.seq),
-            Origin::SubRun(l) => format!("  sub-run of {} (call {})", l.run_id, l.call_id),
-            Origin::Root => String::new(),
-        };
-        writeln!(
-            out,
-            "{:<width$}  {:<9}  {:>3} {}  {:>5} {}  {}{follows}",
-            run.run_id,
-            run.status.as_str(),
-            turns,
-            if turns == 1 { "turn " } else { "turns" },
-            run.last_seq,
-            if run.last_seq == 1 {
-                "event "
-            } else {
-                "events"
-            },
-            crate::time::human(duration),
-        )
-        .map_err(write_error)?;
+        let lines = all_lines(reader, run.run_id.as_str(), 0)?;
+        print_run(&mut out, run, turns(&lines) as u64, &origins[i], width)?;
     }
     out.flush().map_err(write_error)?;
     Ok(EXIT_OK)
+}
+
+/// One line of `keel runs`.
+fn print_run(
+    out: &mut impl Write,
+    run: &RunSummary,
+    turns: u64,
+    origin: &Origin,
+    width: usize,
+) -> Result<(), CliError> {
+    let duration = Duration::from_micros(run.updated_ts.saturating_sub(run.started_ts));
+    let follows = match origin {
+        Origin::Continues(p) => format!("  continues {p}"),
+        Origin::Fork(f) => format!("  forked from {} at {}", f.run_id, f.seq),
+        Origin::SubRun(l) => format!("  sub-run of {} (call {})", l.run_id, l.call_id),
+        Origin::Root => String::new(),
+    };
+    writeln!(
+        out,
+        "{:<width$}  {:<9}  {:>3} {}  {:>5} {}  {}{follows}",
+        run.run_id,
+        run.status.as_str(),
+        turns,
+        if turns == 1 { "turn " } else { "turns" },
+        run.last_seq,
+        if run.last_seq == 1 {
+            "event "
+        } else {
+            "events"
+        },
+        crate::time::human(duration),
+    )
+    .map_err(write_error)
 }
 
 /// The indices of `id`'s conversation, first to last: back through the
