@@ -13,7 +13,7 @@
 //! the figures.
 
 use super::SecretRule;
-use super::bytes::{find, is_alnum, run};
+use super::bytes::{is_alnum, run};
 
 /// Which bytes may follow a prefix: a union of classes.
 #[derive(Clone, Copy)]
@@ -395,15 +395,31 @@ impl Infixed {
     }
 }
 
-/// Every infixed format's spans in `bytes`.
+/// Whether a byte starts some [`INFIXED`] marker, built at compile time:
+/// most bytes start none and are passed over with one look-up.
+const MARKER_START: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < INFIXED.len() {
+        table[INFIXED[i].marker[0] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
+/// Every infixed format's spans in `bytes`, in one pass: at each byte
+/// that starts a marker, each format whose marker is there.
 pub(super) fn infixed(bytes: &[u8], mut push: impl FnMut(usize, usize)) {
-    for format in INFIXED {
-        let mut from = 0;
-        while let Some(at) = find(bytes, from, format.marker) {
-            if let Some((start, end)) = format.matches(bytes, at) {
+    for (at, &b) in bytes.iter().enumerate() {
+        if !MARKER_START[usize::from(b)] {
+            continue;
+        }
+        for format in INFIXED {
+            if bytes[at..].starts_with(format.marker)
+                && let Some((start, end)) = format.matches(bytes, at)
+            {
                 push(start, end);
             }
-            from = at + 1;
         }
     }
 }
@@ -434,6 +450,7 @@ fn is_token_byte(b: u8) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::bytes::find;
     use super::*;
 
     #[test]
@@ -601,6 +618,48 @@ mod tests {
                 .and_then(|rest| rest.windows(needle.len()).position(|w| w == needle.as_slice()))
                 .map(|p| p + from);
             proptest::prop_assert_eq!(find(&hay, from, &needle), windows);
+        }
+    }
+
+    /// Runs long enough for every infixed format, its markers, and breaks.
+    const INFIX_PIECES: &[&str] = &[
+        "1234567890123456",
+        "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ",
+        "abcdefghijklmnopqrstuvwxyz0123456789",
+        "Q~",
+        ".acc_",
+        ".acc-",
+        ".atlasv1.",
+        "_mmk",
+        "|",
+        "%",
+        "-us",
+        ":",
+        " ",
+        "7",
+    ];
+
+    proptest::proptest! {
+        /// The one-pass [`infixed`] finds the spans a scan per format
+        /// finds.
+        #[test]
+        fn infixed_matches_a_scan_per_format(
+            pieces in proptest::collection::vec(proptest::sample::select(INFIX_PIECES), 0..10),
+        ) {
+            let text = pieces.concat().into_bytes();
+            let mut scanned = Vec::new();
+            for format in INFIXED {
+                let mut from = 0;
+                while let Some(at) = find(&text, from, format.marker) {
+                    scanned.extend(format.matches(&text, at));
+                    from = at + 1;
+                }
+            }
+            let mut found = Vec::new();
+            infixed(&text, |start, end| found.push((start, end)));
+            scanned.sort_unstable();
+            found.sort_unstable();
+            proptest::prop_assert_eq!(found, scanned);
         }
     }
 }
