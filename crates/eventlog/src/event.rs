@@ -2,7 +2,8 @@
 //! its canonical line plus a small parsed header (kind, run, seq, ts), and
 //! [`Event::decode`] accepts a line only if re-encoding it gives the same
 //! bytes (unknown payload members included). `model.text_delta`, the bulk
-//! of a log, has a fast path of the same rules in `event/text_delta.rs`.
+//! of a log, has a fast path of the same rules in `event/text_delta.rs`,
+//! and `tool.failed` one in `event/tool_failed.rs`.
 
 use crate::decimal::{digits, push_u64};
 use crate::kind::{EventKind, KindError};
@@ -10,11 +11,15 @@ use crate::payload::{Encoded, Payload, PayloadError};
 use keel_message::{IdError, RunId};
 use std::fmt;
 
+mod canonical_scan;
 #[cfg(test)]
 mod line_tests;
 #[cfg(test)]
 mod tests;
 mod text_delta;
+mod tool_failed;
+#[cfg(test)]
+mod tool_failed_tests;
 
 /// The schema version recorded by journals and snapshots.
 pub const SCHEMA_VERSION: &str = "keel.events/1";
@@ -239,13 +244,14 @@ impl Event {
     /// schema, and that the line is canonical (so `decode(line).line() ==
     /// line`, byte for byte).
     ///
-    /// Canonical text deltas take a one-pass path; lines whose envelope is
+    /// Canonical text deltas and `tool.failed` events take one-pass paths;
+    /// lines whose envelope is
     /// a plain object of the five members are read into a borrowed
     /// envelope; any other line goes through [`Event::decode_generic`].
     /// Every path gives the same result for every line (tested and
     /// fuzzed).
     pub fn decode(line: &str) -> Result<Event, EventDecodeError> {
-        if let Some(event) = text_delta::decode(line) {
+        if let Some(event) = text_delta::decode(line).or_else(|| tool_failed::decode(line)) {
             return Ok(event);
         }
         match decode_envelope(line) {

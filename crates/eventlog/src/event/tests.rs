@@ -4,7 +4,7 @@
 //! included, for generated valid lines and mutations of them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::{Event, EventDecodeError, MAX_SAFE, decode_envelope, text_delta};
+use super::{Event, EventDecodeError, MAX_SAFE, decode_envelope, text_delta, tool_failed};
 use crate::kind::EventKind;
 use crate::payload::{Extra, Payload, PayloadError, TextDelta};
 use keel_message::{OperationId, RunId};
@@ -36,12 +36,15 @@ fn stepped_aside(line: &str) -> Result<Event, EventDecodeError> {
     agree(line)
 }
 
-/// `Event::decode` and `Event::decode_generic` agree on `line`; when the
+/// `Event::decode` and `Event::decode_generic` agree on `line`; when a
 /// fast path takes it, it gives that same event.
-fn agree(line: &str) -> Result<Event, EventDecodeError> {
+pub(super) fn agree(line: &str) -> Result<Event, EventDecodeError> {
     let generic = Event::decode_generic(line);
     assert_eq!(Event::decode(line), generic, "{line}");
-    if let Some(fast) = text_delta::decode(line) {
+    for fast in [text_delta::decode(line), tool_failed::decode(line)]
+        .into_iter()
+        .flatten()
+    {
         assert_eq!(Ok(&fast), generic.as_ref(), "{line}");
         assert_eq!(fast.line(), line);
     }
@@ -298,7 +301,7 @@ const MUTATION_BYTES: &[&str] = &[
 
 /// Applies `(position, operation, byte choice)` edits to `line`, at char
 /// boundaries: insert, replace one char, or delete one char.
-fn mutate(line: &str, edits: &[(usize, u8, usize)]) -> String {
+pub(super) fn mutate(line: &str, edits: &[(usize, u8, usize)]) -> String {
     let mut s = line.to_owned();
     for &(pos, op, pick) in edits {
         let boundaries: Vec<usize> = s.char_indices().map(|(i, _)| i).chain([s.len()]).collect();
@@ -314,15 +317,15 @@ fn mutate(line: &str, edits: &[(usize, u8, usize)]) -> String {
     s
 }
 
-fn text_strategy() -> impl Strategy<Value = String> {
+pub(super) fn text_strategy() -> impl Strategy<Value = String> {
     "\\PC{1,40}|[\u{0}-\u{1f}\"\\\\\u{7f}\u{2028}\u{fffd}\u{1F600}a]{1,12}|"
 }
 
-fn id_strategy() -> impl Strategy<Value = String> {
+pub(super) fn id_strategy() -> impl Strategy<Value = String> {
     "[A-Za-z0-9_.:-]{1,12}|[A-Za-z0-9_ \"\\\\]{0,4}"
 }
 
-fn integer_strategy() -> impl Strategy<Value = u64> {
+pub(super) fn integer_strategy() -> impl Strategy<Value = u64> {
     prop_oneof![
         0u64..4,
         1u64..1_000_000_000,

@@ -14,11 +14,16 @@ pub(super) fn run(bytes: &[u8], at: usize, pred: impl Fn(u8) -> bool) -> usize {
         .map_or(0, |rest| rest.iter().take_while(|&&b| pred(b)).count())
 }
 
-/// The first index at or after `from` where `needle` starts.
+/// The first index at or after `from` where `needle` starts. Only the
+/// positions holding the needle's first byte are compared in full (a
+/// full comparison at every position was most of a screening's time).
 pub(super) fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
-    bytes
-        .get(from..)?
-        .windows(needle.len())
-        .position(|w| w == needle)
+    let (&first, rest) = needle.split_first()?;
+    let hay = bytes.get(from..)?;
+    hay.iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == first)
+        .map(|(i, _)| i)
+        .find(|&i| hay.get(i + 1..i + needle.len()) == Some(rest))
         .map(|p| p + from)
 }

@@ -13,7 +13,7 @@
 //! the figures.
 
 use super::SecretRule;
-use super::bytes::{find, is_alnum, run};
+use super::bytes::{is_alnum, run};
 
 /// Which bytes may follow a prefix: a union of classes.
 #[derive(Clone, Copy)]
@@ -97,10 +97,12 @@ impl Prefixed {
     /// The end of this format's token starting at `at`, if it is one.
     fn matches(&self, bytes: &[u8], at: usize) -> Option<usize> {
         let head = bytes.get(at..at + self.prefix.len())?;
+        // Byte by byte rather than `==`: prefixes are a few bytes and most
+        // differ early, where a `memcmp` call costs more than the compare.
         let same = if self.fold_case {
             head.eq_ignore_ascii_case(self.prefix)
         } else {
-            head == self.prefix
+            head.iter().zip(self.prefix).all(|(a, b)| a == b)
         };
         if !same {
             return None;
@@ -283,19 +285,37 @@ pub(super) const PREFIXED: &[Prefixed] = &[
     p(b"sm_sat_", B::ALNUM, 16, VendorToken),
 ];
 
+/// For each lowercased byte, the [`PREFIXED`] formats whose prefix starts
+/// with it (bit `i` for entry `i`), built at compile time: a token start
+/// then tries only the formats it can begin, not all of them.
+const BY_FIRST_BYTE: [u128; 256] = {
+    assert!(PREFIXED.len() <= 128, "one bit per prefixed format");
+    let mut table = [0u128; 256];
+    let mut i = 0;
+    while i < PREFIXED.len() {
+        table[PREFIXED[i].prefix[0].to_ascii_lowercase() as usize] |= 1 << i;
+        i += 1;
+    }
+    table
+};
+
 /// The longest prefixed format matching at `at` (a token start): its end
-/// and rule.
+/// and rule. Of equally long prefixes the last listed wins.
 pub(super) fn prefixed(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
     let first = bytes.get(at)?.to_ascii_lowercase();
-    PREFIXED
-        .iter()
-        .filter(|f| f.prefix[0].to_ascii_lowercase() == first)
-        .filter_map(|f| {
-            f.matches(bytes, at)
-                .map(|end| (f.prefix.len(), end, f.rule))
-        })
-        .max_by_key(|&(len, _, _)| len)
-        .map(|(_, end, rule)| (end, rule))
+    let mut candidates = BY_FIRST_BYTE[usize::from(first)];
+    let mut best: Option<(usize, usize, SecretRule)> = None;
+    while candidates != 0 {
+        let i = candidates.trailing_zeros() as usize;
+        candidates &= candidates - 1;
+        let Some(f) = PREFIXED.get(i) else { break };
+        if let Some(end) = f.matches(bytes, at)
+            && best.is_none_or(|(len, _, _)| f.prefix.len() >= len)
+        {
+            best = Some((f.prefix.len(), end, f.rule));
+        }
+    }
+    best.map(|(_, end, rule)| (end, rule))
 }
 
 /// A marker inside a token: at least `before_min` bytes of `before` ending
@@ -375,15 +395,31 @@ impl Infixed {
     }
 }
 
-/// Every infixed format's spans in `bytes`.
+/// Whether a byte starts some [`INFIXED`] marker, built at compile time:
+/// most bytes start none and are passed over with one look-up.
+const MARKER_START: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < INFIXED.len() {
+        table[INFIXED[i].marker[0] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
+/// Every infixed format's spans in `bytes`, in one pass: at each byte
+/// that starts a marker, each format whose marker is there.
 pub(super) fn infixed(bytes: &[u8], mut push: impl FnMut(usize, usize)) {
-    for format in INFIXED {
-        let mut from = 0;
-        while let Some(at) = find(bytes, from, format.marker) {
-            if let Some((start, end)) = format.matches(bytes, at) {
+    for (at, &b) in bytes.iter().enumerate() {
+        if !MARKER_START[usize::from(b)] {
+            continue;
+        }
+        for format in INFIXED {
+            if bytes[at..].starts_with(format.marker)
+                && let Some((start, end)) = format.matches(bytes, at)
+            {
                 push(start, end);
             }
-            from = at + 1;
         }
     }
 }
@@ -414,6 +450,7 @@ fn is_token_byte(b: u8) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::bytes::find;
     use super::*;
 
     #[test]
@@ -512,5 +549,117 @@ mod tests {
         check(t(23, 6, 27).replacen('M', "P", 1), None);
         check(format!("M{}", "a".repeat(23)), None);
         check(format!("M{}.{}", "a".repeat(23), "b".repeat(6)), None);
+    }
+
+    /// The indexed [`prefixed`] against a plain scan of every format (the
+    /// longest prefix wins, the last listed of equal length): the same
+    /// answer for each format's own token, its case-flipped, cut and
+    /// one-byte-changed forms, and a generated prefix of bytes.
+    #[test]
+    fn prefixed_matches_a_scan_of_every_format() {
+        fn scan(bytes: &[u8], at: usize) -> Option<(usize, SecretRule)> {
+            let first = bytes.get(at)?.to_ascii_lowercase();
+            PREFIXED
+                .iter()
+                .filter(|f| f.prefix[0].to_ascii_lowercase() == first)
+                .filter(|f| {
+                    let head = bytes.get(at..at + f.prefix.len()).unwrap_or_default();
+                    head == f.prefix || (f.fold_case && head.eq_ignore_ascii_case(f.prefix))
+                })
+                .filter_map(|f| {
+                    f.matches(bytes, at)
+                        .map(|end| (f.prefix.len(), end, f.rule))
+                })
+                .max_by_key(|&(len, _, _)| len)
+                .map(|(_, end, rule)| (end, rule))
+        }
+        let check = |text: Vec<u8>| {
+            for at in 0..text.len().min(3) {
+                assert_eq!(
+                    prefixed(&text, at),
+                    scan(&text, at),
+                    "{:?}",
+                    String::from_utf8_lossy(&text)
+                );
+            }
+        };
+        let mut matched = 0;
+        for f in PREFIXED {
+            for body in ["A", "a", "0", "aB3-_", "Zz9."] {
+                let token = [f.prefix, body.repeat(120).as_bytes()].concat();
+                matched += usize::from(prefixed(&token, 0).is_some());
+                check(token.clone());
+                check(token.to_ascii_uppercase());
+                check(token.to_ascii_lowercase());
+                for i in 0..f.prefix.len() {
+                    let mut changed = token.clone();
+                    changed[i] ^= 0x01;
+                    check(changed);
+                    check([&token[..i], &token[i + 1..]].concat());
+                }
+            }
+        }
+        assert!(
+            matched >= PREFIXED.len(),
+            "the tokens should match their formats"
+        );
+    }
+
+    proptest::proptest! {
+        /// [`find`] against a scan of every window.
+        #[test]
+        fn find_matches_a_window_scan(
+            hay in proptest::collection::vec(proptest::sample::select(b"ab:/|Q~".to_vec()), 0..40),
+            needle in proptest::collection::vec(proptest::sample::select(b"ab:/|Q~".to_vec()), 1..4),
+            from in 0usize..45,
+        ) {
+            let windows = hay
+                .get(from..)
+                .and_then(|rest| rest.windows(needle.len()).position(|w| w == needle.as_slice()))
+                .map(|p| p + from);
+            proptest::prop_assert_eq!(find(&hay, from, &needle), windows);
+        }
+    }
+
+    /// Runs long enough for every infixed format, its markers, and breaks.
+    const INFIX_PIECES: &[&str] = &[
+        "1234567890123456",
+        "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ",
+        "abcdefghijklmnopqrstuvwxyz0123456789",
+        "Q~",
+        ".acc_",
+        ".acc-",
+        ".atlasv1.",
+        "_mmk",
+        "|",
+        "%",
+        "-us",
+        ":",
+        " ",
+        "7",
+    ];
+
+    proptest::proptest! {
+        /// The one-pass [`infixed`] finds the spans a scan per format
+        /// finds.
+        #[test]
+        fn infixed_matches_a_scan_per_format(
+            pieces in proptest::collection::vec(proptest::sample::select(INFIX_PIECES), 0..10),
+        ) {
+            let text = pieces.concat().into_bytes();
+            let mut scanned = Vec::new();
+            for format in INFIXED {
+                let mut from = 0;
+                while let Some(at) = find(&text, from, format.marker) {
+                    scanned.extend(format.matches(&text, at));
+                    from = at + 1;
+                }
+            }
+            let mut found = Vec::new();
+            infixed(&text, |start, end| found.push((start, end)));
+            scanned.sort_unstable();
+            found.sort_unstable();
+            proptest::prop_assert_eq!(found, scanned);
+        }
     }
 }
