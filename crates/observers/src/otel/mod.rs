@@ -196,3 +196,5 @@ impl BestEffortObserver for OtelObserver {
         self.queue.close();
     }
 }
+#[cfg(test)]
+mod tests;

@@ -401,10 +401,10 @@ impl SpanTree {
         at: SystemTime,
         attributes: Vec<KeyValue>,
     ) {
-        if let Some(span) = self.span_mut(run, &ScopeKey::Run) {
-            if span.events.len() < MAX_SPAN_EVENTS {
-                span.events.push(SpanEvent::new(name, at, attributes, 0));
-            }
+        if let Some(span) = self.span_mut(run, &ScopeKey::Run)
+            && span.events.len() < MAX_SPAN_EVENTS
+        {
+            span.events.push(SpanEvent::new(name, at, attributes, 0));
         }
     }
 
