@@ -25,6 +25,10 @@ pub enum OtelError {
     /// headers, not in a URL that ends up in logs.
     #[error("OTLP endpoint must not hold credentials (rule otlp.endpoint_credentials)")]
     Credentials,
+    /// The endpoint holds a query or fragment: keys sent that way end up
+    /// in logs; send them as headers (`OTEL_EXPORTER_OTLP_HEADERS`).
+    #[error("OTLP endpoint must not hold a query or fragment (rule otlp.endpoint_query)")]
+    Query,
     /// The endpoint holds whitespace or control characters.
     #[error("OTLP endpoint holds whitespace or control characters (rule otlp.endpoint)")]
     Characters,
@@ -51,7 +55,10 @@ pub struct OtlpEndpoint {
 
 impl OtlpEndpoint {
     /// Validates `text`: an `http://` or `https://` URL with a host, no
-    /// credentials, no whitespace, at most [`MAX_ENDPOINT_BYTES`].
+    /// credentials, query or fragment, no whitespace, at most
+    /// [`MAX_ENDPOINT_BYTES`]. Headers (an API key) come from
+    /// `OTEL_EXPORTER_OTLP_HEADERS` (or `OTEL_EXPORTER_OTLP_TRACES_HEADERS`),
+    /// read by the exporter and never printed.
     pub fn parse(text: &str) -> Result<OtlpEndpoint, OtelError> {
         if text.len() > MAX_ENDPOINT_BYTES {
             return Err(OtelError::TooLong { len: text.len() });
@@ -66,6 +73,9 @@ impl OtlpEndpoint {
         let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
         if authority.contains('@') {
             return Err(OtelError::Credentials);
+        }
+        if rest.contains(['?', '#']) {
+            return Err(OtelError::Query);
         }
         if authority.is_empty() || authority.starts_with(':') {
             return Err(OtelError::Scheme);

@@ -30,6 +30,62 @@ pub const MAX_OPEN_SPANS: usize = 65_536;
 /// The most span events kept on one span.
 pub const MAX_SPAN_EVENTS: usize = 128;
 
+/// The GenAI operation a span is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operation {
+    /// A run.
+    InvokeAgent,
+    /// A model call attempt.
+    Chat,
+    /// A tool call.
+    ExecuteTool,
+}
+
+impl Operation {
+    /// `gen_ai.operation.name`.
+    fn as_str(self) -> &'static str {
+        match self {
+            Operation::InvokeAgent => "invoke_agent",
+            Operation::Chat => "chat",
+            Operation::ExecuteTool => "execute_tool",
+        }
+    }
+
+    /// The conventions' span kind: a model call is a client call.
+    fn kind(self) -> SpanKind {
+        match self {
+            Operation::Chat => SpanKind::Client,
+            Operation::InvokeAgent | Operation::ExecuteTool => SpanKind::Internal,
+        }
+    }
+}
+
+/// What a span starts with.
+#[derive(Debug)]
+struct SpanStart {
+    operation: Operation,
+    name: String,
+    at: SystemTime,
+    attributes: Vec<KeyValue>,
+}
+
+impl SpanStart {
+    /// The conventions' name: `{operation} {target}` (the model, the tool).
+    fn new(
+        operation: Operation,
+        target: &str,
+        at: SystemTime,
+        attributes: Vec<KeyValue>,
+    ) -> SpanStart {
+        SpanStart {
+            operation,
+            name: format!("{} {target}", operation.as_str()),
+            at,
+            attributes,
+        }
+    }
+}
+
 /// How a span ended.
 #[derive(Debug, Clone, Copy)]
 enum Ended<'a> {
@@ -102,7 +158,7 @@ impl SpanTree {
                 if p.attempt > 1 {
                     let attributes = vec![
                         KeyValue::new(names::OPERATION_NAME, "chat"),
-                        KeyValue::new(names::TURN, turn_value(p.turn)),
+                        KeyValue::new(names::TURN, count(p.turn)),
                         KeyValue::new(names::ATTEMPT, i64::from(p.attempt)),
                     ];
                     self.run_event(run, names::RETRY_EVENT, at, attributes);
@@ -112,14 +168,13 @@ impl SpanTree {
                     operation_id: p.operation_id.clone(),
                 };
                 let attributes = vec![
-                    KeyValue::new(names::OPERATION_NAME, "chat"),
                     KeyValue::new(names::REQUEST_MODEL, p.model.as_str().to_owned()),
-                    KeyValue::new(names::TURN, turn_value(p.turn)),
+                    KeyValue::new(names::TURN, count(p.turn)),
                     KeyValue::new(names::ATTEMPT, i64::from(p.attempt)),
                     KeyValue::new(names::OPERATION_ID, p.operation_id.as_str().to_owned()),
                 ];
-                let name = format!("chat {}", p.model.as_str());
-                self.open_child(run, key, name, SpanKind::Client, at, attributes);
+                let start = SpanStart::new(Operation::Chat, p.model.as_str(), at, attributes);
+                self.open_child(run, key, start);
             }
             Payload::ToolStarted(p) => {
                 let key = ScopeKey::Tool {
@@ -127,17 +182,16 @@ impl SpanTree {
                     call_id: p.call_id.clone(),
                 };
                 let mut attributes = vec![
-                    KeyValue::new(names::OPERATION_NAME, "execute_tool"),
                     KeyValue::new(names::TOOL_NAME, p.tool.as_str().to_owned()),
                     KeyValue::new(names::TOOL_CALL_ID, p.call_id.as_str().to_owned()),
-                    KeyValue::new(names::TURN, turn_value(p.turn)),
+                    KeyValue::new(names::TURN, count(p.turn)),
                 ];
                 let pending = (run.to_owned(), p.call_id.as_str().to_owned());
                 if let Some(arguments) = self.arguments.remove(&pending) {
                     attributes.push(KeyValue::new(names::TOOL_CALL_ARGUMENTS, arguments));
                 }
-                let name = format!("execute_tool {}", p.tool.as_str());
-                self.open_child(run, key, name, SpanKind::Internal, at, attributes);
+                let start = SpanStart::new(Operation::ExecuteTool, p.tool.as_str(), at, attributes);
+                self.open_child(run, key, start);
             }
             _ => return self.apply_other(run, at, payload),
         }
@@ -253,54 +307,34 @@ impl SpanTree {
         let parent_id = parent
             .as_ref()
             .map_or(SpanId::INVALID, SpanContext::span_id);
-        let mut attributes = vec![
-            KeyValue::new(names::OPERATION_NAME, "invoke_agent"),
-            KeyValue::new(names::RUN_ID, run.to_owned()),
-        ];
+        let mut attributes = vec![KeyValue::new(names::RUN_ID, run.to_owned())];
         if let Some(model) = &started.model {
             attributes.push(KeyValue::new(
                 names::REQUEST_MODEL,
                 model.as_str().to_owned(),
             ));
         }
-        let span = self.new_span(
-            trace_id,
-            parent_id,
-            "invoke_agent".into(),
-            SpanKind::Internal,
+        let start = SpanStart {
+            operation: Operation::InvokeAgent,
+            name: Operation::InvokeAgent.as_str().to_owned(),
             at,
             attributes,
-        );
+        };
+        let span = self.new_span(trace_id, parent_id, start);
         self.insert(run, ScopeKey::Run, span);
     }
 
     /// Opens a model or tool span under the run's span.
-    fn open_child(
-        &mut self,
-        run: &str,
-        key: ScopeKey,
-        name: String,
-        kind: SpanKind,
-        at: SystemTime,
-        attributes: Vec<KeyValue>,
-    ) {
+    fn open_child(&mut self, run: &str, key: ScopeKey, start: SpanStart) {
         let Some(run_span) = self.open.get(&(run.to_owned(), ScopeKey::Run)) else {
             return;
         };
         let (trace_id, parent) = (run_span.context.trace_id(), run_span.context.span_id());
-        let span = self.new_span(trace_id, parent, name, kind, at, attributes);
+        let span = self.new_span(trace_id, parent, start);
         self.insert(run, key, span);
     }
 
-    fn new_span(
-        &self,
-        trace_id: TraceId,
-        parent: SpanId,
-        name: String,
-        kind: SpanKind,
-        start: SystemTime,
-        attributes: Vec<KeyValue>,
-    ) -> OpenSpan {
+    fn new_span(&self, trace_id: TraceId, parent: SpanId, start: SpanStart) -> OpenSpan {
         let context = SpanContext::new(
             trace_id,
             self.ids.new_span_id(),
@@ -308,18 +342,21 @@ impl SpanTree {
             false,
             TraceState::NONE,
         );
-        let is_run = kind == SpanKind::Internal && name == "invoke_agent";
-        let is_chat = kind == SpanKind::Client;
+        let operation = start.operation;
+        let mut attributes = Vec::with_capacity(start.attributes.len() + 4);
+        attributes.push(KeyValue::new(names::OPERATION_NAME, operation.as_str()));
+        attributes.extend(start.attributes);
+        let content = self.record_content;
         OpenSpan {
             context,
             parent,
-            name,
-            kind,
-            start,
+            name: start.name,
+            kind: operation.kind(),
+            start: start.at,
             attributes,
             events: Vec::new(),
-            output: (self.record_content && is_chat).then(OutputContent::default),
-            input: (self.record_content && is_run).then(InputContent::default),
+            output: (content && operation == Operation::Chat).then(OutputContent::default),
+            input: (content && operation == Operation::InvokeAgent).then(InputContent::default),
         }
     }
 
@@ -505,8 +542,4 @@ fn tool_key(turn: u64, call_id: &keel_message::CallId) -> ScopeKey {
 /// A count as an OTLP int (saturating: counts never reach 2^63).
 fn count(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn turn_value(turn: u64) -> i64 {
-    count(turn)
 }

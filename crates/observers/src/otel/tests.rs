@@ -20,7 +20,7 @@ fn check(input: &str, want: Result<&str, OtelError>) {
 #[test]
 fn endpoints_follow_the_rules() {
     let long = format!("http://h/{}", "a".repeat(MAX_ENDPOINT_BYTES));
-    let cases: [(&str, Result<&str, OtelError>); 11] = [
+    let cases: [(&str, Result<&str, OtelError>); 13] = [
         (
             "http://127.0.0.1:4318",
             Ok("http://127.0.0.1:4318/v1/traces"),
@@ -43,6 +43,8 @@ fn endpoints_follow_the_rules() {
         ("http://:4318", Err(OtelError::Scheme)),
         ("http://user:pw@collector:4318", Err(OtelError::Credentials)),
         ("http://collector:4318/a b", Err(OtelError::Characters)),
+        ("http://collector:4318/?api_key=k", Err(OtelError::Query)),
+        ("http://collector:4318#k", Err(OtelError::Query)),
         (&long, Err(OtelError::TooLong { len: long.len() })),
     ];
     for (input, want) in cases {
