@@ -81,6 +81,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod dispatch;
+#[cfg(any(feature = "tracing", feature = "otel"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "tracing", feature = "otel"))))]
+pub mod genai;
 mod history;
 mod host_id;
 mod observer;

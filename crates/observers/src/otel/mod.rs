@@ -6,7 +6,7 @@
 //!   parent's `execute_tool` span, in the parent's trace. A model call
 //!   attempt is a `chat {model}` span, a tool call an `execute_tool
 //!   {tool}` span, both children of the run's span. The span tree is in
-//!   `spans.rs`; attribute names in [`names`].
+//!   `spans.rs`; attribute names in [`crate::genai`].
 //! - Usage (`gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`),
 //!   `gen_ai.request.model`, `gen_ai.tool.name`, `gen_ai.tool.call.id`;
 //!   a failure sets `error.type` and the span status to error; a retry is
@@ -31,8 +31,9 @@
 mod content;
 mod endpoint;
 mod export;
-pub mod names;
 mod spans;
+
+pub use crate::genai as names;
 
 pub use content::{MAX_CONTENT_BYTES, MAX_CONTENT_ITEMS};
 pub use endpoint::{MAX_ENDPOINT_BYTES, OtelError, OtlpEndpoint};

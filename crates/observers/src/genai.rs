@@ -1,8 +1,7 @@
-//! Attribute, span and event names: the OpenTelemetry GenAI semantic
-//! conventions where they name the thing, `keel.*` where they do not.
-//!
-//! The same `gen_ai.*` names as the `tracing` bridge's fields
-//! (`tracing_bridge.rs`), whose macros need them as literals.
+//! Attribute and event names shared by the `tracing` bridge and the OTLP
+//! exporter: the OpenTelemetry GenAI semantic conventions where they name
+//! the thing, `keel.*` where they do not. (The bridge's span macros need
+//! their field names as literals; what it records later uses these.)
 
 /// `gen_ai.operation.name`: `invoke_agent`, `chat` or `execute_tool`.
 pub const OPERATION_NAME: &str = "gen_ai.operation.name";
