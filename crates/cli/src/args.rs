@@ -260,6 +260,17 @@ pub struct ServeArgs {
     /// live nor stored) from NATS JetStream at URL (comma-separated servers).
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
+    /// Export every run's spans over OTLP/HTTP (protobuf) to URL: the
+    /// receiver's base URL (http://host:4318) or its /v1/traces URL, with
+    /// the GenAI semantic conventions (invoke_agent, chat, execute_tool).
+    /// No message text, tool arguments or results unless --otlp-content.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// With --otlp: also export the conventions' content attributes
+    /// (messages, tool arguments and results, approval requests and
+    /// decisions), each screened for secrets and bounded.
+    #[arg(long, requires = "otlp")]
+    pub otlp_content: bool,
     /// A network provider posted scenarios may use: its type
     /// (openai-compatible, anthropic, openai-responses or gemini), the environment variable holding
     /// its key, and its base URL (default: the type's own endpoint). The

@@ -27,6 +27,7 @@
 //! | --- | --- | --- | --- |
 //! | `sqlite` | on | `journal`: [`SqliteJournal`], `JournalReader`, recovery | bundled SQLite (rusqlite) |
 //! | `tracing` | on | `TracingObserver`: lifecycle events as `tracing` spans with OpenTelemetry GenAI attribute names | `tracing` |
+//! | `otel` | off | `otel`: `OtelObserver`, spans over OTLP/HTTP with the GenAI semantic conventions | `opentelemetry-otlp` (reqwest blocking) |
 //! | `nats` | off | `nats`: the JetStream required observer, remote subscription, multi-host recovery | `async-nats` |
 //!
 //! **Observer authors** depend on this crate with `default-features =
@@ -80,6 +81,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod dispatch;
+#[cfg(any(feature = "tracing", feature = "otel"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "tracing", feature = "otel"))))]
+pub mod genai;
 mod history;
 mod host_id;
 mod observer;
@@ -120,6 +124,12 @@ pub use journal::{
     SkippedRun, SqliteJournal, Synchronous, is_last_page,
 };
 
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod otel;
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub use otel::{OtelConfig, OtelError, OtelObserver, OtelStats, OtlpEndpoint};
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub mod nats;

@@ -16,6 +16,7 @@
 //! arguments and outputs, and failure messages are not recorded, because a
 //! trace backend is not where users expect prompts or tool data to go.
 
+use crate::genai;
 use crate::observer::BestEffortObserver;
 use keel_eventlog::{Event, Payload, ScopeKey, Terminal, Transition};
 use std::collections::HashMap;
@@ -94,27 +95,27 @@ impl TracingObserver {
         let Some(span) = self.spans.remove(&(run.to_owned(), key)) else {
             return;
         };
-        span.record("keel.outcome", terminal.as_str());
+        span.record(genai::OUTCOME, terminal.as_str());
         match payload {
             Payload::ModelCompleted(p) => {
                 if let Some(u) = &p.usage {
-                    span.record("gen_ai.usage.input_tokens", u.input_tokens());
-                    span.record("gen_ai.usage.output_tokens", u.output_tokens());
+                    span.record(genai::USAGE_INPUT_TOKENS, u.input_tokens());
+                    span.record(genai::USAGE_OUTPUT_TOKENS, u.output_tokens());
                 }
                 // An unknown value is recorded verbatim: it obeys the value
                 // grammar (at most 64 bytes of `[a-z0-9_]`).
-                span.record("gen_ai.response.finish_reasons", p.finish.as_str());
+                span.record(genai::RESPONSE_FINISH_REASONS, p.finish.as_str());
             }
             Payload::ModelFailed(p) => {
-                span.record("error.type", p.problem.kind.as_str());
+                span.record(genai::ERROR_TYPE, p.problem.kind.as_str());
                 span.record("keel.retry_position", p.position.as_str());
             }
             Payload::ToolFailed(p) => {
                 let kind = p.outcome.as_ref().map(keel_eventlog::ToolOutcome::as_str);
-                span.record("error.type", kind.unwrap_or("tool_error"));
+                span.record(genai::ERROR_TYPE, kind.unwrap_or("tool_error"));
             }
             Payload::InteractionFailed(_) => {
-                span.record("error.type", "interaction_error");
+                span.record(genai::ERROR_TYPE, "interaction_error");
             }
             _ => {}
         }

@@ -72,6 +72,10 @@ pub struct ServeConfig {
     pub connections: ConnectionConfig,
     /// The event stream caps (`--max-streams`, `--max-streams-per-run`).
     pub streams: StreamConfig,
+    /// `--otlp URL`: every run's spans exported over OTLP (content only
+    /// with `--otlp-content`).
+    #[cfg(feature = "otel")]
+    pub otel: Option<keel_observers::OtelConfig>,
 }
 
 impl Default for ServeConfig {
@@ -89,6 +93,8 @@ impl Default for ServeConfig {
             shutdown_timeout: Duration::from_millis(30_000),
             connections: ConnectionConfig::default(),
             streams: StreamConfig::default(),
+            #[cfg(feature = "otel")]
+            otel: None,
         }
     }
 }

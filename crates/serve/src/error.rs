@@ -21,6 +21,10 @@ pub enum ServeError {
     /// NATS could not be reached (the URL is named without credentials).
     #[error("{0}")]
     Nats(String),
+    /// The OTLP exporter could not be started.
+    #[cfg(feature = "otel")]
+    #[error(transparent)]
+    Otel(#[from] keel_observers::OtelError),
     /// Recovery at startup failed.
     #[error("{0}")]
     Recovery(String),

@@ -88,6 +88,7 @@ pub mod fork;
 pub mod frontend_tools;
 pub mod limits;
 pub mod nats_connect;
+mod otel;
 pub mod problem;
 mod recovery;
 mod reservation;

@@ -118,7 +118,7 @@ async fn open_daemon(
     };
     recovery::recover_at_startup(&journal, nats.as_ref()).await?;
     let approvals = Arc::new(Approvals::new());
-    let mut engine = engine;
+    let mut engine = crate::otel::with_exporter(engine, config)?;
     if let Some(handle) = &nats {
         // Posted runs are published to JetStream (owner recorded, heartbeat
         // kept), before the journal: the journal then only holds what the

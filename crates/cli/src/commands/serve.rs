@@ -71,11 +71,32 @@ fn config(args: &ServeArgs) -> Result<ServeConfig, CliError> {
             max_streams: args.max_streams,
             max_streams_per_run: args.max_streams_per_run,
         },
+        #[cfg(feature = "otel")]
+        otel: otel_config(args)?,
     };
+    #[cfg(not(feature = "otel"))]
+    if args.otlp.is_some() {
+        return Err(CliError::bad_input(
+            "--otlp: this keel was built without the `otel` feature",
+        ));
+    }
     config
         .validate()
         .map_err(|e| CliError::bad_input(e.to_string()))?;
     Ok(config)
+}
+
+/// `--otlp URL [--otlp-content]` as the exporter's settings.
+#[cfg(feature = "otel")]
+fn otel_config(args: &ServeArgs) -> Result<Option<keel_observers::OtelConfig>, CliError> {
+    let Some(url) = &args.otlp else {
+        return Ok(None);
+    };
+    let endpoint = keel_observers::OtlpEndpoint::parse(url)
+        .map_err(|e| CliError::bad_input(format!("--otlp: {e}")))?;
+    Ok(Some(
+        keel_observers::OtelConfig::new(endpoint).record_content(args.otlp_content),
+    ))
 }
 
 /// What posted bodies become: scenario files, with the operator's
