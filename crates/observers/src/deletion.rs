@@ -221,6 +221,19 @@ pub enum DeleteError {
         /// The actor's length in bytes.
         len: usize,
     },
+    /// The runs were deleted (their tombstones recorded), but the store
+    /// could not reclaim the pages that held them: their bytes may stay
+    /// in the store's files until its next reclaim.
+    #[error(
+        "deleted {} run(s), but their freed pages were not reclaimed: {reason}",
+        deleted.len()
+    )]
+    Reclaim {
+        /// The tombstones of the deleted runs.
+        deleted: Vec<Tombstone>,
+        /// Why the reclaim failed.
+        reason: String,
+    },
     /// The store failed (nothing was deleted: the transaction rolled back).
     #[error("deletion: {0}")]
     Journal(#[from] JournalError),
@@ -234,6 +247,7 @@ impl DeleteError {
             DeleteError::NotFound { .. } => "deletion.not_found",
             DeleteError::Dependents { .. } => "deletion.dependents",
             DeleteError::InvalidWho { .. } => "deletion.who",
+            DeleteError::Reclaim { .. } => "deletion.reclaim",
             DeleteError::Journal(_) => "deletion.store",
         }
     }
