@@ -620,8 +620,14 @@ fn a_link_to_a_deleted_run_is_accepted_only_when_a_tombstone_names_it() {
     let both = || parent_and_child(tool_done("c1", "run_a"), completed());
     let parent_only = || vec![both().remove(0)];
     let child_only = || vec![both().remove(1)];
-    // (row, runs stored, tombstones, the rule broken or the links to deleted runs)
-    let rows: Vec<(&str, Vec<Run>, &[&str], Result<usize, &str>)> = vec![
+    // (row, runs stored, tombstones, the links to deleted runs or the rule broken)
+    type Row = (
+        &'static str,
+        Vec<Run>,
+        &'static [&'static str],
+        Result<usize, &'static str>,
+    );
+    let rows: Vec<Row> = vec![
         ("both stored", both(), &[], Ok(0)),
         ("child deleted", parent_only(), &["run_a"], Ok(1)),
         (
