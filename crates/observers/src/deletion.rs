@@ -182,6 +182,88 @@ impl Tombstone {
     }
 }
 
+/// The longest retention [`OlderThan`] takes: 100 years.
+pub const MAX_OLDER_THAN_MS: u64 = 36_500 * DAY_MS;
+
+const DAY_MS: u64 = 86_400_000;
+
+/// A prune's age bound (`keel prune --older-than 30d`,
+/// `POST /v1/prune?older_than=30d`): digits, then one unit `s`, `m`, `h`
+/// or `d`; from one second to [`MAX_OLDER_THAN_MS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OlderThan {
+    ms: u64,
+}
+
+impl OlderThan {
+    /// Parses `30d`, `12h`, `90m`, `3600s` (rule `prune.older_than`).
+    pub fn parse(text: &str) -> Result<OlderThan, OlderThanError> {
+        let refuse = |detail: &'static str| OlderThanError {
+            detail,
+            shown: shown(text),
+        };
+        let split = text.char_indices().last().map_or(0, |(i, _)| i);
+        let (digits, unit) = text.split_at(split);
+        let unit_ms = match unit {
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => DAY_MS,
+            _ => return Err(refuse("must end in a unit: s, m, h or d")),
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.len() > 12 {
+            return Err(refuse("must be 1 to 12 digits then a unit"));
+        }
+        let count: u64 = digits
+            .parse()
+            .map_err(|_| refuse("must be 1 to 12 digits then a unit"))?;
+        let ms = count.saturating_mul(unit_ms);
+        if ms == 0 {
+            return Err(refuse("must be at least 1s"));
+        }
+        if ms > MAX_OLDER_THAN_MS {
+            return Err(refuse("must be at most 36500d"));
+        }
+        Ok(OlderThan { ms })
+    }
+
+    /// The age, in milliseconds.
+    pub fn millis(self) -> u64 {
+        self.ms
+    }
+
+    /// The prune target for a store whose clock reads `now_ms` (unix ms):
+    /// runs whose last event is before `now_ms - age`.
+    pub fn target(self, now_ms: u64) -> DeletionTarget {
+        DeletionTarget::OlderThan(now_ms.saturating_sub(self.ms))
+    }
+}
+
+/// The input as an error may show it: short plain text as is, anything
+/// else by its length only.
+fn shown(text: &str) -> String {
+    if text.len() <= 16 && text.bytes().all(|b| b.is_ascii_graphic()) {
+        format!("{text:?}")
+    } else {
+        format!("of {} bytes", text.len())
+    }
+}
+
+/// An [`OlderThan`] that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("older_than {shown} {detail} (rule prune.older_than)")]
+pub struct OlderThanError {
+    detail: &'static str,
+    shown: String,
+}
+
+impl OlderThanError {
+    /// The rule broken: `prune.older_than`.
+    pub fn rule(&self) -> &'static str {
+        "prune.older_than"
+    }
+}
+
 /// Why a deletion was refused or failed. Nothing was deleted.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -638,6 +720,42 @@ mod tests {
                 assert!(!e.to_string().contains(&key), "{e}");
             }
         }
+    }
+
+    #[test]
+    fn older_than_takes_a_count_and_a_unit_within_bounds() {
+        for (text, ms) in [
+            ("30d", Some(30 * DAY_MS)),
+            ("12h", Some(12 * 3_600_000)),
+            ("90m", Some(90 * 60_000)),
+            ("1s", Some(1_000)),
+            ("36500d", Some(MAX_OLDER_THAN_MS)),
+            ("36501d", None),
+            ("0s", None),
+            ("0d", None),
+            ("30", None),
+            ("d", None),
+            ("30D", None),
+            ("-3d", None),
+            ("3.5d", None),
+            ("1234567890123s", None),
+            ("30dd", None),
+            ("", None),
+            ("3é", None),
+        ] {
+            let got = OlderThan::parse(text);
+            assert_eq!(
+                got.as_ref().ok().map(|o| o.millis()),
+                ms,
+                "{text:?}: {got:?}"
+            );
+            if let Err(e) = got {
+                assert!(e.to_string().ends_with("(rule prune.older_than)"), "{e}");
+            }
+        }
+        let age = OlderThan::parse("1s").unwrap();
+        assert_eq!(age.target(5_000), DeletionTarget::OlderThan(4_000));
+        assert_eq!(age.target(10), DeletionTarget::OlderThan(0));
     }
 
     #[test]
