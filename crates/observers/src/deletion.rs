@@ -170,6 +170,17 @@ impl Tombstone {
         self.events
     }
 
+    /// Reads back [`to_json`](Self::to_json)'s form (`None` when a member
+    /// is missing or invalid).
+    pub fn from_json(value: &serde_json::Value) -> Option<Tombstone> {
+        Some(Tombstone {
+            run_id: RunId::parse(value["run_id"].as_str()?).ok()?,
+            deleted_ts: value["deleted_ts"].as_u64()?,
+            who: Who::parse(value["who"].as_str()?).ok()?,
+            events: value["events"].as_u64()?,
+        })
+    }
+
     /// `{"run_id", "deleted_ts", "who", "events"}`: the form the CLI
     /// prints and the daemon answers.
     pub fn to_json(&self) -> serde_json::Value {
@@ -316,6 +327,16 @@ pub enum DeleteError {
         /// Why the reclaim failed.
         reason: String,
     },
+    /// A JetStream call failed. The stream has no transaction: the
+    /// tombstones are written first and the named run is purged last, so
+    /// repeating the request finishes a deletion this error interrupted.
+    #[error("deletion on JetStream: {op}: {detail}")]
+    JetStream {
+        /// What was being done.
+        op: &'static str,
+        /// The client's or server's message.
+        detail: String,
+    },
     /// The store failed (nothing was deleted: the transaction rolled back).
     #[error("deletion: {0}")]
     Journal(#[from] JournalError),
@@ -330,7 +351,7 @@ impl DeleteError {
             DeleteError::Dependents { .. } => "deletion.dependents",
             DeleteError::InvalidWho { .. } => "deletion.who",
             DeleteError::Reclaim { .. } => "deletion.reclaim",
-            DeleteError::Journal(_) => "deletion.store",
+            DeleteError::JetStream { .. } | DeleteError::Journal(_) => "deletion.store",
         }
     }
 }
