@@ -247,3 +247,93 @@ async fn the_daemon_deletes_behind_its_token_and_by_the_rules() {
     assert_eq!((status, v.clone()), (200, json!({"deleted": []})), "{v}");
     assert_eq!(authed_status(&c, &d, "run_live").await["status"], "running");
 }
+
+/// Files under `dir` holding `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path)
+                .unwrap_or_default()
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+            {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn with_nats_the_daemon_deletes_from_jetstream_and_its_journal() {
+    if !common::nats::have_nats_server() {
+        return;
+    }
+    let nats = common::nats::NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let d = Serve::new()
+        .db(&db)
+        .args(&["--nats", &nats.url()])
+        .token(Some(TOKEN))
+        .start();
+    // A second gateway, with a journal of its own: it reads runs it does
+    // not have from JetStream.
+    let other = Serve::new()
+        .args(&["--nats", &nats.url()])
+        .token(Some(TOKEN))
+        .start();
+    let c = common::daemon::client_builder()
+        .default_headers({
+            let mut h = reqwest::header::HeaderMap::new();
+            h.insert("content-type", "application/json".parse().unwrap());
+            h.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+            h
+        })
+        .build()
+        .unwrap();
+    for run in ["run_n1", "run_n2"] {
+        let (status, v) = send(
+            &c,
+            &d,
+            reqwest::Method::POST,
+            "/v1/runs",
+            Some(scenario(run, false)),
+        )
+        .await;
+        assert_eq!(status, 201, "{v}");
+        wait_status(&c, &d, run, "completed").await;
+    }
+    for run in ["run_n1", "run_n2"] {
+        assert!(!files_holding(nats.dir(), &marker(run)).is_empty(), "{run}");
+        let r = c
+            .get(other.url(&format!("/v1/runs/{run}/events")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{run}");
+    }
+    let (status, v) = delete(&c, &d, "/v1/runs/run_n1").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["deleted"][0]["run_id"], "run_n1", "{v}");
+    assert!(files_holding(nats.dir(), &marker("run_n1")).is_empty());
+    assert!(holding(&db, &marker("run_n1")).is_empty());
+    assert!(!files_holding(nats.dir(), &marker("run_n2")).is_empty());
+    let r = c
+        .get(other.url("/v1/runs/run_n1/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = c
+        .get(other.url("/v1/runs/run_n2/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}

@@ -12,7 +12,9 @@
 //! are the store's (`keel_observers::deletion`): a running run or one
 //! another run continues or forks from is a 409 `deletion-refused`
 //! problem naming the rule (and the dependents); a run live in this
-//! daemon is refused before the store is asked. Deletions take the
+//! daemon is refused before the store is asked. With `--nats` the runs
+//! are deleted from JetStream first, then from this host's journal.
+//! Deletions take the
 //! admission lock, so no run of this daemon is admitted (a continuation
 //! or fork reading the history of a run being deleted) meanwhile.
 
@@ -144,14 +146,28 @@ async fn execute(daemon: &Daemon, request: DeletionRequest) -> Result<Response, 
     {
         return Err(refused(&DeleteError::Live { run_id: id.clone() }));
     }
+    // With `--nats`, JetStream is the history every host reads: it is
+    // deleted there first (a refusal there deletes nothing anywhere), then
+    // from this host's copy, which may not hold the runs at all.
+    let shared = match &daemon.nats {
+        Some(stream) => Some(
+            stream
+                .delete_runs(&request)
+                .await
+                .map_err(|e| refused(&e))?,
+        ),
+        None => None,
+    };
     let journal = Arc::clone(&daemon.journal);
-    let deleted = tokio::task::spawn_blocking(move || journal.delete_runs(&request))
+    let local = tokio::task::spawn_blocking(move || journal.delete_runs(&request))
         .await
         .map_err(Problem::journal)?;
-    match deleted {
-        Ok(tombstones) => Ok(json_response(StatusCode::OK, &answer(&tombstones))),
-        Err(e) => Err(refused(&e)),
-    }
+    let tombstones = match (shared, local) {
+        (Some(shared), Ok(_) | Err(DeleteError::NotFound { .. })) => shared,
+        (_, Err(e)) => return Err(refused(&e)),
+        (None, Ok(local)) => local,
+    };
+    Ok(json_response(StatusCode::OK, &answer(&tombstones)))
 }
 
 /// `{"deleted": [tombstone…]}`.
