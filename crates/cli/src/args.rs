@@ -70,6 +70,10 @@ pub struct DeleteArgs {
     /// credential); default `cli:$USER`.
     #[arg(long, value_name = "WHO")]
     pub who: Option<String>,
+    /// Also delete from NATS JetStream at URL (the stream every `--nats`
+    /// host reads), before the journal; the journal need not hold the runs.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
     /// The journal.
     #[command(flatten)]
     pub db: DbArgs,
@@ -84,6 +88,10 @@ pub struct PruneArgs {
     /// Who prunes, as the tombstones record it; default `cli:$USER`.
     #[arg(long, value_name = "WHO")]
     pub who: Option<String>,
+    /// Also delete from NATS JetStream at URL (the stream every `--nats`
+    /// host reads), before the journal; the journal need not hold the runs.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
     /// The journal.
     #[command(flatten)]
     pub db: DbArgs,

@@ -29,7 +29,8 @@ pub fn delete(args: DeleteArgs) -> Result<i32, CliError> {
         DeletionTarget::Run(run_id)
     };
     let who = who(args.who.as_deref())?;
-    execute(&args.db, &DeletionRequest::new(target, who), "delete")
+    let request = DeletionRequest::new(target, who);
+    execute(&args.db, args.nats.as_deref(), &request, "delete")
 }
 
 /// `keel prune --older-than DURATION [--who WHO] [--db PATH]`.
@@ -38,7 +39,7 @@ pub fn prune(args: PruneArgs) -> Result<i32, CliError> {
         .map_err(|e| CliError::bad_input(format!("prune: {e}")))?;
     let who = who(args.who.as_deref())?;
     let request = DeletionRequest::new(age.target(now_ms()), who);
-    execute(&args.db, &request, "prune")
+    execute(&args.db, args.nats.as_deref(), &request, "prune")
 }
 
 /// `--who`, or `cli:$USER` (`cli` when `USER` is unset).
@@ -57,19 +58,56 @@ fn who(given: Option<&str>) -> Result<Who, CliError> {
     Who::parse(text).map_err(|e| CliError::bad_input(format!("--who: {e}")))
 }
 
-fn execute(db: &DbArgs, request: &DeletionRequest, command: &str) -> Result<i32, CliError> {
+fn execute(
+    db: &DbArgs,
+    nats: Option<&str>,
+    request: &DeletionRequest,
+    command: &str,
+) -> Result<i32, CliError> {
     // Refuse a missing, newer or foreign store without creating anything,
     // as the read commands do (exit 2).
     drop(JournalReader::open(&db.db)?);
+    let shared = match nats {
+        Some(url) => Some(delete_on_jetstream(url, request, command)?),
+        None => None,
+    };
     let journal = SqliteJournal::open(&db.db, JournalConfig::default())?;
-    let result = journal.delete_runs(request);
+    let local = journal.delete_runs(request);
     journal.close()?;
-    let tombstones = result.map_err(|e| refusal(e, command))?;
+    // With `--nats` the stream's tombstones are the answer; the journal,
+    // this host's copy, may not hold the runs.
+    let tombstones = match (shared, local) {
+        (Some(shared), Ok(_) | Err(DeleteError::NotFound { .. })) => shared,
+        (_, Err(e)) => return Err(refusal(e, command)),
+        (None, Ok(local)) => local,
+    };
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     print(&mut out, &tombstones, command, db).map_err(write_error)?;
     out.flush().map_err(write_error)?;
     Ok(EXIT_OK)
+}
+
+/// Deletes on JetStream at `url` first: a refusal there deletes nothing
+/// anywhere.
+fn delete_on_jetstream(
+    url: &str,
+    request: &DeletionRequest,
+    command: &str,
+) -> Result<Vec<Tombstone>, CliError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::failure(format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(async {
+        let handle = keel_serve::nats_connect::connect(url)
+            .await
+            .map_err(|e| CliError::bad_input(e.to_string()))?;
+        handle
+            .delete_runs(request)
+            .await
+            .map_err(|e| refusal(e, command))
+    })
 }
 
 /// `deleted  RUN_ID  N events` per tombstone, then
