@@ -39,7 +39,7 @@
 //!   look like a credential (keel-stream's secret screening).
 
 use crate::RunStatus;
-use crate::journal::JournalError;
+use crate::journal_error::JournalError;
 use keel_message::RunId;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -116,6 +116,8 @@ pub mod deletion;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod journal;
 #[cfg(feature = "sqlite")]
+mod journal_error;
+#[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use journal::{
     JournalConfig, JournalError, JournalReader, JournalStats, ListedRun, PAGE_BYTES, RecoveredRun,
