@@ -47,6 +47,54 @@ pub enum Command {
     /// effect, nothing stored), and compare the logs: prints `identical`
     /// (exit 0) or the first diverging seq with both lines (exit 1).
     Replay(ReplayArgs),
+    /// Delete a stored run and its sub-runs (or, with --conversation, its
+    /// whole conversation), leaving a tombstone each; a running run, or
+    /// one another run continues or forks from, is refused.
+    Delete(DeleteArgs),
+    /// Delete every closed run tree whose last event is older than
+    /// --older-than (kept when a newer run continues or forks from it).
+    Prune(PruneArgs),
+}
+
+/// `keel delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The run to delete.
+    #[arg(value_name = "RUN_ID")]
+    pub run_id: String,
+    /// Delete the whole conversation RUN_ID belongs to: every run of its
+    /// `continues` chain, with their sub-runs.
+    #[arg(long)]
+    pub conversation: bool,
+    /// Who deletes, as the tombstones record it (at most 256 bytes, no
+    /// credential); default `cli:$USER`.
+    #[arg(long, value_name = "WHO")]
+    pub who: Option<String>,
+    /// Also delete from NATS JetStream at URL (the stream every `--nats`
+    /// host reads), before the journal; the journal need not hold the runs.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// The journal.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
+/// `keel prune`.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// The age: digits and a unit, s, m, h or d (`30d`).
+    #[arg(long, value_name = "DURATION")]
+    pub older_than: String,
+    /// Who prunes, as the tombstones record it; default `cli:$USER`.
+    #[arg(long, value_name = "WHO")]
+    pub who: Option<String>,
+    /// Also delete from NATS JetStream at URL (the stream every `--nats`
+    /// host reads), before the journal; the journal need not hold the runs.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// The journal.
+    #[command(flatten)]
+    pub db: DbArgs,
 }
 
 /// `keel replay`.

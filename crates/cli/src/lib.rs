@@ -65,6 +65,8 @@ pub fn main() -> i32 {
         args::Command::Import(a) => commands::transfer::import(a),
         args::Command::Serve(a) => commands::serve::serve(a),
         args::Command::Replay(a) => commands::replay::replay(a),
+        args::Command::Delete(a) => commands::delete::delete(a),
+        args::Command::Prune(a) => commands::delete::prune(a),
     };
     match result {
         Ok(code) => code,

@@ -87,7 +87,7 @@
 //! under paused time use `keel_testkit::MemoryJournal`, which has the same
 //! storage rules and answers at once.
 //!
-//! # Tables (schema version 3)
+//! # Tables (schema version 5)
 //!
 //! ```sql
 //! CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
@@ -102,15 +102,27 @@
 //!     PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
 //! -- only running runs: set by a claim or `run.started`, removed by the run terminal
 //! CREATE TABLE owners (run_id TEXT PRIMARY KEY, host TEXT NOT NULL) WITHOUT ROWID;
+//! -- version 4: runs.conversation and the listing indexes (see listing.rs)
+//! -- version 5: what is left of a deleted run (see delete.rs)
+//! CREATE TABLE tombstones (run_id TEXT PRIMARY KEY, deleted_ts INTEGER NOT NULL,
+//!     who TEXT NOT NULL, events INTEGER NOT NULL) WITHOUT ROWID;
 //! ```
 //!
 //! `line` holds the canonical line byte for byte; `kind` and `ts` are
 //! copies for queries. `runs` is updated in the same transaction as the
 //! events, so `runs.last_seq` always equals the greatest stored seq and
 //! the totals always equal what the stored events add up to. A version 1
-//! or 2 store is migrated in place, in one transaction (version 3 sums the
-//! stored events once); readers read versions 1 to 3; an older binary
+//! to 4 store is migrated in place, in one transaction (version 3 sums the
+//! stored events once); readers read versions 1 to 5; an older binary
 //! refuses a newer version.
+//!
+//! # Deletion
+//!
+//! [`SqliteJournal::delete_runs`] removes the runs a
+//! [`DeletionRequest`](crate::deletion::DeletionRequest) covers in one
+//! transaction, leaves a tombstone for each, and reclaims the freed pages
+//! (`secure_delete`, `VACUUM`, `wal_checkpoint(TRUNCATE)`), so none of a
+//! deleted run's bytes stays in the database or its side files.
 //!
 //! # Ownership and recovery
 //!
@@ -161,6 +173,7 @@
 //! ```
 
 mod claim;
+mod delete;
 mod hosts;
 mod listing;
 mod reader;
@@ -172,6 +185,7 @@ mod writer;
 /// The run status lives beside [`RunHistory`](crate::RunHistory) (it
 /// needs no SQLite); named here as before.
 pub use crate::history::RunStatus;
+pub use crate::journal_error::JournalError;
 pub use claim::RunClaim;
 pub use listing::{ListedRun, RunsCursor, RunsPage, RunsQuery};
 pub use reader::{JournalReader, PAGE_BYTES, RunSummary, RunTotals, is_last_page, page_end};
@@ -240,108 +254,6 @@ impl Default for JournalConfig {
             busy_timeout: Duration::from_secs(5),
         }
     }
-}
-
-/// Why a journal could not be opened, read or closed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum JournalError {
-    /// The database records a schema version newer than this build's. The
-    /// file was not modified.
-    #[error(
-        "journal {path:?} has schema version {found}, newer than the {supported} this build supports; the file was left untouched"
-    )]
-    NewerSchema {
-        /// The database.
-        path: PathBuf,
-        /// The version in the file.
-        found: u32,
-        /// [`SCHEMA_VERSION`].
-        supported: u32,
-    },
-    /// No journal at the path (no file, or a database with no tables).
-    #[error("no Keel journal at {path:?}")]
-    NotFound {
-        /// The path.
-        path: PathBuf,
-    },
-    /// A SQLite database with tables but no `keel_schema`: someone else's
-    /// database. It was not modified.
-    #[error("{path:?} is a SQLite database but not a Keel journal (no keel_schema table)")]
-    NotAJournal {
-        /// The database.
-        path: PathBuf,
-    },
-    /// The Keel schema is damaged (a missing table, a bad version row).
-    #[error("journal {path:?}: invalid schema: {detail}")]
-    InvalidSchema {
-        /// The database.
-        path: PathBuf,
-        /// What is wrong.
-        detail: String,
-    },
-    /// A stored value is out of range (a negative seq, an unknown status).
-    #[error("journal {path:?}: corrupt row: {detail}")]
-    Corrupt {
-        /// The database.
-        path: PathBuf,
-        /// What is wrong.
-        detail: String,
-    },
-    /// SQLite would not switch the database to WAL mode (for example on a
-    /// file system without shared memory).
-    #[error("journal {path:?}: journal_mode is {mode}, WAL is required")]
-    WalUnavailable {
-        /// The database.
-        path: PathBuf,
-        /// The mode SQLite kept.
-        mode: String,
-    },
-    /// A setting out of range.
-    #[error("journal config: {field} {detail}")]
-    Config {
-        /// The field.
-        field: &'static str,
-        /// The rule.
-        detail: &'static str,
-    },
-    /// The file exists but is not a SQLite database (SQLite's
-    /// `SQLITE_NOTADB`): bad input, like [`JournalError::NotAJournal`]. It
-    /// was not modified.
-    #[error("{path:?} is not a SQLite database (rule journal.sqlite_file), so not a Keel journal")]
-    NotSqlite {
-        /// The path.
-        path: PathBuf,
-    },
-    /// A SQLite call failed.
-    #[error("journal {path:?}: {op}: {source}")]
-    Sqlite {
-        /// The database.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// SQLite's error.
-        #[source]
-        source: rusqlite::Error,
-    },
-    /// A file system call failed.
-    #[error("journal {path:?}: {op}: {source}")]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The writer thread could not be started.
-    #[error("journal: cannot start the writer thread: {0}")]
-    Spawn(#[source] std::io::Error),
-    /// The writer thread panicked; events it had not acknowledged were
-    /// answered with [`ObserverError::Closed`].
-    #[error("journal: the writer thread panicked")]
-    WriterPanicked,
 }
 
 /// Counters of a journal's writer, for monitoring and benchmarks.

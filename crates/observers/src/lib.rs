@@ -16,7 +16,10 @@
 //! - the stores and bridges that implement the contracts, each behind a
 //!   feature (table below): the SQLite journal ([`SqliteJournal`] and its
 //!   reader and recovery), the `tracing` bridge (`TracingObserver`) and
-//!   NATS JetStream (`JetStreamObserver`, remote subscription, recovery).
+//!   NATS JetStream (`JetStreamObserver`, remote subscription, recovery);
+//! - deletion and retention (`deletion`, feature `sqlite`): the request,
+//!   the rules and the planning every durable store deletes by, and the
+//!   tombstones deleted runs leave.
 //!
 //! What it is not: it does not run agents or decide what to commit (that
 //! is `keel-engine`), and it does not define events (that is
@@ -115,7 +118,12 @@ pub use window::{Admission, Settled, Take, WindowCore, WindowError};
 pub mod conversation;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub mod deletion;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod journal;
+#[cfg(feature = "sqlite")]
+mod journal_error;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use journal::{

@@ -458,7 +458,7 @@ pub fn cors_layer(policy: &CrossSitePolicy, token: bool) -> Option<CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(origins))
-            .allow_methods([Method::GET, Method::POST])
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
             .allow_headers(allowed)
             .expose_headers([
                 header::LOCATION,

@@ -80,6 +80,7 @@ mod chat_start;
 pub mod config;
 mod conn;
 pub mod cross_site;
+pub mod delete;
 pub mod error;
 pub mod events;
 mod events_tree;
@@ -221,7 +222,11 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         || axum::middleware::from_fn_with_state(Arc::clone(&caps), stream_caps::limit_streams);
     let api = Router::new()
         .route("/v1/runs", post(runs::create_run).get(runs::list_runs))
-        .route("/v1/runs/{id}", get(runs::run_status))
+        .route(
+            "/v1/runs/{id}",
+            get(runs::run_status).delete(delete::delete_run),
+        )
+        .route("/v1/prune", post(delete::prune))
         .route(
             "/v1/runs/{id}/events",
             get(run_events).route_layer(capped()),

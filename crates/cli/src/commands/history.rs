@@ -287,6 +287,11 @@ pub fn verify(args: DbArgs) -> Result<i32, CliError> {
         }
         push_links(&mut links, &lines);
     }
+    // A link to a deleted run is accepted when its tombstone names it.
+    let tombstones = reader.tombstones()?;
+    for t in &tombstones {
+        links.tombstone(t.run_id().clone());
+    }
     let report = match links.finish() {
         Ok(report) => report,
         Err(v) => {
@@ -297,9 +302,10 @@ pub fn verify(args: DbArgs) -> Result<i32, CliError> {
     };
     writeln!(
         out,
-        "verify: {} run(s): {ok} ok, {incomplete} incomplete, 0 violations{} ({})",
+        "verify: {} run(s): {ok} ok, {incomplete} incomplete, 0 violations{}{} ({})",
         runs.len(),
         link_summary(&report),
+        deleted_summary(tombstones.len(), &report),
         args.db.display()
     )
     .map_err(write_error)?;
@@ -314,6 +320,16 @@ fn push_links(links: &mut LinkCheck, lines: &[String]) {
         if let Ok(event) = Event::decode(line) {
             links.push(&event);
         }
+    }
+}
+
+/// `, N tombstone(s) (M link(s) to deleted runs)`, or nothing for a store
+/// where nothing was deleted (its summary stays as it was).
+fn deleted_summary(tombstones: usize, report: &LinkReport) -> String {
+    match (tombstones, report.to_deleted()) {
+        (0, 0) => String::new(),
+        (t, 0) => format!(", {t} tombstone(s)"),
+        (t, links) => format!(", {t} tombstone(s) ({links} link(s) to deleted runs)"),
     }
 }
 

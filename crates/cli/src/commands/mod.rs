@@ -1,5 +1,6 @@
 //! One module per group of subcommands.
 
+pub mod delete;
 pub mod history;
 pub mod recover;
 pub mod replay;

@@ -80,6 +80,11 @@ impl NatsServer {
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
+
+    /// The server's storage directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
 }
 
 impl Drop for NatsServer {

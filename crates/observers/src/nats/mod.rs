@@ -9,7 +9,8 @@
 //! ([`RemoteSubscription`]), `ownership` (host heartbeats and run owners:
 //! [`Ownership`], [`HostHeartbeat`]), `recovery` ([`JetStreamRecovery`])
 //! and `recovery_error` ([`JetStreamRecoveryError`], shared by ownership
-//! and recovery).
+//! and recovery), and `delete` (deletion: `JetStreamHandle::delete_runs`,
+//! with feature `sqlite`, whose deletion types it shares).
 //!
 //! # Layout
 //!
@@ -149,6 +150,8 @@
 //! [`RequiredObserver`]: crate::RequiredObserver
 //! [`RunLog`]: keel_eventlog::RunLog
 
+#[cfg(feature = "sqlite")]
+mod delete;
 mod handle;
 mod observer;
 mod ownership;
@@ -156,6 +159,8 @@ mod recovery;
 mod recovery_error;
 mod subscription;
 
+#[cfg(feature = "sqlite")]
+pub use delete::TOMBSTONES_BUCKET;
 pub use handle::{
     DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, JetStreamConfig, JetStreamError, JetStreamHandle,
 };

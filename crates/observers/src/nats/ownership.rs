@@ -33,13 +33,13 @@ fn host_key(id: &str) -> String {
 /// `.` and `:` (a token separator and a character KV keys refuse)
 /// escaped as `=2e` and `=3a`; `=` never occurs in a run id or a subject
 /// prefix this crate builds.
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     text.replace('.', "=2e").replace(':', "=3a")
 }
 
 /// The owners key of a run: `<subject prefix>.<run id>`, both escaped, so
 /// streams with different prefixes do not share records.
-fn owner_key(prefix: &str, run_id: &RunId) -> String {
+pub(super) fn owner_key(prefix: &str, run_id: &RunId) -> String {
     format!("{}.{}", escape(prefix), escape(run_id.as_str()))
 }
 
@@ -78,7 +78,7 @@ impl std::fmt::Debug for Ownership {
 /// value per key, rollups allowed, direct get), without the account query
 /// the client's own `create_key_value` sends first, which nats-server 2.9
 /// answers in a shape this client does not parse.
-async fn bucket(
+pub(super) async fn bucket(
     context: &jetstream::Context,
     name: &str,
     max_age: Duration,
