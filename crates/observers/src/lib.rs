@@ -15,7 +15,8 @@
 //!   the real code;
 //! - the stores and bridges that implement the contracts, each behind a
 //!   feature (table below): the SQLite journal ([`SqliteJournal`] and its
-//!   reader and recovery), the `tracing` bridge (`TracingObserver`) and
+//!   reader and recovery), behind one type for any durable store
+//!   ([`Store`], [`StoreReader`], [`StoreLocation`]), the `tracing` bridge (`TracingObserver`) and
 //!   NATS JetStream (`JetStreamObserver`, remote subscription, recovery).
 //!
 //! What it is not: it does not run agents or decide what to commit (that
@@ -119,6 +120,13 @@ pub use journal::{
     RecoveryReport, RunClaim, RunSummary, RunTotals, RunsCursor, RunsPage, RunsQuery, SkipReason,
     SkippedRun, SqliteJournal, Synchronous, is_last_page,
 };
+
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub mod store;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use store::{Store, StoreLocation, StoreLocationError, StoreReader, StoreReads};
 
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]

@@ -1,0 +1,520 @@
+//! One type for "the durable store", whichever it is: [`StoreLocation`]
+//! (where it is, parsed from `--db` or `KEEL_DB`), [`Store`] (the required
+//! observer that journals runs, owns them and recovers abandoned ones) and
+//! [`StoreReader`] (its read side, a [`RunHistory`]). The daemon and the
+//! CLI hold these, so they run on any store this build has.
+//!
+//! Today the one durable store is SQLite ([`SqliteJournal`],
+//! [`JournalReader`]). Each store is one arm of each enum, and every
+//! method is a `match` with one arm per store that forwards to the
+//! store's own method of the same name and signature: a store that keeps
+//! that contract (the PostgreSQL journal, feature `postgres`) is added by
+//! adding its arms.
+//!
+//! A location is a URL only when it starts with a scheme and `://`:
+//! `postgres://` and `postgresql://` (any case) name PostgreSQL, and any
+//! other scheme is refused ([`StoreLocationError::UnknownScheme`], naming
+//! the scheme only: a mistyped URL is never taken for a file name, which
+//! errors would then print with its password). Anything else (a
+//! one-letter "scheme" is a Windows drive) is a SQLite path. A location's `Display` and `Debug` never show a password.
+
+use crate::history::{RunHistory, RunHistoryError, StoredRun};
+use crate::journal::{
+    JournalConfig, JournalError, JournalReader, JournalStats, RecoveryReport, RunClaim, RunStatus,
+    RunSummary, RunTotals, RunsPage, RunsQuery, SqliteJournal,
+};
+use crate::observer::{ObserveBatchFuture, ObserveFuture, RequiredObserver};
+use keel_eventlog::Event;
+use keel_message::RunId;
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The URL schemes that name a PostgreSQL store (compared ignoring case).
+pub const POSTGRES_SCHEMES: [&str; 2] = ["postgres", "postgresql"];
+
+/// Where a durable store is.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreLocation {
+    /// A SQLite journal file.
+    Sqlite(PathBuf),
+}
+
+/// Why a store location was refused. Never holds the location's text
+/// (it may carry a password).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreLocationError {
+    /// The location is empty.
+    #[error("the store location is empty (rule store.location)")]
+    Empty,
+    /// A `postgres://` location in a build without the PostgreSQL store.
+    #[error(
+        "a PostgreSQL store (postgres://…) needs keel built with the feature `postgres` (rule store.postgres_feature)"
+    )]
+    PostgresNotBuilt,
+    /// A URL whose scheme names no store this build knows.
+    #[error(
+        "unknown store scheme {scheme:?}: a store is a SQLite path or a postgres:// URL (rule store.scheme)"
+    )]
+    UnknownScheme {
+        /// The scheme, before `://` (at most 32 characters shown).
+        scheme: String,
+    },
+}
+
+impl StoreLocation {
+    /// Parses `text`: a `postgres://` or `postgresql://` URL is PostgreSQL,
+    /// another `scheme://` is refused, anything else is a SQLite path.
+    pub fn parse(text: &str) -> Result<StoreLocation, StoreLocationError> {
+        if text.is_empty() {
+            return Err(StoreLocationError::Empty);
+        }
+        match url_scheme(text) {
+            None => Ok(StoreLocation::Sqlite(PathBuf::from(text))),
+            Some(scheme)
+                if POSTGRES_SCHEMES
+                    .iter()
+                    .any(|s| s.eq_ignore_ascii_case(scheme)) =>
+            {
+                Err(StoreLocationError::PostgresNotBuilt)
+            }
+            Some(scheme) => Err(StoreLocationError::UnknownScheme {
+                scheme: scheme.chars().take(32).collect(),
+            }),
+        }
+    }
+
+    /// The SQLite file, for a SQLite store.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        match self {
+            StoreLocation::Sqlite(path) => Some(path),
+        }
+    }
+
+    /// Whether a journal may already be there to read (a SQLite file that
+    /// exists; a server is always asked).
+    pub fn may_exist(&self) -> bool {
+        match self {
+            StoreLocation::Sqlite(path) => path.exists(),
+        }
+    }
+}
+
+/// The scheme of `text` when it starts with one followed by `://`
+/// (RFC 3986: a letter, then letters, digits, `+`, `-`, `.`).
+fn url_scheme(text: &str) -> Option<&str> {
+    let (scheme, _) = text.split_once("://")?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    // One letter is a Windows drive (`C://dir`), not a scheme.
+    let valid = scheme.len() > 1
+        && first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some(scheme)
+}
+
+impl std::str::FromStr for StoreLocation {
+    type Err = StoreLocationError;
+    fn from_str(text: &str) -> Result<StoreLocation, StoreLocationError> {
+        StoreLocation::parse(text)
+    }
+}
+
+/// A path is a SQLite location (whatever it reads like).
+impl From<PathBuf> for StoreLocation {
+    fn from(path: PathBuf) -> StoreLocation {
+        StoreLocation::Sqlite(path)
+    }
+}
+
+/// A path is a SQLite location (whatever it reads like).
+impl From<&Path> for StoreLocation {
+    fn from(path: &Path) -> StoreLocation {
+        StoreLocation::Sqlite(path.to_path_buf())
+    }
+}
+
+/// The path, or the URL without its password.
+impl fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreLocation::Sqlite(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// As `Display`, tagged with the store.
+impl fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreLocation::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
+        }
+    }
+}
+
+/// A durable store, open for writing: a [`RequiredObserver`] with
+/// ownership of runs and recovery. See [`SqliteJournal`] for the contract
+/// every store keeps.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Store {
+    /// The SQLite journal.
+    Sqlite(SqliteJournal),
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `location`. Blocking; from
+    /// async code, call it on a blocking thread.
+    pub fn open(location: &StoreLocation, config: JournalConfig) -> Result<Store, JournalError> {
+        match location {
+            StoreLocation::Sqlite(path) => SqliteJournal::open(path, config).map(Store::Sqlite),
+        }
+    }
+
+    /// Where the store is.
+    pub fn location(&self) -> StoreLocation {
+        match self {
+            Store::Sqlite(journal) => StoreLocation::Sqlite(journal.path().to_path_buf()),
+        }
+    }
+
+    /// This host's id: what the store records as the owner of the runs it
+    /// starts.
+    pub fn host_id(&self) -> &str {
+        match self {
+            Store::Sqlite(journal) => journal.host_id(),
+        }
+    }
+
+    /// A reader of the same store, with its own connection.
+    pub fn reader(&self) -> Result<StoreReader, JournalError> {
+        match self {
+            Store::Sqlite(journal) => journal.reader().map(StoreReader::Sqlite),
+        }
+    }
+
+    /// The writer's counters.
+    pub fn stats(&self) -> JournalStats {
+        match self {
+            Store::Sqlite(journal) => journal.stats(),
+        }
+    }
+
+    /// Claims `run_id` for this host ([`SqliteJournal::claim_run`]).
+    pub fn claim_run(&self, run_id: &str) -> Result<RunClaim, JournalError> {
+        match self {
+            Store::Sqlite(journal) => journal.claim_run(run_id),
+        }
+    }
+
+    /// Removes this host's claim on a run that never started
+    /// ([`SqliteJournal::release_claim`]).
+    pub fn release_claim(&self, run_id: &str) -> Result<bool, JournalError> {
+        match self {
+            Store::Sqlite(journal) => journal.release_claim(run_id),
+        }
+    }
+
+    /// Closes the runs dead hosts left running
+    /// ([`SqliteJournal::recover_abandoned`]).
+    pub fn recover_abandoned(&self) -> Result<RecoveryReport, JournalError> {
+        match self {
+            Store::Sqlite(journal) => journal.recover_abandoned(),
+        }
+    }
+
+    /// Commits what is queued and closes the store
+    /// ([`SqliteJournal::close`]).
+    pub fn close(self) -> Result<(), JournalError> {
+        match self {
+            Store::Sqlite(journal) => journal.close(),
+        }
+    }
+}
+
+impl From<SqliteJournal> for Store {
+    fn from(journal: SqliteJournal) -> Store {
+        Store::Sqlite(journal)
+    }
+}
+
+/// The store's own contract ([`SqliteJournal`]'s module documentation).
+impl RequiredObserver for Store {
+    fn name(&self) -> &str {
+        match self {
+            Store::Sqlite(journal) => journal.name(),
+        }
+    }
+
+    fn observe<'a>(&'a self, event: &'a Arc<Event>) -> ObserveFuture<'a> {
+        match self {
+            Store::Sqlite(journal) => journal.observe(event),
+        }
+    }
+
+    fn observe_batch<'a>(&'a self, events: &'a [Arc<Event>]) -> ObserveBatchFuture<'a> {
+        match self {
+            Store::Sqlite(journal) => journal.observe_batch(events),
+        }
+    }
+}
+
+/// A durable store's read side: the [`JournalReader`] methods, on any
+/// store.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StoreReader {
+    /// A SQLite journal's reader.
+    Sqlite(JournalReader),
+}
+
+impl StoreReader {
+    /// Opens the store at `location` for reading; a store that holds no
+    /// journal is [`JournalError::NotFound`] (nothing is created).
+    pub fn open(location: &StoreLocation) -> Result<StoreReader, JournalError> {
+        match location {
+            StoreLocation::Sqlite(path) => JournalReader::open(path).map(StoreReader::Sqlite),
+        }
+    }
+
+    /// Where the store is.
+    pub fn location(&self) -> StoreLocation {
+        match self {
+            StoreReader::Sqlite(reader) => StoreLocation::Sqlite(reader.path().to_path_buf()),
+        }
+    }
+
+    /// Every run, oldest first ([`JournalReader::runs`]).
+    pub fn runs(&self) -> Result<Vec<RunSummary>, JournalError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.runs(),
+        }
+    }
+
+    /// Turns and token usage of every run ([`JournalReader::totals`]).
+    pub fn totals(&self) -> Result<HashMap<String, RunTotals>, JournalError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.totals(),
+        }
+    }
+
+    /// The totals summed from the stored events
+    /// ([`JournalReader::summed_totals`]).
+    pub fn summed_totals(&self) -> Result<HashMap<String, RunTotals>, JournalError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.summed_totals(),
+        }
+    }
+
+    /// One run's summary ([`JournalReader::run_status`]).
+    pub fn run_status(&self, run_id: &str) -> Result<Option<RunSummary>, JournalError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.run_status(run_id),
+        }
+    }
+
+    /// The numbered run with the greatest number
+    /// ([`JournalReader::last_numbered_run`]).
+    pub fn last_numbered_run(
+        &self,
+        prefix: &str,
+        status: Option<RunStatus>,
+    ) -> Result<Option<RunSummary>, JournalError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.last_numbered_run(prefix, status),
+        }
+    }
+
+    /// A page of a run's lines ([`JournalReader::events_after`]).
+    pub fn events_after(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, JournalError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.events_after(run_id, after, limit),
+        }
+    }
+
+    /// Every line of a run after `after` ([`JournalReader::all_lines_after`]).
+    pub fn all_lines_after(&self, run_id: &str, after: u64) -> Result<Vec<String>, JournalError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.all_lines_after(run_id, after),
+        }
+    }
+
+    /// A page of a run's lines within a byte budget
+    /// ([`JournalReader::events_within`]).
+    pub fn events_within(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, JournalError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.events_within(run_id, after, limit, max_bytes),
+        }
+    }
+
+    /// A page of the run list ([`JournalReader::runs_page`]).
+    pub fn runs_page(&self, query: &RunsQuery) -> Result<RunsPage, JournalError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.runs_page(query),
+        }
+    }
+}
+
+impl From<JournalReader> for StoreReader {
+    fn from(reader: JournalReader) -> StoreReader {
+        StoreReader::Sqlite(reader)
+    }
+}
+
+/// The store's history ([`JournalReader`]'s `RunHistory`).
+impl RunHistory for StoreReader {
+    fn name(&self) -> &str {
+        match self {
+            StoreReader::Sqlite(reader) => RunHistory::name(reader),
+        }
+    }
+
+    fn stored(&self, run_id: &RunId) -> Result<Option<StoredRun>, RunHistoryError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.stored(run_id),
+        }
+    }
+
+    fn read_after(
+        &self,
+        run_id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Arc<Event>>, RunHistoryError> {
+        match self {
+            StoreReader::Sqlite(reader) => reader.read_after(run_id, after, limit),
+        }
+    }
+}
+
+/// The reads the conversation functions ([`crate::conversation`]) make,
+/// so they take a [`StoreReader`] or a store's own reader alike.
+pub trait StoreReads {
+    /// One run's summary, or `None` when nothing of it is stored.
+    fn run_status(&self, run_id: &str) -> Result<Option<RunSummary>, JournalError>;
+    /// Up to `limit` lines of `run_id` after seq `after`, in order.
+    fn events_after(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, JournalError>;
+    /// Every run, oldest first.
+    fn runs(&self) -> Result<Vec<RunSummary>, JournalError>;
+}
+
+impl StoreReads for JournalReader {
+    fn run_status(&self, run_id: &str) -> Result<Option<RunSummary>, JournalError> {
+        JournalReader::run_status(self, run_id)
+    }
+    fn events_after(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, JournalError> {
+        JournalReader::events_after(self, run_id, after, limit)
+    }
+    fn runs(&self) -> Result<Vec<RunSummary>, JournalError> {
+        JournalReader::runs(self)
+    }
+}
+
+impl StoreReads for StoreReader {
+    fn run_status(&self, run_id: &str) -> Result<Option<RunSummary>, JournalError> {
+        StoreReader::run_status(self, run_id)
+    }
+    fn events_after(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, JournalError> {
+        StoreReader::events_after(self, run_id, after, limit)
+    }
+    fn runs(&self) -> Result<Vec<RunSummary>, JournalError> {
+        StoreReader::runs(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    /// What `text` parses to: `Ok(path)` for SQLite, or the error.
+    fn check(text: &str, expected: Result<&str, StoreLocationError>) {
+        let parsed = StoreLocation::parse(text);
+        let got = parsed
+            .as_ref()
+            .map(|l| l.sqlite_path().unwrap().to_str().unwrap());
+        assert_eq!(got, expected.as_ref().map(|p| *p), "{text:?}");
+        if let Err(e) = parsed {
+            // The refusal never echoes the location (a password).
+            assert!(!e.to_string().contains("secret"), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn locations_parse_by_scheme() {
+        use StoreLocationError::*;
+        let unknown = |s: &str| UnknownScheme {
+            scheme: s.to_owned(),
+        };
+        let cases: &[(&str, Result<&str, StoreLocationError>)] = &[
+            ("keel.db", Ok("keel.db")),
+            ("/var/lib/keel/keel.db", Ok("/var/lib/keel/keel.db")),
+            ("./runs/keel.db", Ok("./runs/keel.db")),
+            ("postgres.db", Ok("postgres.db")),
+            ("postgres:/x", Ok("postgres:/x")),
+            ("dir/postgres://x", Ok("dir/postgres://x")),
+            ("1pg://x", Ok("1pg://x")),
+            ("://x", Ok("://x")),
+            ("C://keel.db", Ok("C://keel.db")),
+            ("", Err(Empty)),
+            ("postgres://u:secret@localhost/keel", Err(PostgresNotBuilt)),
+            (
+                "postgresql://u:secret@localhost/keel",
+                Err(PostgresNotBuilt),
+            ),
+            ("POSTGRES://u:secret@localhost/keel", Err(PostgresNotBuilt)),
+            ("PostgreSQL://localhost", Err(PostgresNotBuilt)),
+            ("postgress://u:secret@h/k", Err(unknown("postgress"))),
+            ("mysql://u:secret@h/k", Err(unknown("mysql"))),
+            ("sqlite://keel.db", Err(unknown("sqlite"))),
+            ("a+b-c.d://secret", Err(unknown("a+b-c.d"))),
+        ];
+        for (text, expected) in cases {
+            check(text, expected.clone());
+        }
+        let long = format!("{}://secret", "s".repeat(100));
+        check(&long, Err(unknown(&"s".repeat(32))));
+    }
+
+    #[test]
+    fn a_sqlite_location_shows_its_path() {
+        let location = StoreLocation::parse("runs/keel.db").unwrap();
+        assert_eq!(location.to_string(), "runs/keel.db");
+        assert_eq!(format!("{location:?}"), r#"Sqlite("runs/keel.db")"#);
+        assert_eq!(
+            StoreLocation::from(PathBuf::from("postgres://x")).sqlite_path(),
+            Some(Path::new("postgres://x")),
+            "a path is a path"
+        );
+        assert!(!location.may_exist());
+    }
+}
