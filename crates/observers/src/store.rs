@@ -451,6 +451,25 @@ impl StoreReads for StoreReader {
     }
 }
 
+/// A shared reader reads as the reader (callers holding an `Arc` pass
+/// `&arc` as they did when the functions took `&JournalReader`).
+impl<R: StoreReads + ?Sized> StoreReads for Arc<R> {
+    fn run_status(&self, run_id: &str) -> Result<Option<RunSummary>, JournalError> {
+        R::run_status(self, run_id)
+    }
+    fn events_after(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, JournalError> {
+        R::events_after(self, run_id, after, limit)
+    }
+    fn runs(&self) -> Result<Vec<RunSummary>, JournalError> {
+        R::runs(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]

@@ -8,7 +8,7 @@ use crate::error::ServeError;
 use crate::factory::RunFactory;
 use crate::{Daemon, approvals::Approvals, conn, recovery, router, stream_caps};
 use keel_engine::{EngineBuilder, EngineShutdown, InteractionHandler};
-use keel_observers::{JournalConfig, RequiredObserver, SqliteJournal};
+use keel_observers::{JournalConfig, RequiredObserver, Store};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -106,7 +106,7 @@ async fn open_daemon(
     let mut settings = config.settings()?;
     fit_file_limit(&mut settings.connections);
     let cross_site = cross_site_policy(config)?;
-    let journal = Arc::new(SqliteJournal::open(&config.db, JournalConfig::default())?);
+    let journal = Arc::new(Store::open(&config.db, JournalConfig::default())?);
     let reader = Arc::new(journal.reader()?);
     let nats = match &config.nats {
         Some(url) => Some(
