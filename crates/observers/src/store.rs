@@ -524,6 +524,67 @@ mod tests {
         check(&long, Err(unknown(&"s".repeat(32))));
     }
 
+    /// A SQLite store through `Store` and `StoreReader`: what it journals
+    /// is what its reader (and the journal's own reader) reads, claims and
+    /// recovery answer as the journal does.
+    #[tokio::test]
+    async fn a_sqlite_store_reads_back_what_it_journals() {
+        let dir = std::env::temp_dir().join(format!("keel-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let location = StoreLocation::parse(dir.join("keel.db").to_str().unwrap()).unwrap();
+        assert!(StoreReader::open(&location).is_err(), "nothing there yet");
+        let store = Store::open(&location, JournalConfig::default()).unwrap();
+        assert_eq!(store.location(), location);
+        assert_eq!(store.name(), "sqlite");
+        assert!(crate::valid_host_id(store.host_id()));
+        assert_eq!(store.claim_run("run_1").unwrap(), RunClaim::Claimed);
+        let lines = [
+            r#"{"kind":"run.started","payload":{},"run_id":"run_1","seq":1,"ts":10}"#,
+            r#"{"kind":"run.completed","payload":{},"run_id":"run_1","seq":2,"ts":20}"#,
+        ];
+        let events: Vec<Arc<Event>> = lines
+            .iter()
+            .map(|l| Arc::new(Event::decode(l).unwrap()))
+            .collect();
+        store.observe(&events[0]).await.unwrap();
+        store.observe_batch(&events[1..]).await.unwrap();
+        assert_eq!(store.stats().stored, 2);
+        let reader = store.reader().unwrap();
+        assert_eq!(reader.location(), location);
+        let run = RunId::parse("run_1").unwrap();
+        let summary = reader.run_status("run_1").unwrap().unwrap();
+        assert_eq!(
+            (summary.last_seq, summary.status),
+            (2, RunStatus::Completed)
+        );
+        assert_eq!(reader.all_lines_after("run_1", 0).unwrap(), lines);
+        assert_eq!(reader.events_within("run_1", 1, 10, 0).unwrap(), lines[1..]);
+        assert_eq!(reader.runs().unwrap(), vec![summary.clone()]);
+        let page = reader.runs_page(&RunsQuery::first(10)).unwrap();
+        assert_eq!(page.runs.len(), 1);
+        assert_eq!(reader.totals().unwrap(), reader.summed_totals().unwrap());
+        assert_eq!(
+            reader.last_numbered_run("run_", None).unwrap(),
+            Some(summary)
+        );
+        let stored = RunHistory::stored(&reader, &run).unwrap().unwrap();
+        assert_eq!(stored.last_seq(), 2);
+        assert_eq!(reader.read_after(&run, 0, 10).unwrap().len(), 2);
+        assert_eq!(RunHistory::name(&reader), "sqlite");
+        let own = StoreReader::open(&location).unwrap();
+        assert_eq!(
+            StoreReads::events_after(&Arc::new(own), "run_1", 0, 1).unwrap(),
+            lines[..1]
+        );
+        assert_eq!(store.claim_run("run_1").unwrap(), RunClaim::Journaled);
+        assert_eq!(store.claim_run("run_2").unwrap(), RunClaim::Claimed);
+        assert!(store.release_claim("run_2").unwrap());
+        assert!(store.recover_abandoned().unwrap().recovered.is_empty());
+        drop(reader);
+        store.close().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_sqlite_location_shows_its_path() {
         let location = StoreLocation::parse("runs/keel.db").unwrap();

@@ -3,8 +3,9 @@
 //! `Last-Event-ID` gets the recovery terminals from the journal and then
 //! the end of the stream.
 //!
-//! Without `--nats`: [`Store::recover_abandoned`] (ownership by OS
-//! locks on host files beside the store; claim, then recover).
+//! Without `--nats`: [`Store::recover_abandoned`] (the store's own
+//! ownership of runs, for SQLite OS locks on host files beside it; claim,
+//! then recover).
 //!
 //! With `--nats`, JetStream is the authority and this store one host's
 //! copy, so recovery goes JetStream first:
