@@ -164,7 +164,10 @@ fn runs_filters_and_pages_as_the_run_list_does() {
     let (c, _) = run_json(&sb, "plain_answer.json");
     let all = listed(&sb, &[]).0;
     assert_eq!(all, [a.clone(), b.clone(), c.clone()]);
-    assert_eq!(listed(&sb, &["--status", "failed"]).0, std::slice::from_ref(&b));
+    assert_eq!(
+        listed(&sb, &["--status", "failed"]).0,
+        std::slice::from_ref(&b)
+    );
     assert_eq!(
         listed(&sb, &["--status", "completed"]).0,
         [a.clone(), c.clone()]

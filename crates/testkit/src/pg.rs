@@ -35,23 +35,26 @@ pub struct TempPostgres {
     as_nobody: bool,
 }
 
-/// The directory holding `initdb` and `pg_ctl`, if any.
+/// The binaries [`TempPostgres`] runs, all from one directory.
+const TOOLS: [&str; 4] = ["initdb", "pg_ctl", "postgres", "createdb"];
+
+fn has_tools(dir: &Path) -> bool {
+    TOOLS.iter().all(|tool| dir.join(tool).is_file())
+}
+
+/// The directory holding the server's binaries: the first on `PATH` that
+/// holds them all, else the newest `/usr/lib/postgresql/*/bin`.
 pub fn find_bin_dir() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
-    });
-    if let Some(dir) = on_path {
-        // /usr/local/bin may hold wrappers: prefer the directory holding
-        // `postgres` too.
-        if dir.join("postgres").is_file() {
-            return Some(dir);
-        }
+    let on_path = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).find(|dir| has_tools(dir)));
+    if on_path.is_some() {
+        return on_path;
     }
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .ok()?
         .filter_map(Result::ok)
         .map(|e| e.path().join("bin"))
-        .filter(|bin| bin.join("initdb").is_file() && bin.join("postgres").is_file())
+        .filter(|bin| has_tools(bin))
         .collect();
     versions.sort();
     versions.pop()

@@ -426,7 +426,11 @@ fn restore(run: &Running, lines: &[String]) -> Result<RunLog, String> {
 
 /// A run's log restored from its `last_seq` stored lines (every commit
 /// rule checked), or what is wrong; shared with the PostgreSQL journal.
-pub(crate) fn restore_lines(run_id: &str, last_seq: u64, lines: &[String]) -> Result<RunLog, String> {
+pub(crate) fn restore_lines(
+    run_id: &str,
+    last_seq: u64,
+    lines: &[String],
+) -> Result<RunLog, String> {
     if u64::try_from(lines.len()).ok() != Some(last_seq) {
         return Err(format!(
             "runs.last_seq is {} but {} events are stored (rule runs.last_seq)",

@@ -319,7 +319,10 @@ pub(crate) fn connect(url: &PgUrl, op: &'static str) -> Result<Client, JournalEr
 
 /// Wraps a driver error: the database named without its password, the
 /// message scrubbed of it.
-pub(crate) fn pg_error(url: &PgUrl, op: &'static str) -> impl FnOnce(postgres::Error) -> JournalError {
+pub(crate) fn pg_error(
+    url: &PgUrl,
+    op: &'static str,
+) -> impl FnOnce(postgres::Error) -> JournalError {
     let database = url.to_string();
     let url = url.clone();
     move |e| {

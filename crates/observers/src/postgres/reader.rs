@@ -38,7 +38,9 @@ pub struct PgReader {
 
 impl std::fmt::Debug for PgReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgReader").field("url", &self.url).finish_non_exhaustive()
+        f.debug_struct("PgReader")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
     }
 }
 
@@ -441,4 +443,3 @@ impl RunHistory for PgReader {
         decode_page("postgres", run_id, after, lines)
     }
 }
-

@@ -287,7 +287,8 @@ fn stored_run(
     let Some(now) = now else {
         return Ok(None);
     };
-    let (last_seq, status, owner): (i64, String, Option<String>) = (now.get(0), now.get(1), now.get(2));
+    let (last_seq, status, owner): (i64, String, Option<String>) =
+        (now.get(0), now.get(1), now.get(2));
     if status != "running" || owner != run.owner {
         return Ok(None);
     }

@@ -156,7 +156,9 @@ fn migrate(client: &mut impl GenericClient, url: &PgUrl, from: u32) -> Result<()
         if to <= from {
             continue;
         }
-        client.batch_execute(step).map_err(err("migrate the schema"))?;
+        client
+            .batch_execute(step)
+            .map_err(err("migrate the schema"))?;
         let version = i32::try_from(to).unwrap_or(i32::MAX);
         client
             .execute("UPDATE keel_schema SET version = $1", &[&version])

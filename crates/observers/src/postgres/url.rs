@@ -155,8 +155,14 @@ mod tests {
     #[test]
     fn urls_are_validated_and_shown_without_their_password() {
         let cases: [(&str, Result<&str, PgUrlError>); 9] = [
-            ("postgres://u:s3cret@db:5432/keel", Ok("postgres://u:***@db:5432/keel")),
-            ("postgresql://u:s3cret@db/keel", Ok("postgresql://u:***@db/keel")),
+            (
+                "postgres://u:s3cret@db:5432/keel",
+                Ok("postgres://u:***@db:5432/keel"),
+            ),
+            (
+                "postgresql://u:s3cret@db/keel",
+                Ok("postgresql://u:***@db/keel"),
+            ),
             ("postgres://u@db/keel", Ok("postgres://u@db/keel")),
             (
                 "postgres://u@db/keel?password=s3cret&sslmode=disable",
@@ -165,7 +171,10 @@ mod tests {
             ("postgres://u:p%40s3cret@db/k", Ok("postgres://u:***@db/k")),
             ("mysql://u:s3cret@db/keel", Err(PgUrlError::Scheme)),
             ("/var/lib/keel.db", Err(PgUrlError::Scheme)),
-            ("postgres://u:s3cret@db:notaport/k", Err(PgUrlError::Invalid { len: 33 })),
+            (
+                "postgres://u:s3cret@db:notaport/k",
+                Err(PgUrlError::Invalid { len: 33 }),
+            ),
             ("postgres:///keel", Err(PgUrlError::NoHost)),
         ];
         for (input, expected) in cases {

@@ -198,7 +198,10 @@ impl<'e> Batch<'e> {
         runs.sort_unstable();
         runs.dedup();
         let mut state = HashMap::with_capacity(runs.len());
-        for row in tx.query(SELECT_RUNS, &[&runs]).map_err(at("read the runs"))? {
+        for row in tx
+            .query(SELECT_RUNS, &[&runs])
+            .map_err(at("read the runs"))?
+        {
             let run: String = row.get(0);
             let Some(key) = runs.iter().find(|r| **r == run) else {
                 continue;
@@ -297,7 +300,11 @@ impl<'e> Batch<'e> {
             RunState {
                 last_seq: seq,
                 status,
-                started_ts: if state.last_seq == 0 { event.ts() } else { state.started_ts },
+                started_ts: if state.last_seq == 0 {
+                    event.ts()
+                } else {
+                    state.started_ts
+                },
                 updated_ts: state.updated_ts.max(event.ts()),
                 totals: counted(state.totals, event),
             },
@@ -368,10 +375,17 @@ impl<'e> Batch<'e> {
 
     fn write_runs(&self, tx: &mut Transaction<'_>) -> Result<(), TxError> {
         let n = self.touched.len();
-        let (mut seq, mut status, mut started, mut updated) =
-            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-        let (mut turns, mut input, mut output) =
-            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut seq, mut status, mut started, mut updated) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut turns, mut input, mut output) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
         for run in &self.touched {
             let s = self.state.get(run).copied().unwrap_or(NEW_RUN);
             seq.push(big(s.last_seq));
@@ -384,7 +398,16 @@ impl<'e> Batch<'e> {
         }
         tx.execute(
             UPSERT_RUNS,
-            &[&self.touched, &seq, &status, &started, &updated, &turns, &input, &output],
+            &[
+                &self.touched,
+                &seq,
+                &status,
+                &started,
+                &updated,
+                &turns,
+                &input,
+                &output,
+            ],
         )
         .map_err(at("update runs"))?;
         Ok(())
@@ -397,9 +420,8 @@ fn run_state(row: &postgres::Row, run: &str) -> Result<RunState, TxError> {
         op: "read the runs",
         cause: format!("runs row of {run} is corrupt: {what}"),
     };
-    let unsigned = |col: usize, what: &str| {
-        u64::try_from(row.get::<_, i64>(col)).map_err(|_| corrupt(what))
-    };
+    let unsigned =
+        |col: usize, what: &str| u64::try_from(row.get::<_, i64>(col)).map_err(|_| corrupt(what));
     let status: String = row.get(2);
     Ok(RunState {
         last_seq: unsigned(1, "last_seq")?,
