@@ -87,7 +87,7 @@
 //! under paused time use `keel_testkit::MemoryJournal`, which has the same
 //! storage rules and answers at once.
 //!
-//! # Tables (schema version 3)
+//! # Tables (schema version 5)
 //!
 //! ```sql
 //! CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
@@ -102,15 +102,27 @@
 //!     PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
 //! -- only running runs: set by a claim or `run.started`, removed by the run terminal
 //! CREATE TABLE owners (run_id TEXT PRIMARY KEY, host TEXT NOT NULL) WITHOUT ROWID;
+//! -- version 4: runs.conversation and the listing indexes (see listing.rs)
+//! -- version 5: what is left of a deleted run (see delete.rs)
+//! CREATE TABLE tombstones (run_id TEXT PRIMARY KEY, deleted_ts INTEGER NOT NULL,
+//!     who TEXT NOT NULL, events INTEGER NOT NULL) WITHOUT ROWID;
 //! ```
 //!
 //! `line` holds the canonical line byte for byte; `kind` and `ts` are
 //! copies for queries. `runs` is updated in the same transaction as the
 //! events, so `runs.last_seq` always equals the greatest stored seq and
 //! the totals always equal what the stored events add up to. A version 1
-//! or 2 store is migrated in place, in one transaction (version 3 sums the
-//! stored events once); readers read versions 1 to 3; an older binary
+//! to 4 store is migrated in place, in one transaction (version 3 sums the
+//! stored events once); readers read versions 1 to 5; an older binary
 //! refuses a newer version.
+//!
+//! # Deletion
+//!
+//! [`SqliteJournal::delete_runs`] removes the runs a
+//! [`DeletionRequest`](crate::deletion::DeletionRequest) covers in one
+//! transaction, leaves a tombstone for each, and reclaims the freed pages
+//! (`secure_delete`, `VACUUM`, `wal_checkpoint(TRUNCATE)`), so none of a
+//! deleted run's bytes stays in the database or its side files.
 //!
 //! # Ownership and recovery
 //!
@@ -161,6 +173,7 @@
 //! ```
 
 mod claim;
+mod delete;
 pub(crate) mod hosts;
 mod listing;
 pub(crate) mod reader;
