@@ -91,6 +91,7 @@
 //! SQLite. The driver is the blocking `postgres` crate; its connections are
 //! plain TCP or unix sockets (`NoTls`): TLS is not supported yet.
 
+mod delete;
 mod host;
 mod reader;
 mod recover;

@@ -103,7 +103,12 @@ impl PgReader {
         result
     }
 
-    fn corrupt(&self, detail: String) -> JournalError {
+    /// The rows of `sql` (no parameters), for the other read modules.
+    pub(super) fn query(&self, op: &'static str, sql: &str) -> Result<Vec<Row>, JournalError> {
+        self.with(op, |c| c.query(sql, &[]))
+    }
+
+    pub(super) fn corrupt(&self, detail: String) -> JournalError {
         JournalError::PostgresSchema {
             database: self.url.to_string(),
             detail,
