@@ -21,6 +21,11 @@
 //! It checks links only: each run's own lifecycle is the per-run checks'
 //! job (`keel verify` runs those first).
 //!
+//! A run deleted from the store leaves a tombstone
+//! ([`LinkCheck::tombstone`]): a link to it (a parent naming a deleted
+//! child, a child naming a deleted parent) is not a violation, and is
+//! counted in [`LinkReport::to_deleted`].
+//!
 //! ```
 //! use keel_eventlog::links::LinkCheck;
 //! use keel_eventlog::*;
@@ -52,7 +57,7 @@ use crate::kind::{EventKind, Scope, Terminal};
 use crate::payload::{Cause, Payload, SubRunRef};
 use crate::scope::ScopeKey;
 use keel_message::{CallId, RunId};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 mod judge;
 mod violation;
@@ -65,6 +70,8 @@ pub use violation::{ChildGap, LinkViolation, ParentGap, TerminalGap};
 #[derive(Debug, Default)]
 pub struct LinkCheck {
     runs: BTreeMap<RunId, RunLinks>,
+    /// Runs deleted from the store (their tombstones).
+    deleted: BTreeSet<RunId>,
 }
 
 /// What one run says about its links.
@@ -117,6 +124,7 @@ pub struct LinkReport {
     runs: usize,
     sub_runs: usize,
     unstarted: usize,
+    to_deleted: usize,
 }
 
 impl LinkReport {
@@ -134,6 +142,12 @@ impl LinkReport {
     /// terminal is `host_lost`, or the call has not ended.
     pub fn unstarted(&self) -> usize {
         self.unstarted
+    }
+
+    /// The links (either end) to a run a tombstone names, not stored
+    /// because it was deleted.
+    pub fn to_deleted(&self) -> usize {
+        self.to_deleted
     }
 }
 
@@ -160,10 +174,16 @@ impl LinkCheck {
         }
     }
 
+    /// Records that `run_id` was deleted (a store's tombstone names it): a
+    /// link to it is not a violation while it is not stored.
+    pub fn tombstone(&mut self, run_id: RunId) {
+        self.deleted.insert(run_id);
+    }
+
     /// Checks every link read; the first violation (runs in id order) is
     /// the error.
     pub fn finish(self) -> Result<LinkReport, LinkViolation> {
-        judge::judge(&self.runs)
+        judge::judge(&self.runs, &self.deleted)
     }
 }
 

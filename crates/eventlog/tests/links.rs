@@ -593,3 +593,77 @@ fn only_link_kinds_are_read() {
     check.push(&delta);
     assert_eq!(check.finish().unwrap().runs(), 0);
 }
+
+/// Feeds `runs` to a `LinkCheck` with tombstones for `deleted`.
+fn finish_with_tombstones(
+    runs: &[Run],
+    deleted: &[&str],
+) -> Result<links::LinkReport, links::LinkViolation> {
+    let mut check = LinkCheck::new();
+    for r in runs {
+        let log = RunLog::new(rid(r.id), LogConfig::default(), Arc::new(SystemClock)).unwrap();
+        for p in &r.payloads {
+            log.commit(p).unwrap();
+        }
+        for event in log.retained_after(0) {
+            check.push(&event);
+        }
+    }
+    for d in deleted {
+        check.tombstone(rid(d));
+    }
+    check.finish()
+}
+
+#[test]
+fn a_link_to_a_deleted_run_is_accepted_only_when_a_tombstone_names_it() {
+    let both = || parent_and_child(tool_done("c1", "run_a"), completed());
+    let parent_only = || vec![both().remove(0)];
+    let child_only = || vec![both().remove(1)];
+    // (row, runs stored, tombstones, the links to deleted runs or the rule broken)
+    type Row = (
+        &'static str,
+        Vec<Run>,
+        &'static [&'static str],
+        Result<usize, &'static str>,
+    );
+    let rows: Vec<Row> = vec![
+        ("both stored", both(), &[], Ok(0)),
+        ("child deleted", parent_only(), &["run_a"], Ok(1)),
+        (
+            "child missing",
+            parent_only(),
+            &[],
+            Err("links.child_known"),
+        ),
+        (
+            "another run's tombstone",
+            parent_only(),
+            &["run_x"],
+            Err("links.child_known"),
+        ),
+        ("parent deleted", child_only(), &["run_p"], Ok(1)),
+        (
+            "parent missing",
+            child_only(),
+            &[],
+            Err("links.parent_known"),
+        ),
+        // A tombstone of a run that is stored again changes nothing.
+        (
+            "tombstone of a stored run",
+            both(),
+            &["run_a", "run_p"],
+            Ok(0),
+        ),
+    ];
+    for (row, runs, deleted, want) in rows {
+        match (finish_with_tombstones(&runs, deleted), want) {
+            (Ok(report), Ok(to_deleted)) => {
+                assert_eq!(report.to_deleted(), to_deleted, "{row}");
+            }
+            (Err(v), Err(rule)) => assert_eq!(v.rule(), rule, "{row}: {v}"),
+            (got, want) => panic!("{row}: got {got:?}, want {want:?}"),
+        }
+    }
+}

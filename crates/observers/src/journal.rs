@@ -87,7 +87,7 @@
 //! under paused time use `keel_testkit::MemoryJournal`, which has the same
 //! storage rules and answers at once.
 //!
-//! # Tables (schema version 3)
+//! # Tables (schema version 5)
 //!
 //! ```sql
 //! CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
@@ -102,15 +102,27 @@
 //!     PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
 //! -- only running runs: set by a claim or `run.started`, removed by the run terminal
 //! CREATE TABLE owners (run_id TEXT PRIMARY KEY, host TEXT NOT NULL) WITHOUT ROWID;
+//! -- version 4: runs.conversation and the listing indexes (see listing.rs)
+//! -- version 5: what is left of a deleted run (see delete.rs)
+//! CREATE TABLE tombstones (run_id TEXT PRIMARY KEY, deleted_ts INTEGER NOT NULL,
+//!     who TEXT NOT NULL, events INTEGER NOT NULL) WITHOUT ROWID;
 //! ```
 //!
 //! `line` holds the canonical line byte for byte; `kind` and `ts` are
 //! copies for queries. `runs` is updated in the same transaction as the
 //! events, so `runs.last_seq` always equals the greatest stored seq and
 //! the totals always equal what the stored events add up to. A version 1
-//! or 2 store is migrated in place, in one transaction (version 3 sums the
-//! stored events once); readers read versions 1 to 3; an older binary
+//! to 4 store is migrated in place, in one transaction (version 3 sums the
+//! stored events once); readers read versions 1 to 5; an older binary
 //! refuses a newer version.
+//!
+//! # Deletion
+//!
+//! [`SqliteJournal::delete_runs`] removes the runs a
+//! [`DeletionRequest`](crate::deletion::DeletionRequest) covers in one
+//! transaction, leaves a tombstone for each, and reclaims the freed pages
+//! (`secure_delete`, `VACUUM`, `wal_checkpoint(TRUNCATE)`), so none of a
+//! deleted run's bytes stays in the database or its side files.
 //!
 //! # Ownership and recovery
 //!
@@ -161,13 +173,14 @@
 //! ```
 
 mod claim;
-mod hosts;
+mod delete;
+pub(crate) mod hosts;
 mod listing;
-mod reader;
-mod recover;
-mod request;
+pub(crate) mod reader;
+pub(crate) mod recover;
+pub(crate) mod request;
 mod schema;
-mod writer;
+pub(crate) mod writer;
 
 /// The run status lives beside [`RunHistory`](crate::RunHistory) (it
 /// needs no SQLite); named here as before.
@@ -335,6 +348,41 @@ pub enum JournalError {
         #[source]
         source: std::io::Error,
     },
+    /// A PostgreSQL call failed (connecting, a query, a commit). The
+    /// database is named by its URL without the password, and the detail
+    /// never contains the password.
+    #[error("postgres journal {database}: {op}: {detail}")]
+    Postgres {
+        /// The database URL, password removed.
+        database: String,
+        /// What was being done.
+        op: &'static str,
+        /// The driver's or the server's message, password removed.
+        detail: String,
+    },
+    /// The PostgreSQL database records a schema version newer than this
+    /// build's. Nothing was written.
+    #[error(
+        "postgres journal {database} has schema version {found}, newer than the {supported} this build supports; nothing was written"
+    )]
+    PostgresNewerSchema {
+        /// The database URL, password removed.
+        database: String,
+        /// The version in the database.
+        found: u32,
+        /// The version this build writes.
+        supported: u32,
+    },
+    /// The PostgreSQL database is not a Keel journal (tables of the same
+    /// names without `keel_schema`), its Keel schema is damaged, or a
+    /// stored value is out of range. Nothing was written.
+    #[error("postgres journal {database}: invalid schema or row (rule postgres.schema): {detail}")]
+    PostgresSchema {
+        /// The database URL, password removed.
+        database: String,
+        /// What is wrong.
+        detail: String,
+    },
     /// The writer thread could not be started.
     #[error("journal: cannot start the writer thread: {0}")]
     Spawn(#[source] std::io::Error),
@@ -378,6 +426,8 @@ impl JournalStats {
     }
 }
 
+/// The live counters behind [`JournalStats`], shared by a writer thread
+/// (SQLite or PostgreSQL) and its journal.
 #[derive(Debug, Default)]
 pub(crate) struct StatsCell {
     transactions: AtomicU64,
@@ -387,6 +437,40 @@ pub(crate) struct StatsCell {
     refused: AtomicU64,
     failed: AtomicU64,
     largest_batch: AtomicU64,
+}
+
+impl StatsCell {
+    /// The counters now.
+    pub(crate) fn snapshot(&self) -> JournalStats {
+        JournalStats {
+            transactions: self.transactions.load(Ordering::Relaxed),
+            requests: self.requests.load(Ordering::Relaxed),
+            stored: self.stored.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            largest_batch: self.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts one committed transaction and what it did with each request.
+    pub(crate) fn count_commit(&self, applied: &[request::Applied]) {
+        let answered: u64 = applied.iter().map(request::Applied::answered).sum();
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(answered, Ordering::Relaxed);
+        self.largest_batch.fetch_max(answered, Ordering::Relaxed);
+        for a in applied {
+            self.stored.fetch_add(a.stored, Ordering::Relaxed);
+            self.duplicates.fetch_add(a.duplicates, Ordering::Relaxed);
+            self.refused
+                .fetch_add(u64::from(a.refused.is_some()), Ordering::Relaxed);
+        }
+    }
+
+    /// Counts `events` answered as failed (their transaction did not commit).
+    pub(crate) fn count_failed(&self, events: usize) {
+        self.failed.fetch_add(events as u64, Ordering::Relaxed);
+    }
 }
 
 /// The SQLite journal. See the [module documentation](self) for the
@@ -488,16 +572,7 @@ impl SqliteJournal {
 
     /// The writer's counters.
     pub fn stats(&self) -> JournalStats {
-        let s = &self.stats;
-        JournalStats {
-            transactions: s.transactions.load(Ordering::Relaxed),
-            requests: s.requests.load(Ordering::Relaxed),
-            stored: s.stored.load(Ordering::Relaxed),
-            duplicates: s.duplicates.load(Ordering::Relaxed),
-            refused: s.refused.load(Ordering::Relaxed),
-            failed: s.failed.load(Ordering::Relaxed),
-            largest_batch: s.largest_batch.load(Ordering::Relaxed),
-        }
+        self.stats.snapshot()
     }
 
     /// Stops taking events, waits for the writer to commit and acknowledge

@@ -509,8 +509,10 @@ fn migration_cases() -> Vec<(&'static str, RunsQuery)> {
 
 #[test]
 fn every_older_version_is_listed_as_it_is_then_migrated_to_the_indexes() {
-    assert_eq!(SCHEMA_VERSION, 4);
-    for version in 1..SCHEMA_VERSION {
+    // Every version before the listing indexes (version 4); later
+    // migrations add tables of their own (tests/delete.rs).
+    const { assert!(SCHEMA_VERSION >= 4) };
+    for version in 1..4 {
         let dir = TempDir::new(&format!("v{version}"));
         let db = dir.db();
         old_store(&db, version);

@@ -803,7 +803,7 @@ fn a_v1_store_is_migrated_in_place_and_its_running_runs_recovered() {
     // A writer migrates it.
     let journal = open(&db);
     assert_eq!(version(&db), i64::from(SCHEMA_VERSION));
-    assert_eq!(SCHEMA_VERSION, 4);
+    assert_eq!(SCHEMA_VERSION, 5);
     // Version 3 summed the stored events into the runs rows once.
     let reader = JournalReader::open(&db).unwrap();
     assert_eq!(reader.totals().unwrap()["run_old"].turns, 1);

@@ -5,30 +5,45 @@ use super::{ChildGap, LinkViolation, ParentGap, TerminalGap};
 use crate::kind::Terminal;
 use crate::recovery::HOST_LOST;
 use keel_message::{CallId, RunId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 type Runs = BTreeMap<RunId, RunLinks>;
 
+/// What a link's other end is.
+enum End<'a> {
+    /// Stored (and, for a child, pointing back).
+    Stored(&'a RunLinks),
+    /// Not stored, and tolerated: the call ended `host_lost` or not at all.
+    Unstarted,
+    /// Not stored: deleted, as a tombstone says.
+    Deleted,
+}
+
 /// Every rule, runs in id order: parents first, then each run's links
 /// (child known, then terminals), then terminals naming unlinked children.
-pub(super) fn judge(runs: &Runs) -> Result<LinkReport, LinkViolation> {
+pub(super) fn judge(runs: &Runs, deleted: &BTreeSet<RunId>) -> Result<LinkReport, LinkViolation> {
     let mut report = LinkReport {
         runs: runs.len(),
         ..LinkReport::default()
     };
     for (child, run) in runs {
         if let Some((parent, call_id)) = &run.parent {
+            if !runs.contains_key(parent) && deleted.contains(parent) {
+                report.to_deleted += 1;
+                continue;
+            }
             parent_known(runs, child, parent, call_id)?;
         }
     }
     for (parent, run) in runs {
         for link in run.links.values() {
-            match child_known(runs, parent, link)? {
-                Some(child) => {
+            match child_known(runs, deleted, parent, link)? {
+                End::Stored(child) => {
                     terminal_agrees(parent, link, child)?;
                     report.sub_runs += 1;
                 }
-                None => report.unstarted += 1,
+                End::Unstarted => report.unstarted += 1,
+                End::Deleted => report.to_deleted += 1,
             }
         }
         if let Some(stray) = run.unlinked_refs.first() {
@@ -88,12 +103,13 @@ fn comes_back(runs: &Runs, start: &RunId) -> bool {
 }
 
 /// `links.child_known` for `link` of `parent`: the child run when it is
-/// stored and points back, `None` when it is absent but tolerated.
+/// stored and points back, or why its absence is tolerated.
 fn child_known<'a>(
     runs: &'a Runs,
+    deleted: &BTreeSet<RunId>,
     parent: &RunId,
     link: &CallLink,
-) -> Result<Option<&'a RunLinks>, LinkViolation> {
+) -> Result<End<'a>, LinkViolation> {
     let violation = |gap| LinkViolation::ChildUnknown {
         parent: parent.clone(),
         child: link.child.clone(),
@@ -101,15 +117,20 @@ fn child_known<'a>(
         gap,
     };
     let Some(child) = runs.get(&link.child) else {
+        if deleted.contains(&link.child) {
+            return Ok(End::Deleted);
+        }
         let tolerated = link.end.as_ref().is_none_or(host_lost);
         return if tolerated {
-            Ok(None)
+            Ok(End::Unstarted)
         } else {
             Err(violation(ChildGap::NotStored))
         };
     };
     match &child.parent {
-        Some((run_id, call_id)) if run_id == parent && call_id == &link.call_id => Ok(Some(child)),
+        Some((run_id, call_id)) if run_id == parent && call_id == &link.call_id => {
+            Ok(End::Stored(child))
+        }
         Some((run_id, call_id)) => Err(violation(ChildGap::OtherParent {
             run_id: run_id.clone(),
             call_id: call_id.clone(),

@@ -11,7 +11,7 @@ use std::path::Path;
 
 /// The schema version this build writes. It reads every version from 1 to
 /// this one; a writer migrates an older store in place when it opens it.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Version 1 to 2: which host owns each running run (see `hosts.rs`).
 const V1_TO_V2: &str = "
@@ -82,6 +82,18 @@ CREATE INDEX runs_by_conversation ON runs (conversation, started_ts, run_id);
 "
 );
 
+/// Version 4 to 5: deletion. What is left of a deleted run (see
+/// `delete.rs`): its id, when and by whom it was deleted, and how many
+/// events were removed; `keel verify` accepts a link to a run named here.
+const V4_TO_V5: &str = "
+CREATE TABLE tombstones (
+    run_id     TEXT PRIMARY KEY,
+    deleted_ts INTEGER NOT NULL,
+    who        TEXT    NOT NULL,
+    events     INTEGER NOT NULL
+) WITHOUT ROWID;
+";
+
 /// The first version whose `runs` rows carry the totals.
 pub(crate) const TOTALS_VERSION: u32 = 3;
 
@@ -89,12 +101,17 @@ pub(crate) const TOTALS_VERSION: u32 = 3;
 /// listing indexes.
 pub(crate) const LISTING_VERSION: u32 = 4;
 
+/// The first version with the `tombstones` table.
+pub(crate) const TOMBSTONES_VERSION: u32 = 5;
+
 /// `MIGRATIONS[i]` takes a store from version `i + 1` to `i + 2`.
-const MIGRATIONS: [&str; (SCHEMA_VERSION - 1) as usize] = [V1_TO_V2, V2_TO_V3, V3_TO_V4];
+const MIGRATIONS: [&str; (SCHEMA_VERSION - 1) as usize] = [V1_TO_V2, V2_TO_V3, V3_TO_V4, V4_TO_V5];
 
 /// The tables each version must hold.
 fn tables(version: u32) -> &'static [&'static str] {
-    if version >= 2 {
+    if version >= TOMBSTONES_VERSION {
+        &["runs", "events", "owners", "tombstones"]
+    } else if version >= 2 {
         &["runs", "events", "owners"]
     } else {
         &["runs", "events"]
