@@ -232,10 +232,22 @@ fn fork_of(
 /// and builds the engine with them as its required observers.
 async fn open_engine(args: &RunArgs, run_id: &RunId) -> Result<(Engine, Arc<Store>), CliError> {
     let db = &args.db.db;
-    let journal = Arc::new(Store::open(db, JournalConfig::default())?);
-    // Claimed in the store, as a daemon's admission does, so that a daemon
-    // on the same journal cannot start a run under this id meanwhile.
-    if journal.claim_run(run_id.as_str())? != keel_observers::RunClaim::Claimed {
+    // On a blocking thread: a store may block on the network (PostgreSQL's
+    // blocking client refuses to run on a runtime thread).
+    let (journal, claim) = {
+        let (location, id) = (db.clone(), run_id.as_str().to_owned());
+        tokio::task::spawn_blocking(move || {
+            let journal = Store::open(&location, JournalConfig::default())?;
+            // Claimed in the store, as a daemon's admission does, so that
+            // a daemon on the same journal cannot start a run under this
+            // id meanwhile.
+            let claim = journal.claim_run(&id)?;
+            Ok::<_, keel_observers::JournalError>((Arc::new(journal), claim))
+        })
+        .await
+        .map_err(|e| CliError::failure(format!("opening the journal: {e}")))??
+    };
+    if claim != keel_observers::RunClaim::Claimed {
         return Err(CliError::bad_input(format!(
             "{}: run {run_id} is already stored in {} (or being started by another process); give the scenario another run_id, or leave it out to generate one",
             args.scenario.display(),
@@ -291,7 +303,10 @@ async fn run_async(args: RunArgs) -> Result<i32, CliError> {
     let interrupts = Interrupts::install()?;
     let json = args.json;
     let screen = Screen::new(!json && std::io::stderr().is_terminal());
-    let prepared = prepare(&args, &screen)?;
+    // It reads the store (a continuation, a fork), which may block on the
+    // network: off the runtime's thread (the blocking PostgreSQL client
+    // refuses to run on one).
+    let prepared = tokio::task::block_in_place(|| prepare(&args, &screen))?;
     let (engine, journal) = open_engine(&args, &prepared.run_id).await?;
     let request = with_mcp_servers(&args, &prepared).await?;
     let handle = engine

@@ -42,7 +42,7 @@ use keel_eventlog::{
 use keel_message::{Limits, RunId};
 use keel_observers::conversation::{JournalStore, StoreError};
 use keel_observers::{
-    JournalConfig, ObserverError, RequiredObserver, Store, StoreReader, Synchronous,
+    JournalConfig, ObserverError, RequiredObserver, Store, StoreLocation, StoreReader, Synchronous,
 };
 use keel_stream::MetadataAllowlist;
 use std::io::Write;
@@ -151,8 +151,7 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
         logs.push(replay(&file, section, &allowlist)?);
     }
     let db = args.db.db.to_string();
-    if args.db.db.may_exist() {
-        let reader = StoreReader::open(&args.db.db)?;
+    if let Some(reader) = existing_journal(&args.db.db)? {
         check_chain(&file, &logs, &JournalStore(&reader))?;
         check_no_conflict(&db, &logs, &reader)?;
     } else {
@@ -187,6 +186,18 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
         );
     }
     Ok(EXIT_OK)
+}
+
+/// The journal an import checks against: none for a SQLite file that does
+/// not exist yet (nothing is created before the checks pass); a database
+/// server's is created first if it has none (an empty schema holds no run).
+fn existing_journal(location: &StoreLocation) -> Result<Option<StoreReader>, CliError> {
+    match location.sqlite_path() {
+        Some(path) if !path.exists() => return Ok(None),
+        Some(_) => {}
+        None => Store::open(location, JournalConfig::default())?.close()?,
+    }
+    Ok(Some(StoreReader::open(location)?))
 }
 
 /// Offers every event of `logs`, in order, to `journal`.
