@@ -597,6 +597,26 @@ impl StoreReads for StoreReader {
     }
 }
 
+/// A borrowed reader reads as the reader (callers holding a
+/// `&JournalReader` pass `&reader` as they did when the functions took
+/// `&JournalReader`).
+impl<R: StoreReads + ?Sized> StoreReads for &R {
+    fn run_status(&self, run_id: &str) -> Result<Option<RunSummary>, JournalError> {
+        R::run_status(self, run_id)
+    }
+    fn events_after(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<String>, JournalError> {
+        R::events_after(self, run_id, after, limit)
+    }
+    fn runs(&self) -> Result<Vec<RunSummary>, JournalError> {
+        R::runs(self)
+    }
+}
+
 /// A shared reader reads as the reader (callers holding an `Arc` pass
 /// `&arc` as they did when the functions took `&JournalReader`).
 impl<R: StoreReads + ?Sized> StoreReads for Arc<R> {
@@ -760,6 +780,12 @@ mod tests {
         assert_eq!(stored.last_seq(), 2);
         assert_eq!(reader.read_after(&run, 0, 10).unwrap().len(), 2);
         assert_eq!(RunHistory::name(&reader), "sqlite");
+        let journal_reader = JournalReader::open(location.sqlite_path().unwrap()).unwrap();
+        let borrowed: &JournalReader = &journal_reader;
+        assert_eq!(
+            crate::conversation::origin(&borrowed, "run_1").unwrap(),
+            crate::conversation::Origin::Root
+        );
         let own = StoreReader::open(&location).unwrap();
         assert_eq!(
             StoreReads::events_after(&Arc::new(own), "run_1", 0, 1).unwrap(),
