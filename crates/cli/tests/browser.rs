@@ -1360,6 +1360,11 @@ fn failing() -> String {
     .to_string()
 }
 
+/// Whether "Show more" is on screen (not only `hidden` as a property: a
+/// style that overrides it would show it anyway).
+const SHOWN_MORE: &str = "const m = document.getElementById('runs-more'); \
+     return getComputedStyle(m).display !== 'none' && m.offsetParent !== null;";
+
 /// The run ids the list shows, top to bottom.
 async fn listed(b: &Browser) -> Vec<String> {
     let v = b
@@ -1435,12 +1440,7 @@ async fn the_run_list_filters_and_pages() {
     // 20 pages of one run, then the rest on "Show more".
     wait_until("20 runs and more", SECS_20, || async {
         let shown = listed(&b).await.len();
-        let more = b
-            .js(
-                "return !document.getElementById('runs-more').hidden;",
-                vec![],
-            )
-            .await;
+        let more = b.js(SHOWN_MORE, vec![]).await;
         (shown == 20 && more == json!(true)).then_some(())
     })
     .await;
@@ -1451,12 +1451,9 @@ async fn the_run_list_filters_and_pages() {
     .await;
     wait_listed(&b, "every run after Show more", &all).await;
     assert_eq!(
-        b.js(
-            "return document.getElementById('runs-more').hidden;",
-            vec![]
-        )
-        .await,
-        json!(true)
+        b.js(SHOWN_MORE, vec![]).await,
+        json!(false),
+        "no longer shown"
     );
 
     filter(&b, "failed", "").await;

@@ -16,8 +16,8 @@
 //! - the stores and bridges that implement the contracts, each behind a
 //!   feature (table below): the SQLite journal ([`SqliteJournal`] and its
 //!   reader and recovery), behind one type for any durable store
-//!   ([`Store`], [`StoreReader`], [`StoreLocation`]), the `tracing` bridge (`TracingObserver`) and
-//!   NATS JetStream (`JetStreamObserver`, remote subscription, recovery).
+//!   ([`Store`], [`StoreReader`], [`StoreLocation`]), the `tracing` bridge
+//!   (`TracingObserver`) and NATS JetStream (`JetStreamObserver`, remote subscription, recovery).
 //!
 //! What it is not: it does not run agents or decide what to commit (that
 //! is `keel-engine`), and it does not define events (that is

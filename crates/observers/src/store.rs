@@ -5,21 +5,21 @@
 //! CLI hold these, so they run on any store this build has.
 //!
 //! The durable stores are SQLite ([`SqliteJournal`], [`JournalReader`])
-//! and, with the feature `postgres`, PostgreSQL
-//! ([`PgJournal`](crate::PgJournal), [`PgReader`](crate::PgReader)). Each
-//! store is one arm of each enum, and every method is a `match` with one
-//! arm per store that forwards to the store's own method of the same name
-//! and signature: a store that keeps that contract is added by adding its
-//! arms.
+//! and, with the feature `postgres`, PostgreSQL (`PgJournal`, `PgReader`).
+//! Each store is one arm of each enum, and every method is a `match` with
+//! one arm per store that forwards to the store's own method of the same
+//! name and signature: a store that keeps that contract is added by adding
+//! its arms.
 //!
 //! A location is a URL only when it starts with a scheme and `://`:
 //! `postgres://` and `postgresql://` (any case) name PostgreSQL (a
-//! [`PgUrl`](crate::PgUrl); without the feature `postgres`, refused with
-//! [`StoreLocationError::PostgresNotBuilt`]), and any other scheme is
-//! refused ([`StoreLocationError::UnknownScheme`], naming
-//! the scheme only: a mistyped URL is never taken for a file name, which
-//! errors would then print with its password). Anything else (a
-//! one-letter "scheme" is a Windows drive) is a SQLite path. A location's `Display` and `Debug` never show a password.
+//! `PgUrl`; without the feature `postgres`, refused with
+//! `StoreLocationError::PostgresNotBuilt`), and any other scheme is
+//! refused ([`StoreLocationError::UnknownScheme`], naming the scheme only:
+//! a mistyped URL is never taken for a file name, which errors would then
+//! print with its password). Anything else (a one-letter "scheme" is a
+//! Windows drive) is a SQLite path. A location's `Display` and `Debug`
+//! never show a password.
 
 use crate::deletion::{DeleteError, DeletionRequest, Tombstone};
 use crate::history::{RunHistory, RunHistoryError, StoredRun};

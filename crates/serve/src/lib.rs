@@ -24,7 +24,7 @@
 //!
 //! One [`Server`], one [`Engine`]: it is built at startup from the host's
 //! [`EngineBuilder`](keel_engine::EngineBuilder) with the daemon's store
-//! ([`Store`](keel_observers::Store), at [`ServeConfig::db`]) as its required
+//! ([`Store`], at [`ServeConfig::db`]) as its required
 //! observer (JetStream's first, with `nats`), the log retention of
 //! `log_max_events` and the daemon's approvals as the interaction handler.
 //! The daemon keeps no registry of its own: status, list, cancel, answers
