@@ -122,10 +122,11 @@ const COMMANDS: &[&[&str]] = &[
     &["replay", "run_1"],
 ];
 
-/// `keel ARGS --db LOCATION` (or `KEEL_DB=LOCATION keel ARGS`) is refused
-/// as bad input (exit 2) naming `rule`, and nothing it prints holds the
-/// location's password.
-fn check(args: &[&str], location: &str, via_env: bool, rule: &str) {
+/// `keel ARGS --db LOCATION` (or `KEEL_DB=LOCATION keel ARGS`) fails:
+/// with `Some(rule)`, refused as bad input (exit 2) naming the rule; with
+/// `None`, any failure (an unreachable server). Nothing it prints holds
+/// the location's password, and nothing is created beside it.
+fn check(args: &[&str], location: &str, via_env: bool, rule: Option<&str>) {
     let sb = Sandbox::new();
     sb.write("scenario.json", &weather("run_1", "Oslo"));
     sb.write("run.jsonl", "");
@@ -142,8 +143,13 @@ fn check(args: &[&str], location: &str, via_env: bool, rule: &str) {
         .unwrap();
     let (stdout, stderr) = text(&out);
     let case = format!("{args:?} {location} (env: {via_env})");
-    assert_eq!(out.status.code(), Some(2), "{case}: {stdout}\n{stderr}");
-    assert!(stderr.contains(rule), "{case}: {stderr}");
+    match rule {
+        Some(rule) => {
+            assert_eq!(out.status.code(), Some(2), "{case}: {stdout}\n{stderr}");
+            assert!(stderr.contains(rule), "{case}: {stderr}");
+        }
+        None => assert!(!out.status.success(), "{case}: {stdout}\n{stderr}"),
+    }
     for output in [&stdout, &stderr] {
         assert!(
             !output.contains("hunter2"),
@@ -156,22 +162,33 @@ fn check(args: &[&str], location: &str, via_env: bool, rule: &str) {
     );
 }
 
+/// Whether this `keel` has the PostgreSQL store (feature `postgres` of
+/// keel-cli, or of keel-observers through the workspace's features).
+fn built_with_postgres() -> bool {
+    let out = keel()
+        .args(["runs", "--db", "postgres://probe@127.0.0.1:1/none"])
+        .output()
+        .unwrap();
+    !text(&out).1.contains("rule store.postgres_feature")
+}
+
 /// A URL this build cannot serve, from `--db` or `KEEL_DB`, in every
-/// command: a typed refusal naming the feature or the scheme, before
-/// anything is opened, without the password.
+/// command: a typed refusal naming the scheme (or, without the feature
+/// `postgres`, the feature), before anything is opened, without the
+/// password. With the feature, a server that cannot be reached fails
+/// every command, without the password either.
 #[test]
 fn a_store_url_this_build_cannot_serve_is_refused_without_its_password() {
+    let postgres = built_with_postgres();
+    let pg_rule = (!postgres).then_some("rule store.postgres_feature");
     let cases = [
+        ("postgres://keel:hunter2@127.0.0.1:1/keel", pg_rule),
+        ("POSTGRESQL://keel:hunter2@127.0.0.1:1/keel", pg_rule),
         (
-            "postgres://keel:hunter2@127.0.0.1:5432/keel",
-            "rule store.postgres_feature",
+            "postgress://keel:hunter2@db/keel",
+            Some("rule store.scheme"),
         ),
-        (
-            "POSTGRESQL://keel:hunter2@db/keel",
-            "rule store.postgres_feature",
-        ),
-        ("postgress://keel:hunter2@db/keel", "rule store.scheme"),
-        ("mysql://keel:hunter2@db/keel", "rule store.scheme"),
+        ("mysql://keel:hunter2@db/keel", Some("rule store.scheme")),
     ];
     for args in COMMANDS {
         for (location, rule) in cases {
@@ -180,19 +197,21 @@ fn a_store_url_this_build_cannot_serve_is_refused_without_its_password() {
             }
         }
         // An empty KEEL_DB is no KEEL_DB (clap's rule): only `--db ""`.
-        check(args, "", false, "rule store.location");
+        check(args, "", false, Some("rule store.location"));
     }
     let sb = Sandbox::new();
-    let feature = keel()
-        .args(["runs", "--db", "postgres://keel:hunter2@db/keel"])
+    let out = keel()
+        .args(["runs", "--db", "postgres://keel:hunter2@127.0.0.1:1/keel"])
         .current_dir(sb.dir.path())
         .output()
         .unwrap();
-    assert!(
-        text(&feature).1.contains("feature `postgres`"),
-        "{:?}",
-        text(&feature)
-    );
+    let (_, stderr) = text(&out);
+    if postgres {
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("keel:***@127.0.0.1:1/keel"), "{stderr}");
+    } else {
+        assert!(stderr.contains("feature `postgres`"), "{stderr}");
+    }
 }
 
 /// `--help` names `--db` and `KEEL_DB` but never shows KEEL_DB's value
