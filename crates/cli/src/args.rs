@@ -1,7 +1,11 @@
 //! The command line (clap derive). Doc comments are the `--help` text.
 
 use crate::approval::ApprovalMode;
+use clap::builder::TypedValueParser;
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
+use keel_observers::StoreLocation;
+use std::ffi::OsStr;
 use std::path::PathBuf;
 
 /// Run agents from scenario files; read, verify, export and import their history.
@@ -117,9 +121,44 @@ pub struct ReplayArgs {
 /// The journal to use.
 #[derive(Debug, Args)]
 pub struct DbArgs {
-    /// The SQLite journal.
-    #[arg(long, env = "KEEL_DB", default_value = "keel.db", value_name = "PATH")]
-    pub db: PathBuf,
+    /// The store: a SQLite file, or a postgres:// URL (PostgreSQL, in a
+    /// build with the feature `postgres`; the password from the URL or
+    /// PGPASSWORD, never printed).
+    #[arg(
+        long,
+        env = "KEEL_DB",
+        hide_env_values = true,
+        default_value = "keel.db",
+        value_name = "PATH_OR_URL",
+        value_parser = StoreLocationParser
+    )]
+    pub db: StoreLocation,
+}
+
+/// Parses `--db` into a [`StoreLocation`]. A refusal names the rule, never
+/// the value (clap's own message would echo it, and a URL's password with
+/// it).
+#[derive(Debug, Clone, Copy)]
+pub struct StoreLocationParser;
+
+impl TypedValueParser for StoreLocationParser {
+    type Value = StoreLocation;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<StoreLocation, clap::Error> {
+        match StoreLocation::parse(&value.to_string_lossy()) {
+            // A path keeps its bytes, UTF-8 or not.
+            Ok(StoreLocation::Sqlite(_)) => Ok(StoreLocation::Sqlite(PathBuf::from(value))),
+            Ok(location) => Ok(location),
+            Err(e) => Err(
+                clap::Error::raw(ErrorKind::ValueValidation, format!("--db: {e}\n")).with_cmd(cmd),
+            ),
+        }
+    }
 }
 
 /// `keel run`.

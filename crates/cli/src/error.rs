@@ -41,11 +41,14 @@ impl CliError {
 
 impl From<JournalError> for CliError {
     /// A database that is missing, of a newer schema, not a journal or
-    /// damaged is bad input (exit 2); an I/O or SQLite failure is exit 1.
+    /// damaged is bad input (exit 2); an I/O, SQLite or PostgreSQL failure
+    /// (a server that cannot be reached, a refused password) is exit 1.
     fn from(e: JournalError) -> CliError {
         let bad = matches!(
             e,
             JournalError::NewerSchema { .. }
+                | JournalError::PostgresNewerSchema { .. }
+                | JournalError::PostgresSchema { .. }
                 | JournalError::NotFound { .. }
                 | JournalError::NotAJournal { .. }
                 | JournalError::NotSqlite { .. }

@@ -21,7 +21,10 @@
 //! journals every event to NATS JetStream, and `keel serve --nats` streams
 //! runs it does not have from there (`docs/DEPLOYMENT.md`).
 //!
-//! The database is `--db PATH`, else `$KEEL_DB`, else `keel.db`.
+//! The store is `--db PATH_OR_URL`, else `$KEEL_DB`, else `keel.db`: a
+//! SQLite file, or a `postgres://` URL in a build with the feature
+//! `postgres` (`keel_observers::StoreLocation`; a refusal never shows the
+//! URL's password, and `--help` never shows `KEEL_DB`'s value).
 //!
 //! This crate is the command line only: flags ([`args`]), the subcommands
 //! ([`commands`]), the transcript renderer ([`render`], [`screen`]) and

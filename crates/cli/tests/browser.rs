@@ -1346,3 +1346,178 @@ async fn an_allowed_origin_uses_the_api_with_a_token() {
     assert!(got["listed"].as_str().unwrap().contains(run), "{got}");
     b.close().await;
 }
+
+/// A run that fails at once (a non-retryable provider error).
+fn failing() -> String {
+    json!({
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "fail"}],
+        "limits": {"retry": {"max_attempts": 1}},
+        "provider": {"type": "scripted", "calls": [
+            [{"fail": {"kind": "auth", "message": "no", "retryable": false}}]
+        ]}
+    })
+    .to_string()
+}
+
+/// Whether "Show more" is on screen (not only `hidden` as a property: a
+/// style that overrides it would show it anyway).
+const SHOWN_MORE: &str = "const m = document.getElementById('runs-more'); \
+     return getComputedStyle(m).display !== 'none' && m.offsetParent !== null;";
+
+/// The run ids the list shows, top to bottom.
+async fn listed(b: &Browser) -> Vec<String> {
+    let v = b
+        .js(
+            "return Array.from(document.querySelectorAll('table#runs tr.run')).map(r => r.dataset.runId);",
+            vec![],
+        )
+        .await;
+    serde_json::from_value(v).unwrap()
+}
+
+/// Waits until the list shows exactly `expected` (in any order).
+async fn wait_listed(b: &Browser, what: &str, expected: &[String]) {
+    let mut want = expected.to_vec();
+    want.sort();
+    wait_until(what, SECS_20, || async {
+        let mut got = listed(b).await;
+        got.sort();
+        (got == want).then_some(())
+    })
+    .await;
+}
+
+/// Submits the list's filter form with these values.
+async fn filter(b: &Browser, status: &str, conversation: &str) {
+    b.js(
+        "document.getElementById('filter-status').value = arguments[0]; \
+         document.getElementById('filter-conversation').value = arguments[1]; \
+         document.getElementById('filter-since').value = ''; \
+         document.querySelector('#list-filters button[type=submit]').click(); return true;",
+        vec![json!(status), json!(conversation)],
+    )
+    .await;
+}
+
+/// The run list's filters (status, conversation, since) set the query of
+/// `GET /v1/runs` and the page's own URL, and the list pages by `next`
+/// with them: one run a page (`/?limit=1`), at most 20 pages a poll, then
+/// "Show more". A refused filter is a problem shown as text.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_list_filters_and_pages() {
+    let Some(tools) = tools("the_run_list_filters_and_pages") else {
+        return;
+    };
+    let daemon = start_daemon(&[], &[]);
+    let mut all = Vec::new();
+    for _ in 0..21 {
+        all.push(daemon.create(&quick(), None).await);
+    }
+    let failed = daemon.create(&failing(), None).await;
+    all.push(failed.clone());
+    for run in &all {
+        daemon.wait_ended(run, None).await;
+    }
+    let first = all[0].clone();
+    let r = http()
+        .post(daemon.url(&format!("/v1/runs/{first}/messages")))
+        .header("content-type", "application/json")
+        .body(quick())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let follow_up = r.json::<Value>().await.unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    daemon.wait_ended(&follow_up, None).await;
+    all.push(follow_up.clone());
+
+    let b = Browser::start(&tools).await;
+    b.goto(&daemon.url("/?limit=1")).await;
+    // 20 pages of one run, then the rest on "Show more".
+    wait_until("20 runs and more", SECS_20, || async {
+        let shown = listed(&b).await.len();
+        let more = b.js(SHOWN_MORE, vec![]).await;
+        (shown == 20 && more == json!(true)).then_some(())
+    })
+    .await;
+    b.js(
+        "document.getElementById('runs-more-button').click(); return true;",
+        vec![],
+    )
+    .await;
+    wait_listed(&b, "every run after Show more", &all).await;
+    assert_eq!(
+        b.js(SHOWN_MORE, vec![]).await,
+        json!(false),
+        "no longer shown"
+    );
+
+    filter(&b, "failed", "").await;
+    wait_listed(&b, "the failed run", std::slice::from_ref(&failed)).await;
+    let search = b.js("return location.search;", vec![]).await;
+    assert_eq!(search, json!("?status=failed&limit=1"));
+    let api = daemon.get_json("/v1/runs?status=failed", None).await;
+    assert_eq!(api["runs"].as_array().unwrap().len(), 1, "{api}");
+
+    // The conversation of the follow-up: its first run and itself, over
+    // two pages.
+    filter(&b, "", &follow_up).await;
+    wait_listed(&b, "the conversation", &[first.clone(), follow_up.clone()]).await;
+    filter(&b, "completed", &first).await;
+    wait_listed(
+        &b,
+        "the completed runs of the conversation",
+        &[first.clone(), follow_up.clone()],
+    )
+    .await;
+    filter(&b, "failed", &first).await;
+    wait_listed(&b, "no failed run in the conversation", &[]).await;
+    b.wait_css("#runs-filtered-empty:not([hidden])", SECS_10)
+        .await;
+
+    // `since` from the page's URL: the form shows it, nothing is that new.
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 3_600_000;
+    b.goto(&daemon.url(&format!("/?since={later}"))).await;
+    b.wait_css("#runs-filtered-empty:not([hidden])", SECS_10)
+        .await;
+    assert_eq!(listed(&b).await, Vec::<String>::new());
+    let since = b
+        .js(
+            "return document.getElementById('filter-since').value;",
+            vec![],
+        )
+        .await;
+    assert!(since.as_str().is_some_and(|s| s.len() >= 16), "{since}");
+    b.js(
+        "document.getElementById('filter-clear').click(); return true;",
+        vec![],
+    )
+    .await;
+    wait_listed(&b, "every run once cleared", &all).await;
+    assert_eq!(b.js("return location.search;", vec![]).await, json!(""));
+
+    // A refused filter: the problem, as text.
+    filter(&b, "", "<b>not a run id</b>").await;
+    let notice = b
+        .wait_js(
+            "the problem notice",
+            SECS_10,
+            "const n = document.getElementById('notice'); \
+             return n.hidden ? null : n.textContent;",
+        )
+        .await;
+    assert!(
+        notice.as_str().unwrap().contains("conversation"),
+        "{notice}"
+    );
+    assert_eq!(b.count("#notice b").await, 0, "rendered as text");
+    b.close().await;
+}

@@ -7,6 +7,7 @@
 //! `POST /v1/runs/{id}/messages` and the chat's follow-up runs. A fork
 //! ([`fork()`]) starts from a run's history up to a seq instead.
 
+use crate::store::StoreReads;
 use crate::{JournalError, JournalReader, RunStatus, RunSummary};
 use keel_eventlog::history::{self, ChainError, HistoryStore};
 use keel_eventlog::{Event, EventDecodeError, Extra, HistoryReference, Payload, RunInput};
@@ -82,11 +83,21 @@ pub enum StoreError {
     Decode(#[from] EventDecodeError),
 }
 
-/// The journal as a [`HistoryStore`]: pages of decoded events.
-#[derive(Debug, Clone, Copy)]
-pub struct JournalStore<'a>(pub &'a JournalReader);
+/// A store's reader (a [`JournalReader`] unless named, or a
+/// [`StoreReader`](crate::StoreReader)) as a [`HistoryStore`]: pages of
+/// decoded events.
+#[derive(Debug)]
+pub struct JournalStore<'a, R: ?Sized = JournalReader>(pub &'a R);
 
-impl HistoryStore for JournalStore<'_> {
+impl<R: ?Sized> Clone for JournalStore<'_, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R: ?Sized> Copy for JournalStore<'_, R> {}
+
+impl<R: StoreReads + ?Sized> HistoryStore for JournalStore<'_, R> {
     type Error = StoreError;
     fn events_after(
         &self,
@@ -106,7 +117,7 @@ impl HistoryStore for JournalStore<'_> {
 /// its chain of references (checked); with the reference a run
 /// continuing it records.
 pub fn rebuild(
-    reader: &JournalReader,
+    reader: &(impl StoreReads + ?Sized),
     run_id: &RunId,
     limits: &Limits,
 ) -> Result<history::RebuiltChain, ContinueError> {
@@ -198,7 +209,7 @@ pub fn check_stored_input(
 /// re-identified as messages of `new_run`
 /// (`history::follow_up_message_id`) so ids stay unique.
 pub fn continuation(
-    reader: &JournalReader,
+    reader: &(impl StoreReads + ?Sized),
     previous: &str,
     follow_up: &[Message],
     new_run: &RunId,
@@ -263,7 +274,10 @@ fn continuable(summary: &RunSummary) -> Result<(), ContinueError> {
 }
 
 /// The run a stored run continues, from its `run.started`.
-pub fn continued_run(reader: &JournalReader, run_id: &str) -> Result<Option<RunId>, ContinueError> {
+pub fn continued_run(
+    reader: &(impl StoreReads + ?Sized),
+    run_id: &str,
+) -> Result<Option<RunId>, ContinueError> {
     let first = reader.events_after(run_id, 0, 1)?;
     let Some(line) = first.first() else {
         return Ok(None);

@@ -174,13 +174,13 @@
 
 mod claim;
 mod delete;
-mod hosts;
+pub(crate) mod hosts;
 mod listing;
-mod reader;
-mod recover;
-mod request;
+pub(crate) mod reader;
+pub(crate) mod recover;
+pub(crate) mod request;
 mod schema;
-mod writer;
+pub(crate) mod writer;
 
 /// The run status lives beside [`RunHistory`](crate::RunHistory) (it
 /// needs no SQLite); named here as before.
@@ -290,6 +290,8 @@ impl JournalStats {
     }
 }
 
+/// The live counters behind [`JournalStats`], shared by a writer thread
+/// (SQLite or PostgreSQL) and its journal.
 #[derive(Debug, Default)]
 pub(crate) struct StatsCell {
     transactions: AtomicU64,
@@ -299,6 +301,40 @@ pub(crate) struct StatsCell {
     refused: AtomicU64,
     failed: AtomicU64,
     largest_batch: AtomicU64,
+}
+
+impl StatsCell {
+    /// The counters now.
+    pub(crate) fn snapshot(&self) -> JournalStats {
+        JournalStats {
+            transactions: self.transactions.load(Ordering::Relaxed),
+            requests: self.requests.load(Ordering::Relaxed),
+            stored: self.stored.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            largest_batch: self.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts one committed transaction and what it did with each request.
+    pub(crate) fn count_commit(&self, applied: &[request::Applied]) {
+        let answered: u64 = applied.iter().map(request::Applied::answered).sum();
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(answered, Ordering::Relaxed);
+        self.largest_batch.fetch_max(answered, Ordering::Relaxed);
+        for a in applied {
+            self.stored.fetch_add(a.stored, Ordering::Relaxed);
+            self.duplicates.fetch_add(a.duplicates, Ordering::Relaxed);
+            self.refused
+                .fetch_add(u64::from(a.refused.is_some()), Ordering::Relaxed);
+        }
+    }
+
+    /// Counts `events` answered as failed (their transaction did not commit).
+    pub(crate) fn count_failed(&self, events: usize) {
+        self.failed.fetch_add(events as u64, Ordering::Relaxed);
+    }
 }
 
 /// The SQLite journal. See the [module documentation](self) for the
@@ -400,16 +436,7 @@ impl SqliteJournal {
 
     /// The writer's counters.
     pub fn stats(&self) -> JournalStats {
-        let s = &self.stats;
-        JournalStats {
-            transactions: s.transactions.load(Ordering::Relaxed),
-            requests: s.requests.load(Ordering::Relaxed),
-            stored: s.stored.load(Ordering::Relaxed),
-            duplicates: s.duplicates.load(Ordering::Relaxed),
-            refused: s.refused.load(Ordering::Relaxed),
-            failed: s.failed.load(Ordering::Relaxed),
-            largest_batch: s.largest_batch.load(Ordering::Relaxed),
-        }
+        self.stats.snapshot()
     }
 
     /// Stops taking events, waits for the writer to commit and acknowledge

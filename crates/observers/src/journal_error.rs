@@ -100,6 +100,41 @@ pub enum JournalError {
         #[source]
         source: std::io::Error,
     },
+    /// A PostgreSQL call failed (connecting, a query, a commit). The
+    /// database is named by its URL without the password, and the detail
+    /// never contains the password.
+    #[error("postgres journal {database}: {op}: {detail}")]
+    Postgres {
+        /// The database URL, password removed.
+        database: String,
+        /// What was being done.
+        op: &'static str,
+        /// The driver's or the server's message, password removed.
+        detail: String,
+    },
+    /// The PostgreSQL database records a schema version newer than this
+    /// build's. Nothing was written.
+    #[error(
+        "postgres journal {database} has schema version {found}, newer than the {supported} this build supports; nothing was written"
+    )]
+    PostgresNewerSchema {
+        /// The database URL, password removed.
+        database: String,
+        /// The version in the database.
+        found: u32,
+        /// The version this build writes.
+        supported: u32,
+    },
+    /// The PostgreSQL database is not a Keel journal (tables of the same
+    /// names without `keel_schema`), its Keel schema is damaged, or a
+    /// stored value is out of range. Nothing was written.
+    #[error("postgres journal {database}: invalid schema or row (rule postgres.schema): {detail}")]
+    PostgresSchema {
+        /// The database URL, password removed.
+        database: String,
+        /// What is wrong.
+        detail: String,
+    },
     /// The writer thread could not be started.
     #[error("journal: cannot start the writer thread: {0}")]
     Spawn(#[source] std::io::Error),

@@ -15,8 +15,10 @@
 //!   the real code;
 //! - the stores and bridges that implement the contracts, each behind a
 //!   feature (table below): the SQLite journal ([`SqliteJournal`] and its
-//!   reader and recovery), the `tracing` bridge (`TracingObserver`) and
-//!   NATS JetStream (`JetStreamObserver`, remote subscription, recovery);
+//!   reader and recovery), behind one type for any durable store
+//!   ([`Store`], [`StoreReader`], [`StoreLocation`]), the `tracing` bridge
+//!   (`TracingObserver`) and NATS JetStream (`JetStreamObserver`, remote
+//!   subscription, recovery);
 //! - deletion and retention (`deletion`, feature `sqlite`): the request,
 //!   the rules and the planning every durable store deletes by, and the
 //!   tombstones deleted runs leave.
@@ -138,9 +140,22 @@ pub mod otel;
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub use otel::{OtelConfig, OtelError, OtelObserver, OtelStats, OtlpEndpoint};
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub mod store;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use store::{Store, StoreLocation, StoreLocationError, StoreReader, StoreReads};
+
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub mod nats;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use self::postgres::{PgJournal, PgReader, PgUrl, PgUrlError};
 #[cfg(feature = "nats")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub use nats::{

@@ -219,7 +219,7 @@ fn internal(e: &dyn std::fmt::Display) -> Problem {
     )
 }
 
-/// `--listen ADDR --db PATH`, both optional.
+/// `--listen ADDR --db PATH_OR_URL`, both optional.
 fn config(mut args: impl Iterator<Item = String>) -> Result<ServeConfig, String> {
     let mut config = ServeConfig::new("127.0.0.1:7979".parse().map_err(|_| "address")?, "host.db");
     while let Some(flag) = args.next() {
@@ -232,7 +232,7 @@ fn config(mut args: impl Iterator<Item = String>) -> Result<ServeConfig, String>
                     .parse()
                     .map_err(|e| format!("--listen {value}: {e}"))?
             }
-            "--db" => config.db = value.into(),
+            "--db" => config.db = value.parse().map_err(|e| format!("--db: {e}"))?,
             _ => {
                 return Err(format!(
                     "unknown flag {flag} (flags: --listen ADDR --db PATH)"

@@ -6,6 +6,7 @@
 use crate::limits::{ConnectionConfig, ConnectionLimits, LimitsError, StreamConfig, StreamLimits};
 use keel_engine::{LimitError, check_closing_deadline};
 use keel_eventlog::LogConfig;
+use keel_observers::StoreLocation;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,8 +48,9 @@ impl BearerToken {
 pub struct ServeConfig {
     /// Where to listen (`--listen`); port 0 picks a free port.
     pub listen: SocketAddr,
-    /// The SQLite journal (`--db`).
-    pub db: PathBuf,
+    /// The durable store (`--db`): a SQLite path, or a PostgreSQL URL in a
+    /// build with the feature `postgres`.
+    pub db: StoreLocation,
     /// The bearer token (`--token-file`, `KEEL_TOKEN`); required on a
     /// non-loopback listener.
     pub token: Option<BearerToken>,
@@ -82,7 +84,7 @@ impl Default for ServeConfig {
     fn default() -> ServeConfig {
         ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
-            db: PathBuf::from("keel.db"),
+            db: StoreLocation::Sqlite(PathBuf::from("keel.db")),
             token: None,
             log_max_events: None,
             nats: None,
@@ -135,12 +137,13 @@ pub(crate) struct Settings {
 }
 
 impl ServeConfig {
-    /// A configuration listening on `listen` with the journal at `db`,
-    /// and every other setting at its default.
+    /// A configuration listening on `listen` with the SQLite journal at
+    /// `db`, and every other setting at its default (set
+    /// [`ServeConfig::db`] for another store).
     pub fn new(listen: SocketAddr, db: impl Into<PathBuf>) -> ServeConfig {
         ServeConfig {
             listen,
-            db: db.into(),
+            db: StoreLocation::Sqlite(db.into()),
             ..ServeConfig::default()
         }
     }

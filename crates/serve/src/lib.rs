@@ -23,7 +23,8 @@
 //! onto [`ServeConfig`].
 //!
 //! One [`Server`], one [`Engine`]: it is built at startup from the host's
-//! [`EngineBuilder`](keel_engine::EngineBuilder) with the daemon's [`SqliteJournal`] as its required
+//! [`EngineBuilder`](keel_engine::EngineBuilder) with the daemon's store
+//! ([`Store`], at [`ServeConfig::db`]) as its required
 //! observer (JetStream's first, with `nats`), the log retention of
 //! `log_max_events` and the daemon's approvals as the interaction handler.
 //! The daemon keeps no registry of its own: status, list, cancel, answers
@@ -122,7 +123,7 @@ use axum::routing::{get, post};
 use config::Settings;
 use cross_site::CrossSitePolicy;
 use keel_engine::{Engine, InteractionHandler};
-use keel_observers::{JournalReader, SqliteJournal};
+use keel_observers::{Store, StoreReader};
 use serde_json::Value;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -134,8 +135,8 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 pub struct Daemon {
     /// The one engine: every run, and the only registry of live runs.
     engine: Engine,
-    journal: Arc<SqliteJournal>,
-    reader: Arc<JournalReader>,
+    journal: Arc<Store>,
+    reader: Arc<StoreReader>,
     /// The engine's interaction handler (pending approvals).
     approvals: Arc<Approvals>,
     /// `POST /v1/agui`'s frontend calls waiting for their client.
@@ -183,7 +184,7 @@ impl Daemon {
     /// Runs a journal read on the blocking pool.
     async fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&JournalReader) -> Result<T, keel_observers::JournalError> + Send + 'static,
+        f: impl FnOnce(&StoreReader) -> Result<T, keel_observers::JournalError> + Send + 'static,
     ) -> Result<T, Problem> {
         let reader = Arc::clone(&self.reader);
         match tokio::task::spawn_blocking(move || f(&reader)).await {

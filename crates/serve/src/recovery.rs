@@ -3,8 +3,9 @@
 //! `Last-Event-ID` gets the recovery terminals from the journal and then
 //! the end of the stream.
 //!
-//! Without `--nats`: [`SqliteJournal::recover_abandoned`] (ownership by OS
-//! locks on host files beside the store; claim, then recover).
+//! Without `--nats`: [`Store::recover_abandoned`] (the store's own
+//! ownership of runs, for SQLite OS locks on host files beside it; claim,
+//! then recover).
 //!
 //! With `--nats`, JetStream is the authority and this store one host's
 //! copy, so recovery goes JetStream first:
@@ -21,7 +22,7 @@
 //!    path), whoever recovered the run: one history, never a second set of
 //!    terminals.
 //! 3. Runs the stream does not hold at all are recovered in the store
-//!    ([`SqliteJournal::recover_abandoned`]), but only when every run the
+//!    ([`Store::recover_abandoned`]), but only when every run the
 //!    stream holds was settled: a local recovery must not close a run that
 //!    JetStream will close differently.
 //! 4. A background sweep then recovers, in JetStream only, runs other
@@ -43,7 +44,7 @@ use crate::error::ServeError;
 use keel_eventlog::recovery;
 use keel_observers::{
     JetStreamHandle, JetStreamRecovery, LocalSync, RecoveryReport, RequiredObserver, RunStatus,
-    SqliteJournal, StreamRecovery, StreamStanding,
+    Store, StreamRecovery, StreamStanding,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -72,7 +73,7 @@ pub(crate) struct RecoverySummary {
 /// `nats`, also starts the background sweep. `Err` is a failure of the
 /// store or of NATS as a whole; one run's trouble is a stderr line.
 pub(crate) async fn recover_at_startup(
-    journal: &Arc<SqliteJournal>,
+    journal: &Arc<Store>,
     nats: Option<&JetStreamHandle>,
 ) -> Result<RecoverySummary, ServeError> {
     let Some(handle) = nats else {
@@ -104,9 +105,9 @@ pub(crate) async fn recover_at_startup(
     Ok(summary)
 }
 
-/// [`SqliteJournal::recover_abandoned`] on a blocking thread, one stderr
+/// [`Store::recover_abandoned`] on a blocking thread, one stderr
 /// line per recovered run and per run that needs attention.
-async fn recover_locally(journal: &Arc<SqliteJournal>) -> Result<RecoveryReport, ServeError> {
+async fn recover_locally(journal: &Arc<Store>) -> Result<RecoveryReport, ServeError> {
     let journal = Arc::clone(journal);
     let report = tokio::task::spawn_blocking(move || journal.recover_abandoned())
         .await
@@ -136,9 +137,7 @@ fn seqs(events: &[Arc<keel_eventlog::Event>]) -> String {
 /// Every run the store shows running, with its stored lines, children
 /// before parents ([`recovery::children_first`]: a sub-run is closed
 /// before the run whose call started it).
-async fn stored_running(
-    journal: &Arc<SqliteJournal>,
-) -> Result<Vec<(String, Vec<String>)>, ServeError> {
+async fn stored_running(journal: &Arc<Store>) -> Result<Vec<(String, Vec<String>)>, ServeError> {
     let journal = Arc::clone(journal);
     tokio::task::spawn_blocking(move || {
         let reader = journal.reader()?;
@@ -177,7 +176,7 @@ struct StoredRunning {
 /// Step 1 and 2 for every stored running run. Returns how many the stream
 /// does not hold and how many are not settled.
 async fn recover_stored(
-    journal: &Arc<SqliteJournal>,
+    journal: &Arc<Store>,
     recovery: &JetStreamRecovery,
     summary: &mut RecoverySummary,
 ) -> Result<(usize, usize), ServeError> {
@@ -238,7 +237,7 @@ async fn recover_stored(
 /// Step 2: the store copies what JetStream holds. A run another recoverer
 /// is still closing is waited for a little.
 async fn copy_to_store(
-    journal: &Arc<SqliteJournal>,
+    journal: &Arc<Store>,
     recovery: &JetStreamRecovery,
     run_id: &str,
     lines: &[String],

@@ -2,12 +2,12 @@
 //! decides, under the daemon's one admission lock, whether a run may
 //! start at all: the daemon is open, a `--max-live-runs` slot is free
 //! (live runs and reservations count alike), and its id is claimed in the
-//! shared journal ([`SqliteJournal::claim_run`], so of two daemons on one
+//! shared store ([`Store::claim_run`], so of two daemons on one
 //! database only one starts a run under an id). Only then are the run's
 //! side effects made (its MCP servers started), so the live-run bound
 //! bounds their child processes too and a refused POST starts nothing.
 //!
-//! [`SqliteJournal::claim_run`]: keel_observers::SqliteJournal::claim_run
+//! [`Store::claim_run`]: keel_observers::Store::claim_run
 
 use super::problem::Problem;
 use super::{Daemon, lock};

@@ -8,7 +8,7 @@ use crate::error::ServeError;
 use crate::factory::RunFactory;
 use crate::{Daemon, approvals::Approvals, conn, recovery, router, stream_caps};
 use keel_engine::{EngineBuilder, EngineShutdown, InteractionHandler};
-use keel_observers::{JournalConfig, RequiredObserver, SqliteJournal};
+use keel_observers::{JournalConfig, RequiredObserver, Store};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -106,8 +106,16 @@ async fn open_daemon(
     let mut settings = config.settings()?;
     fit_file_limit(&mut settings.connections);
     let cross_site = cross_site_policy(config)?;
-    let journal = Arc::new(SqliteJournal::open(&config.db, JournalConfig::default())?);
-    let reader = Arc::new(journal.reader()?);
+    // On a blocking thread: a store may block on the network (PostgreSQL's
+    // blocking client refuses to run on a runtime thread).
+    let location = config.db.clone();
+    let (journal, reader) = tokio::task::spawn_blocking(move || {
+        let journal = Store::open(&location, JournalConfig::default())?;
+        let reader = journal.reader()?;
+        Ok::<_, ServeError>((Arc::new(journal), Arc::new(reader)))
+    })
+    .await
+    .map_err(|e| ServeError::Recovery(format!("opening the journal: {e}")))??;
     let nats = match &config.nats {
         Some(url) => Some(
             crate::nats_connect::connect(url)

@@ -161,6 +161,9 @@ pub mod events;
 mod interaction;
 mod memory_journal;
 mod observer;
+#[cfg(all(unix, feature = "pg"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "pg")))]
+pub mod pg;
 mod provider;
 pub mod replay;
 mod script;

@@ -5,7 +5,9 @@ use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use keel_eventlog::Event;
 use keel_eventlog::links::{LinkCheck, LinkReport};
 use keel_observers::conversation::{self, Origin};
-use keel_observers::{JournalReader, RunStatus, RunSummary, StoredRun, is_last_page};
+use keel_observers::{
+    ListedRun, RunStatus, RunSummary, RunsQuery, StoreReader, StoredRun, is_last_page,
+};
 use keel_serve::run_list::{ListQuery, MAX_PAGE_RUNS};
 use keel_testkit::{Verdict, verify_run};
 use std::io::{BufWriter, Write};
@@ -31,26 +33,22 @@ fn write_error(e: std::io::Error) -> CliError {
 }
 
 /// Every stored line of `run_id` after `after`, in order.
-pub fn all_lines(
-    reader: &JournalReader,
-    run_id: &str,
-    after: u64,
-) -> Result<Vec<String>, CliError> {
+pub fn all_lines(reader: &StoreReader, run_id: &str, after: u64) -> Result<Vec<String>, CliError> {
     Ok(reader.all_lines_after(run_id, after)?)
 }
 
-fn known_run(reader: &JournalReader, run_id: &str) -> Result<RunSummary, CliError> {
+fn known_run(reader: &StoreReader, run_id: &str) -> Result<RunSummary, CliError> {
     reader.run_status(run_id)?.ok_or_else(|| {
         CliError::bad_input(format!(
             "unknown run {run_id} in {} (see `keel runs`)",
-            reader.path().display()
+            reader.location()
         ))
     })
 }
 
 /// `keel events RUN_ID [--after N] [--follow]`.
 pub fn events(args: EventsArgs) -> Result<i32, CliError> {
-    let reader = JournalReader::open(&args.db.db)?;
+    let reader = StoreReader::open(&args.db.db)?;
     let mut status = known_run(&reader, &args.run_id)?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -79,21 +77,12 @@ pub fn events(args: EventsArgs) -> Result<i32, CliError> {
     }
 }
 
-/// How many turns a run's lines start.
-fn turns(lines: &[String]) -> usize {
-    // Canonical lines sort keys, so `kind` comes first.
-    lines
-        .iter()
-        .filter(|l| l.starts_with(r#"{"kind":"turn.started","#))
-        .count()
-}
-
 /// `keel runs`: the stored runs in the list's order, read a page at a
-/// time from the journal's index (`JournalReader::runs_page`, as
+/// time from the journal's index (`StoreReader::runs_page`, as
 /// `GET /v1/runs`: the same filters, limits and cursors), or with
 /// `--conversation` one conversation's chain, first to last.
 pub fn runs(args: RunsArgs) -> Result<i32, CliError> {
-    let reader = JournalReader::open(&args.db.db)?;
+    let reader = StoreReader::open(&args.db.db)?;
     if let Some(id) = &args.tree {
         return super::tree::print(&reader, id);
     }
@@ -154,35 +143,53 @@ fn problem_text(p: &keel_serve::problem::Problem) -> String {
     )
 }
 
-/// `keel runs --conversation RUN_ID`: the chain of `id`'s conversation.
-fn conversation_chain(reader: &JournalReader, id: &str) -> Result<i32, CliError> {
-    let all = reader.runs()?;
-    let mut continues: Vec<Option<String>> = Vec::with_capacity(all.len());
-    let mut origins: Vec<Origin> = Vec::with_capacity(all.len());
-    for run in &all {
-        let origin = conversation::origin(reader, run.run_id.as_str())?;
+/// `keel runs --conversation RUN_ID`: the chain of `id`'s conversation,
+/// from the conversation's runs alone (the store's conversation index, a
+/// page at a time: `RunsQuery::conversation`), never every stored run.
+fn conversation_chain(reader: &StoreReader, id: &str) -> Result<i32, CliError> {
+    known_run(reader, id)?;
+    let members = conversation_runs(reader, id)?;
+    let mut continues: Vec<Option<String>> = Vec::with_capacity(members.len());
+    let mut origins: Vec<Origin> = Vec::with_capacity(members.len());
+    for run in &members {
+        let origin = conversation::origin(reader, run.summary.run_id.as_str())?;
         continues.push(match &origin {
             Origin::Continues(p) => Some(p.as_str().to_owned()),
             _ => None,
         });
         origins.push(origin);
     }
-    known_run(reader, id)?;
-    let shown = chain(&all, &continues, id);
+    let summaries: Vec<&RunSummary> = members.iter().map(|r| &r.summary).collect();
+    let shown = chain(&summaries, &continues, id);
     let width = shown
         .iter()
-        .map(|&i| all[i].run_id.as_str().len())
+        .map(|&i| summaries[i].run_id.as_str().len())
         .max()
         .unwrap_or(0);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for i in shown {
-        let run = &all[i];
-        let lines = all_lines(reader, run.run_id.as_str(), 0)?;
-        print_run(&mut out, run, turns(&lines) as u64, &origins[i], width)?;
+        let run = &members[i];
+        print_run(&mut out, &run.summary, run.totals.turns, &origins[i], width)?;
     }
     out.flush().map_err(write_error)?;
     Ok(EXIT_OK)
+}
+
+/// Every run of `id`'s conversation (the runs whose `continues` chain has
+/// its root), in the list's order, read a page at a time.
+fn conversation_runs(reader: &StoreReader, id: &str) -> Result<Vec<ListedRun>, CliError> {
+    let mut query = RunsQuery::first(MAX_PAGE_RUNS);
+    query.conversation = Some(id.to_owned());
+    let mut members = Vec::new();
+    loop {
+        let page = reader.runs_page(&query)?;
+        members.extend(page.runs);
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return Ok(members),
+        }
+    }
 }
 
 /// One line of `keel runs`.
@@ -221,7 +228,7 @@ fn print_run(
 /// The indices of `id`'s conversation, first to last: back through the
 /// runs it continues, then forward through the runs continuing it (the
 /// first follow-up, when a run was continued more than once).
-fn chain(all: &[RunSummary], continues: &[Option<String>], id: &str) -> Vec<usize> {
+fn chain(all: &[&RunSummary], continues: &[Option<String>], id: &str) -> Vec<usize> {
     let index = |id: &str| all.iter().position(|r| r.run_id.as_str() == id);
     let mut back = Vec::new();
     let mut at = index(id);
@@ -251,7 +258,7 @@ fn chain(all: &[RunSummary], continues: &[Option<String>], id: &str) -> Vec<usiz
 /// `keel verify`: each run's own rules, then the links between runs
 /// (`keel_eventlog::links`): a violation of either exits 1 naming it.
 pub fn verify(args: DbArgs) -> Result<i32, CliError> {
-    let reader = JournalReader::open(&args.db)?;
+    let reader = StoreReader::open(&args.db)?;
     let runs = reader.runs()?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -306,7 +313,7 @@ pub fn verify(args: DbArgs) -> Result<i32, CliError> {
         runs.len(),
         link_summary(&report),
         deleted_summary(tombstones.len(), &report),
-        args.db.display()
+        args.db
     )
     .map_err(write_error)?;
     out.flush().map_err(write_error)?;

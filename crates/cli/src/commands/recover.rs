@@ -4,14 +4,12 @@
 //! owns it (its host was killed, crashed, or closed the journal before the
 //! run ended). `keel recover` appends each one's recovery terminals, rule
 //! `run.host_lost`, through its own journal host
-//! ([`SqliteJournal::recover_abandoned`]); runs a live process owns (a
+//! ([`Store::recover_abandoned`](keel_observers::Store::recover_abandoned)); runs a live process owns (a
 //! `keel run` or `keel serve` still going) are left to it.
 
 use crate::args::DbArgs;
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
-use keel_observers::{
-    JournalConfig, JournalReader, RecoveredRun, RecoveryReport, SkipReason, SqliteJournal,
-};
+use keel_observers::{JournalConfig, RecoveredRun, RecoveryReport, SkipReason, Store, StoreReader};
 use std::io::{BufWriter, Write};
 use std::time::{Duration, Instant};
 
@@ -22,8 +20,8 @@ use std::time::{Duration, Instant};
 pub fn recover(args: DbArgs) -> Result<i32, CliError> {
     // Refuse a missing, newer or foreign store without creating anything,
     // as the read commands do (exit 2).
-    drop(JournalReader::open(&args.db)?);
-    let journal = SqliteJournal::open(&args.db, JournalConfig::default())?;
+    drop(StoreReader::open(&args.db)?);
+    let journal = Store::open(&args.db, JournalConfig::default())?;
     let started = Instant::now();
     let report = journal.recover_abandoned()?;
     let took = started.elapsed();
@@ -69,7 +67,7 @@ fn print(
         report.recovered.len(),
         report.skipped.len(),
         crate::time::human(took),
-        args.db.display()
+        args.db
     )
 }
 

@@ -13,7 +13,7 @@ use crate::commands::history::all_lines;
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use keel_engine::{Engine, EngineLimits};
 use keel_message::RunId;
-use keel_observers::JournalReader;
+use keel_observers::StoreReader;
 use keel_observers::conversation;
 use keel_scenario::file::{self as scenario, Scenario};
 use keel_testkit::replay::{Recording, ReplayTools, compare, replay as replay_run};
@@ -27,12 +27,12 @@ pub fn replay(args: ReplayArgs) -> Result<i32, CliError> {
         ),
         None => None,
     };
-    let reader = JournalReader::open(&args.db.db)?;
+    let reader = StoreReader::open(&args.db.db)?;
     if reader.run_status(&args.run_id)?.is_none() {
         return Err(CliError::bad_input(format!(
             "unknown run {} in {} (see `keel runs`)",
             args.run_id,
-            reader.path().display()
+            reader.location()
         )));
     }
     let lines = all_lines(&reader, &args.run_id, 0)?;
@@ -59,7 +59,7 @@ pub fn replay(args: ReplayArgs) -> Result<i32, CliError> {
 /// The history a continued run inherits by reference, rebuilt from the
 /// journal and checked against the recorded reference.
 fn inherited_history(
-    reader: &JournalReader,
+    reader: &StoreReader,
     recording: &Recording,
 ) -> Result<Vec<keel_message::Message>, CliError> {
     let Some(reference) = recording.input_reference() else {

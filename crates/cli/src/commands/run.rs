@@ -17,7 +17,7 @@ use keel_eventlog::{SubscriptionBounds, SubscriptionError};
 use keel_message::RunId;
 use keel_observers::conversation;
 use keel_observers::{
-    JetStreamObserver, JournalConfig, JournalReader, RequiredObserver, SqliteJournal,
+    JetStreamObserver, JournalConfig, RequiredObserver, Store, StoreLocation, StoreReader,
 };
 use keel_scenario::Scenario;
 use keel_scenario::file as scenario;
@@ -174,7 +174,7 @@ fn prepare(args: &RunArgs, screen: &Screen) -> Result<Prepared, CliError> {
                 .compaction_only()
         }
         (Some(previous), _, Some(text)) => {
-            let reader = JournalReader::open(&args.db.db)?;
+            let reader = StoreReader::open(&args.db.db)?;
             let limits = message_limits();
             let continuation = conversation::user_message(text, &limits)
                 .and_then(|m| conversation::continuation(&reader, previous, &[m], &run_id, &limits))
@@ -202,7 +202,7 @@ fn compaction_of(
     previous: &str,
     run_id: &RunId,
 ) -> Result<conversation::Continuation, CliError> {
-    let reader = JournalReader::open(&args.db.db)?;
+    let reader = StoreReader::open(&args.db.db)?;
     conversation::continuation(&reader, previous, &[], run_id, &message_limits())
         .map_err(|e| CliError::bad_input(format!("keel compact {previous}: {e}")))
 }
@@ -218,7 +218,7 @@ fn fork_of(
     let at = args.at.unwrap_or_default();
     let refuse =
         |e: &dyn std::fmt::Display| CliError::bad_input(format!("--fork {parent} --at {at}: {e}"));
-    let reader = JournalReader::open(&args.db.db)?;
+    let reader = StoreReader::open(&args.db.db)?;
     let limits = message_limits();
     let messages = match message {
         Some(text) => vec![conversation::user_message(text, &limits).map_err(|e| refuse(&e))?],
@@ -230,19 +230,28 @@ fn fork_of(
 /// Opens the journal (and `--nats`), claiming the run id (refused when it
 /// is stored or another live process claimed it),
 /// and builds the engine with them as its required observers.
-async fn open_engine(
-    args: &RunArgs,
-    run_id: &RunId,
-) -> Result<(Engine, Arc<SqliteJournal>), CliError> {
+async fn open_engine(args: &RunArgs, run_id: &RunId) -> Result<(Engine, Arc<Store>), CliError> {
     let db = &args.db.db;
-    let journal = Arc::new(SqliteJournal::open(db, JournalConfig::default())?);
-    // Claimed in the store, as a daemon's admission does, so that a daemon
-    // on the same journal cannot start a run under this id meanwhile.
-    if journal.claim_run(run_id.as_str())? != keel_observers::RunClaim::Claimed {
+    // On a blocking thread: a store may block on the network (PostgreSQL's
+    // blocking client refuses to run on a runtime thread).
+    let (journal, claim) = {
+        let (location, id) = (db.clone(), run_id.as_str().to_owned());
+        tokio::task::spawn_blocking(move || {
+            let journal = Store::open(&location, JournalConfig::default())?;
+            // Claimed in the store, as a daemon's admission does, so that
+            // a daemon on the same journal cannot start a run under this
+            // id meanwhile.
+            let claim = journal.claim_run(&id)?;
+            Ok::<_, keel_observers::JournalError>((Arc::new(journal), claim))
+        })
+        .await
+        .map_err(|e| CliError::failure(format!("opening the journal: {e}")))??
+    };
+    if claim != keel_observers::RunClaim::Claimed {
         return Err(CliError::bad_input(format!(
             "{}: run {run_id} is already stored in {} (or being started by another process); give the scenario another run_id, or leave it out to generate one",
             args.scenario.display(),
-            db.display()
+            db
         )));
     }
     let mut builder = Engine::builder()
@@ -294,7 +303,10 @@ async fn run_async(args: RunArgs) -> Result<i32, CliError> {
     let interrupts = Interrupts::install()?;
     let json = args.json;
     let screen = Screen::new(!json && std::io::stderr().is_terminal());
-    let prepared = prepare(&args, &screen)?;
+    // It reads the store (a continuation, a fork), which may block on the
+    // network: off the runtime's thread (the blocking PostgreSQL client
+    // refuses to run on one).
+    let prepared = tokio::task::block_in_place(|| prepare(&args, &screen))?;
     let (engine, journal) = open_engine(&args, &prepared.run_id).await?;
     let request = with_mcp_servers(&args, &prepared).await?;
     let handle = engine
@@ -419,10 +431,9 @@ impl LiveView {
         }
     }
 
-    fn hint(&self, run_id: &RunId, db: &Path) {
+    fn hint(&self, run_id: &RunId, db: &StoreLocation) {
         let hint = format!(
-            "  run {run_id} is stored in {} · replay it with: {} events {run_id}{}",
-            db.display(),
+            "  run {run_id} is stored in {db} · replay it with: {} events {run_id}{}",
             program(),
             db_flag(db)
         );
@@ -444,20 +455,26 @@ fn program() -> String {
     }
 }
 
-/// `--db PATH` when the path is not what `keel events` would use anyway.
-fn db_flag(db: &Path) -> String {
-    let default =
-        std::env::var_os("KEEL_DB").map_or_else(|| PathBuf::from("keel.db"), PathBuf::from);
-    if db == default {
+/// `--db LOCATION` when the store is not what `keel events` would use
+/// anyway (a URL shown without its password).
+fn db_flag(db: &StoreLocation) -> String {
+    let default = std::env::var_os("KEEL_DB").map_or_else(
+        || StoreLocation::Sqlite(PathBuf::from("keel.db")),
+        |text| {
+            StoreLocation::parse(&text.to_string_lossy())
+                .unwrap_or_else(|_| StoreLocation::Sqlite(PathBuf::from(text)))
+        },
+    );
+    if *db == default {
         String::new()
     } else {
-        format!(" --db {}", db.display())
+        format!(" --db {db}")
     }
 }
 
 /// Drains and closes the journal (every acknowledged event is already
 /// committed; this checkpoints the WAL).
-async fn close_journal(journal: Arc<SqliteJournal>, screen: &Screen) {
+async fn close_journal(journal: Arc<Store>, screen: &Screen) {
     match Arc::try_unwrap(journal) {
         Ok(journal) => match tokio::task::spawn_blocking(move || journal.close()).await {
             Ok(Ok(())) => {}

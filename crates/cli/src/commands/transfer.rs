@@ -42,7 +42,7 @@ use keel_eventlog::{
 use keel_message::{Limits, RunId};
 use keel_observers::conversation::{JournalStore, StoreError};
 use keel_observers::{
-    JournalConfig, JournalReader, ObserverError, RequiredObserver, SqliteJournal, Synchronous,
+    JournalConfig, ObserverError, RequiredObserver, Store, StoreLocation, StoreReader, Synchronous,
 };
 use keel_stream::MetadataAllowlist;
 use std::io::Write;
@@ -50,12 +50,11 @@ use std::sync::Arc;
 
 /// `keel export RUN_ID [-o FILE]`.
 pub fn export(args: ExportArgs) -> Result<i32, CliError> {
-    let reader = JournalReader::open(&args.db.db)?;
+    let reader = StoreReader::open(&args.db.db)?;
     let Some(run) = reader.run_status(&args.run_id)? else {
         return Err(CliError::bad_input(format!(
             "unknown run {} in {} (see `keel runs`)",
-            args.run_id,
-            args.db.db.display()
+            args.run_id, args.db.db
         )));
     };
     let broken = |what: String| {
@@ -90,7 +89,7 @@ pub fn export(args: ExportArgs) -> Result<i32, CliError> {
 }
 
 /// The whole of stored run `run_id` as a snapshot.
-fn run_snapshot(reader: &JournalReader, run_id: &RunId) -> Result<Snapshot, CliError> {
+fn run_snapshot(reader: &StoreReader, run_id: &RunId) -> Result<Snapshot, CliError> {
     let broken = |what: String| {
         CliError::failure(format!(
             "run {run_id}: {what}; nothing was exported (run `keel verify`)"
@@ -151,9 +150,8 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     for section in sections(&text) {
         logs.push(replay(&file, section, &allowlist)?);
     }
-    let db = args.db.db.display().to_string();
-    if args.db.db.exists() {
-        let reader = JournalReader::open(&args.db.db)?;
+    let db = args.db.db.to_string();
+    if let Some(reader) = existing_journal(&args.db.db)? {
         check_chain(&file, &logs, &JournalStore(&reader))?;
         check_no_conflict(&db, &logs, &reader)?;
     } else {
@@ -164,7 +162,7 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     // survive a process crash, and the import is repeatable (offering the
     // same bytes again is a no-op).
     config.synchronous = Synchronous::Normal;
-    let journal = SqliteJournal::open(&args.db.db, config)?;
+    let journal = Store::open(&args.db.db, config)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -190,8 +188,20 @@ pub fn import(args: ImportArgs) -> Result<i32, CliError> {
     Ok(EXIT_OK)
 }
 
+/// The journal an import checks against: none for a SQLite file that does
+/// not exist yet (nothing is created before the checks pass); a database
+/// server's is created first if it has none (an empty schema holds no run).
+fn existing_journal(location: &StoreLocation) -> Result<Option<StoreReader>, CliError> {
+    match location.sqlite_path() {
+        Some(path) if !path.exists() => return Ok(None),
+        Some(_) => {}
+        None => Store::open(location, JournalConfig::default())?.close()?,
+    }
+    Ok(Some(StoreReader::open(location)?))
+}
+
 /// Offers every event of `logs`, in order, to `journal`.
-async fn store_all(journal: &SqliteJournal, logs: &[RunLog], db: &str) -> Result<(), CliError> {
+async fn store_all(journal: &Store, logs: &[RunLog], db: &str) -> Result<(), CliError> {
     for event in logs.iter().flat_map(|log| log.retained_after(0)) {
         journal.observe(&event).await.map_err(|e| match e {
             ObserverError::Conflict { run_id, seq } => CliError::bad_input(format!(
@@ -328,7 +338,7 @@ fn inherits(log: &RunLog) -> bool {
 
 /// Refuses, before anything is stored, a run the journal holds with other
 /// bytes than the file, so an import is whole or nothing.
-fn check_no_conflict(db: &str, logs: &[RunLog], reader: &JournalReader) -> Result<(), CliError> {
+fn check_no_conflict(db: &str, logs: &[RunLog], reader: &StoreReader) -> Result<(), CliError> {
     for log in logs {
         let stored = all_lines(reader, log.run_id().as_str(), 0)?;
         let offered = log.retained_after(0);

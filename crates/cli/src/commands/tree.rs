@@ -4,12 +4,12 @@
 //! for a sub-run `sub-run of PARENT (call CALL_ID)`.
 
 use crate::error::{CliError, EXIT_OK};
-use keel_observers::JournalReader;
+use keel_observers::StoreReader;
 use keel_observers::conversation::{self, Origin, TreeNode};
 use std::io::{BufWriter, Write};
 
 /// Prints the tree of `run_id`'s conversation.
-pub fn print(reader: &JournalReader, run_id: &str) -> Result<i32, CliError> {
+pub fn print(reader: &StoreReader, run_id: &str) -> Result<i32, CliError> {
     let tree = conversation::tree(reader, run_id)?
         .ok_or_else(|| CliError::bad_input(format!("no stored run {run_id} (rule run.known)")))?;
     let stdout = std::io::stdout();

@@ -7,7 +7,8 @@
 //! hosts (`RunRequest::forks`).
 
 use super::{JournalStore, StoreError};
-use crate::{JournalError, JournalReader};
+use crate::JournalError;
+use crate::store::StoreReads;
 use keel_eventlog::history::{self, ChainError, ForkPointError};
 use keel_eventlog::{Event, ForkedFrom, HistoryReference, ParentLink, Payload};
 use keel_message::{Limits, Message, MessageError, RunId};
@@ -91,7 +92,7 @@ impl Fork {
 /// whatever its status, at a fork point: the lines through it never
 /// change.
 pub fn fork(
-    reader: &JournalReader,
+    reader: &(impl StoreReads + ?Sized),
     parent: &str,
     at: u64,
     follow_up: &[Message],
@@ -152,7 +153,7 @@ impl Origin {
 
 /// Where stored run `run_id` comes from, from its `run.started` (a run
 /// without events, or whose first line does not decode, is a root).
-pub fn origin(reader: &JournalReader, run_id: &str) -> Result<Origin, JournalError> {
+pub fn origin(reader: &(impl StoreReads + ?Sized), run_id: &str) -> Result<Origin, JournalError> {
     let first = reader.events_after(run_id, 0, 1)?;
     let started = first
         .first()

@@ -4,7 +4,8 @@
 //! the daemon serves it to the viewer.
 
 use super::fork::{Origin, origin};
-use crate::{JournalError, JournalReader, RunSummary};
+use crate::store::StoreReads;
+use crate::{JournalError, RunSummary};
 use std::collections::{HashMap, HashSet};
 
 /// The most runs a tree lists; a larger conversation is cut there
@@ -35,7 +36,7 @@ pub struct ConversationTree {
 /// The tree of the conversation stored run `run_id` belongs to (`None`:
 /// no such run). Reads every stored run's summary and first event.
 pub fn tree(
-    reader: &JournalReader,
+    reader: &(impl StoreReads + ?Sized),
     run_id: &str,
 ) -> Result<Option<ConversationTree>, JournalError> {
     let all = reader.runs()?;

@@ -42,7 +42,7 @@ pub(crate) fn hosts_dir(db: &Path) -> PathBuf {
 
 /// A fresh host id: 128 bits from std's per-process random hash keys,
 /// mixed with the process id, the time and a counter.
-fn new_host_id() -> String {
+pub(crate) fn new_host_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

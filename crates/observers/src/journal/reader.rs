@@ -343,30 +343,44 @@ impl RunHistory for JournalReader {
         let lines = self
             .events_after(run_id.as_str(), after, limit)
             .map_err(|e| RunHistoryError::read("sqlite", e))?;
-        let mut last = after;
-        let mut events = Vec::with_capacity(lines.len());
-        // Each line is dropped once decoded: the page is held about once.
-        for line in lines {
-            match Event::decode(&line) {
-                Ok(event) => {
-                    last = event.seq();
-                    events.push(Arc::new(event));
-                }
-                // The good events before a bad line are served; the next
-                // read starts at the bad line and fails.
-                Err(_) if !events.is_empty() => break,
-                Err(e) => {
-                    return Err(RunHistoryError::Corrupt {
-                        store: "sqlite".to_owned(),
-                        run_id: run_id.to_string(),
-                        after: last,
-                        detail: e.to_string(),
-                    });
-                }
+        decode_page("sqlite", run_id, after, lines)
+    }
+}
+
+/// A page of stored lines decoded for [`RunHistory::read_after`] (the
+/// canonical round-trip check included): the good events before a bad
+/// line are served, and a page that starts at a bad line is
+/// [`RunHistoryError::Corrupt`]. Shared by the SQLite and PostgreSQL
+/// readers.
+pub(crate) fn decode_page(
+    store: &str,
+    run_id: &RunId,
+    after: u64,
+    lines: Vec<String>,
+) -> Result<Vec<Arc<Event>>, RunHistoryError> {
+    let mut last = after;
+    let mut events = Vec::with_capacity(lines.len());
+    // Each line is dropped once decoded: the page is held about once.
+    for line in lines {
+        match Event::decode(&line) {
+            Ok(event) => {
+                last = event.seq();
+                events.push(Arc::new(event));
+            }
+            // The good events before a bad line are served; the next
+            // read starts at the bad line and fails.
+            Err(_) if !events.is_empty() => break,
+            Err(e) => {
+                return Err(RunHistoryError::Corrupt {
+                    store: store.to_owned(),
+                    run_id: run_id.to_string(),
+                    after: last,
+                    detail: e.to_string(),
+                });
             }
         }
-        Ok(events)
     }
+    Ok(events)
 }
 
 /// [`JournalReader::last_numbered_run`]: `?1` the prefix, `?2` its
@@ -381,7 +395,7 @@ const LAST_NUMBERED_RUN: &str = "SELECT run_id, last_seq, status, started_ts, up
 
 /// The least string greater than every string that starts with `prefix`
 /// (its last character incremented), or `None` when there is none.
-fn successor(prefix: &str) -> Option<String> {
+pub(crate) fn successor(prefix: &str) -> Option<String> {
     let mut chars: Vec<char> = prefix.chars().collect();
     let last = chars.pop()?;
     let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32)?;

@@ -421,14 +421,24 @@ fn stored_run(
 
 /// The run's log, restored from its stored lines, or what is wrong.
 fn restore(run: &Running, lines: &[String]) -> Result<RunLog, String> {
-    if u64::try_from(lines.len()).ok() != Some(run.last_seq) {
+    restore_lines(&run.run_id, run.last_seq, lines)
+}
+
+/// A run's log restored from its `last_seq` stored lines (every commit
+/// rule checked), or what is wrong; shared with the PostgreSQL journal.
+pub(crate) fn restore_lines(
+    run_id: &str,
+    last_seq: u64,
+    lines: &[String],
+) -> Result<RunLog, String> {
+    if u64::try_from(lines.len()).ok() != Some(last_seq) {
         return Err(format!(
             "runs.last_seq is {} but {} events are stored (rule runs.last_seq)",
-            run.last_seq,
+            last_seq,
             lines.len()
         ));
     }
-    let run_id = RunId::parse(&run.run_id).map_err(|e| format!("runs.run_id: {e}"))?;
+    let run_id = RunId::parse(run_id).map_err(|e| format!("runs.run_id: {e}"))?;
     RunLog::import(
         run_id,
         lines.iter().map(String::as_str),
@@ -518,7 +528,7 @@ impl Wake for ThreadWaker {
 /// Drives `future` to completion on this thread. The journal's queue and
 /// acknowledgement are runtime-agnostic channels, so no async runtime is
 /// needed (nor entered: this works inside one, blocking its thread).
-fn block_on<F: Future>(future: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
     let mut cx = Context::from_waker(&waker);

@@ -10,7 +10,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
@@ -46,15 +45,16 @@ const DELETE_OWNER: &str = "DELETE FROM owners WHERE run_id = ?1";
 
 /// What the journal holds for one run.
 #[derive(Debug, Clone, Copy)]
-struct RunState {
-    last_seq: u64,
-    status: RunStatus,
-    started_ts: u64,
-    updated_ts: u64,
-    totals: RunTotals,
+pub(crate) struct RunState {
+    pub(crate) last_seq: u64,
+    pub(crate) status: RunStatus,
+    pub(crate) started_ts: u64,
+    pub(crate) updated_ts: u64,
+    pub(crate) totals: RunTotals,
 }
 
-const NEW_RUN: RunState = RunState {
+/// The state of a run with nothing stored.
+pub(crate) const NEW_RUN: RunState = RunState {
     last_seq: 0,
     status: RunStatus::Running,
     started_ts: 0,
@@ -69,7 +69,7 @@ const NEW_RUN: RunState = RunState {
 /// `totals` after `event`: a `turn.started` counts a turn, a
 /// `model.completed` adds its usage (saturating: usage counts are at most
 /// 2^53 − 1 each, so only an absurd number of calls could reach the top).
-fn counted(totals: RunTotals, event: &Event) -> RunTotals {
+pub(crate) fn counted(totals: RunTotals, event: &Event) -> RunTotals {
     let mut t = totals;
     match event.kind().name().as_ref() {
         "turn.started" => t.turns = t.turns.saturating_add(1),
@@ -87,16 +87,16 @@ fn counted(totals: RunTotals, event: &Event) -> RunTotals {
 }
 
 /// A `run.started` (seq 1) that continues another run.
-struct Continued<'e> {
-    run: &'e str,
-    previous: RunId,
+pub(crate) struct Continued<'e> {
+    pub(crate) run: &'e str,
+    pub(crate) previous: RunId,
 }
 
 /// The run `event` continues, when it is a `run.started` at seq 1 that
 /// names one. A duplicate or refused event is filtered out by the caller
 /// (only runs stored in this transaction are updated; an already stored
 /// run's seq 1 is never stored again).
-fn continued(event: &Event) -> Option<Continued<'_>> {
+pub(crate) fn continued(event: &Event) -> Option<Continued<'_>> {
     if event.seq() != 1 || event.kind().name().as_ref() != "run.started" {
         return None;
     }
@@ -279,9 +279,7 @@ impl Writer {
 
     /// Answers a request whose transaction failed: nothing of it committed.
     fn refuse(&self, request: Request, error: &TxError) {
-        self.stats
-            .failed
-            .fetch_add(request.events.len() as u64, Ordering::Relaxed);
+        self.stats.count_failed(request.events.len());
         request.ack.send(Err(BatchError {
             acknowledged: 0,
             source: self.failure(error),
@@ -289,17 +287,7 @@ impl Writer {
     }
 
     fn count_commit(&self, applied: &[Applied]) {
-        let s = &self.stats;
-        let answered: u64 = applied.iter().map(Applied::answered).sum();
-        s.transactions.fetch_add(1, Ordering::Relaxed);
-        s.requests.fetch_add(answered, Ordering::Relaxed);
-        s.largest_batch.fetch_max(answered, Ordering::Relaxed);
-        for a in applied {
-            s.stored.fetch_add(a.stored, Ordering::Relaxed);
-            s.duplicates.fetch_add(a.duplicates, Ordering::Relaxed);
-            s.refused
-                .fetch_add(u64::from(a.refused.is_some()), Ordering::Relaxed);
-        }
+        self.stats.count_commit(applied);
     }
 
     fn failure(&self, error: &TxError) -> ObserverError {

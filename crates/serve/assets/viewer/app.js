@@ -350,22 +350,77 @@
       $('list-updated').textContent = 'updated ' + new Date().toLocaleTimeString();
     }
 
+    // The filters (status, conversation, since) are the page's own query
+    // (`/?status=failed`), so a filtered list can be linked and reloaded;
+    // each is passed to `GET /v1/runs` as is, with `after` for paging.
+    const pageQuery = new URLSearchParams(location.search);
+    const filters = readFilters(pageQuery);
+    showFilters(filters);
+    // `/?limit=N` sets the page size (the daemon's default otherwise).
+    const pageLimit = /^[0-9]{1,4}$/.test(pageQuery.get('limit') || '') ? pageQuery.get('limit') : '';
+    let pageCap = LIST_MAX_PAGES;
+    let generation = 0;
+
+    function listQuery(after) {
+      const params = new URLSearchParams();
+      for (const name of FILTER_NAMES) {
+        if (filters[name]) params.set(name, filters[name]);
+      }
+      if (pageLimit) params.set('limit', pageLimit);
+      if (after !== null) params.set('after', after);
+      const text = params.toString();
+      return text ? '?' + text : '';
+    }
+
+    function applyFilters(next) {
+      for (const name of FILTER_NAMES) filters[name] = next[name] || '';
+      const query = listQuery(null);
+      history.replaceState(null, '', '/' + query);
+      pageCap = LIST_MAX_PAGES;
+      for (const row of rowOf.values()) row.remove();
+      rowOf.clear();
+      if (timer) clearTimeout(timer);
+      poll();
+    }
+
+    $('list-filters').addEventListener('submit', (e) => {
+      e.preventDefault();
+      applyFilters(formFilters());
+    });
+    $('filter-clear').addEventListener('click', () => {
+      showFilters({});
+      applyFilters({});
+    });
+    $('runs-more-button').addEventListener('click', () => {
+      pageCap += LIST_MAX_PAGES;
+      if (timer) clearTimeout(timer);
+      poll();
+    });
+
+    function showMore(shown, more) {
+      $('runs-more').hidden = !more;
+      $('runs-more-text').textContent = more
+        ? 'Showing the first ' + fmtInt(shown) + ' runs in start order; more follow.'
+        : '';
+    }
+
     async function poll() {
       timer = null;
       if (stopped) return;
+      const mine = ++generation;
       try {
-        // The list is paged (`next`); follow it, at most LIST_MAX_PAGES
-        // pages a poll, so a daemon with many runs still shows them all.
+        // The list is paged (`next`); follow it, at most `pageCap` pages
+        // a poll ("Show more" raises it), with the filters on every page.
         const runs = [];
         let after = null;
         let failed = false;
-        for (let page = 0; page < LIST_MAX_PAGES; page++) {
-          const query = after === null ? '' : '?after=' + encodeURIComponent(after);
-          const response = await fetch('/v1/runs' + query, {
+        for (let page = 0; page < pageCap; page++) {
+          const response = await fetch('/v1/runs' + listQuery(after), {
             headers: apiHeaders({ Accept: 'application/json' }),
             credentials: 'omit',
             cache: 'no-store',
           });
+          if (mine !== generation) return; // the filters changed meanwhile
           if (response.status === 401) {
             askForToken();
             return; // until the token is saved
@@ -377,6 +432,7 @@
             break;
           }
           const doc = await response.json();
+          if (mine !== generation) return;
           if (Array.isArray(doc && doc.runs)) runs.push(...doc.runs);
           after = doc && typeof doc.next === 'string' ? doc.next : null;
           if (after === null) break;
@@ -385,11 +441,16 @@
           const notice = $('notice');
           if (!notice.hidden && notice.dataset.kind !== 'auth') hideNotice();
           render(runs);
+          showMore(runs.length, after !== null);
+          const filtered = FILTER_NAMES.some((name) => filters[name]);
+          $('runs-filtered-empty').hidden = !(filtered && rowOf.size === 0);
+          if (filtered) $('runs-empty').hidden = true;
         }
       } catch (e) {
+        if (mine !== generation) return;
         showNotice('Cannot reach the daemon.', String(e && e.message ? e.message : e));
       }
-      if (!stopped) timer = setTimeout(poll, LIST_POLL_MS);
+      if (!stopped && mine === generation) timer = setTimeout(poll, LIST_POLL_MS);
     }
 
     tokenListeners.push(() => {
@@ -397,6 +458,43 @@
       poll();
     });
     poll();
+  }
+
+  /** The list's filters, by their `GET /v1/runs` names. */
+  const FILTER_NAMES = ['status', 'conversation', 'since'];
+
+  /** The filters of a page query (`since` as unix milliseconds). */
+  function readFilters(params) {
+    const out = {};
+    for (const name of FILTER_NAMES) out[name] = params.get(name) || '';
+    return out;
+  }
+
+  /** `ms` (unix milliseconds) as a datetime-local value in local time. */
+  function localInputValue(ms) {
+    const date = new Date(ms);
+    if (Number.isNaN(date.getTime())) return '';
+    const local = new Date(date.getTime() - date.getTimezoneOffset() * 60000);
+    return local.toISOString().slice(0, 19);
+  }
+
+  /** Puts `filters` into the form. */
+  function showFilters(filters) {
+    $('filter-status').value = filters.status || '';
+    $('filter-conversation').value = filters.conversation || '';
+    const since = /^[0-9]+$/.test(filters.since || '') ? Number(filters.since) : NaN;
+    $('filter-since').value = Number.isFinite(since) ? localInputValue(since) : '';
+  }
+
+  /** The form's filters: `since` from local time to unix milliseconds. */
+  function formFilters() {
+    const since = $('filter-since').value;
+    const ms = since ? new Date(since).getTime() : NaN;
+    return {
+      status: $('filter-status').value,
+      conversation: $('filter-conversation').value.trim(),
+      since: Number.isFinite(ms) && ms >= 0 ? String(ms) : '',
+    };
   }
 
   // ---------- following a run's events (sub-runs) ----------

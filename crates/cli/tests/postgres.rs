@@ -1,0 +1,188 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! `--db postgres://…` against a real PostgreSQL server the test starts
+//! itself (`keel_testkit::pg::TempPostgres`): `keel run` (and a follow-up),
+//! `keel runs` (the list and a conversation), `keel events`, `keel verify`,
+//! `keel recover`, `keel export` and `keel import` into another database,
+//! and `keel serve` listing and streaming from it. Nothing any of them
+//! prints holds the password.
+//!
+//! A `keel` built without the feature `postgres` (keel-cli's, or
+//! keel-observers' through the workspace) prints a SKIPPED line; without
+//! the server's binaries, `TempPostgres` prints one (and fails under
+//! `CI=true`).
+
+mod common;
+
+use common::daemon::{Serve, client};
+use common::{Sandbox, keel, text};
+use keel_testkit::pg::{PASSWORD, TempPostgres};
+use std::path::Path;
+
+/// Whether this `keel` has the PostgreSQL store.
+fn built_with_postgres() -> bool {
+    let out = keel()
+        .args(["runs", "--db", "postgres://probe@127.0.0.1:1/none"])
+        .output()
+        .unwrap();
+    !text(&out).1.contains("rule store.postgres_feature")
+}
+
+/// `keel ARGS` with `KEEL_DB=url`: it succeeds; its stdout. Neither
+/// output holds the password.
+fn ok(url: &str, args: &[&str]) -> String {
+    let out = keel().env("KEEL_DB", url).args(args).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "keel {args:?}: {stdout}\n{stderr}");
+    for output in [&stdout, &stderr] {
+        assert!(!output.contains(PASSWORD), "keel {args:?}: {output}");
+    }
+    stdout
+}
+
+/// A scenario whose model calls `get_weather`, then answers.
+fn weather(run_id: &str) -> String {
+    common::weather_scenario(run_id, "Oslo", "Oslo?", "Oslo: 3 °C.")
+}
+
+#[test]
+fn run_runs_verify_export_and_import_on_postgres() {
+    if !built_with_postgres() {
+        println!(
+            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
+        );
+        return;
+    }
+    let Some(pg) = TempPostgres::start() else {
+        return;
+    };
+    let url = pg.url();
+    let sb = Sandbox::new();
+    let first = sb.write("one.json", &weather("pg_1"));
+    let second = sb.write("two.json", &weather("pg_2"));
+    let out = ok(&url, &["run", first.to_str().unwrap()]);
+    assert!(out.contains("Oslo: 3 °C."), "{out}");
+    // `--db` as well as KEEL_DB.
+    let out = keel()
+        .args(["run", second.to_str().unwrap(), "--db", &url])
+        .args(["--continue", "pg_1", "--message", "And tomorrow?"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(!stdout.contains(PASSWORD) && !stderr.contains(PASSWORD));
+    assert!(
+        stdout.contains(":***@127.0.0.1"),
+        "the hint names the store: {stdout}"
+    );
+
+    let runs = ok(&url, &["runs"]);
+    let ids: Vec<&str> = runs
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(ids, ["pg_1", "pg_2"], "{runs}");
+    assert!(runs.contains("continues pg_1"), "{runs}");
+    let chain = ok(&url, &["runs", "--conversation", "pg_1"]);
+    assert_eq!(chain.lines().count(), 2, "{chain}");
+    let failed = ok(&url, &["runs", "--status", "failed"]);
+    assert_eq!(failed, "", "no failed run");
+    let events = ok(&url, &["events", "pg_2"]);
+    assert!(events.lines().count() > 5, "{events}");
+    let verify = ok(&url, &["verify"]);
+    assert!(
+        verify.contains("2 run(s): 2 ok, 0 incomplete, 0 violations"),
+        "{verify}"
+    );
+    let recover = ok(&url, &["recover"]);
+    assert!(!recover.contains("recovered pg_"), "{recover}");
+
+    // Export from PostgreSQL, import into an empty database, verify there.
+    let file = sb.path("pg_2.jsonl");
+    ok(&url, &["export", "pg_2", "-o", file.to_str().unwrap()]);
+    let other = pg.create_database("imported");
+    let imported = ok(&other, &["import", file.to_str().unwrap()]);
+    assert!(imported.contains("imported run pg_2"), "{imported}");
+    assert!(!imported.contains(PASSWORD), "{imported}");
+    assert_eq!(ok(&other, &["events", "pg_2"]), events, "the same bytes");
+    let verify = ok(&other, &["verify"]);
+    assert!(verify.contains("2 run(s): 2 ok"), "{verify}");
+
+    // A wrong password: a failure (exit 1) that does not show either one.
+    let wrong = url.replace(PASSWORD, "not-the-password");
+    let out = keel().args(["runs", "--db", &wrong]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        !stderr.contains("not-the-password") && !stderr.contains(PASSWORD),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_lists_and_streams_runs_from_postgres() {
+    if !built_with_postgres() {
+        println!(
+            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
+        );
+        return;
+    }
+    let Some(pg) = TempPostgres::start() else {
+        return;
+    };
+    let url = pg.url();
+    let sb = Sandbox::new();
+    let file = sb.write("one.json", &weather("pg_cli"));
+    ok(&url, &["run", file.to_str().unwrap()]);
+    let daemon = Serve::new().db(Path::new(&url)).start();
+    let c = client();
+    let r = c
+        .post(daemon.url("/v1/runs"))
+        .header("content-type", "application/json")
+        .body(weather("pg_http"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    for _ in 0..200 {
+        let run: serde_json::Value = c
+            .get(daemon.url("/v1/runs/pg_http"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if run["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let events = c
+        .get(daemon.url("/v1/runs/pg_http/events?format=jsonl"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(events.contains("run.completed"), "{events}");
+    let list: serde_json::Value = c
+        .get(daemon.url("/v1/runs?status=completed"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = list["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["pg_cli", "pg_http"], "{list}");
+    // What the daemon journaled is in the database: the CLI reads it.
+    drop(daemon);
+    let cli = ok(&url, &["events", "pg_http"]);
+    assert_eq!(cli, events, "the same bytes from the CLI");
+}

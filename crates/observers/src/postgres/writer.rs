@@ -1,0 +1,442 @@
+//! The writer thread: owns one connection, turns everything queued into
+//! one transaction, commits, then acknowledges (the SQLite writer's loop,
+//! with set-based statements: one round trip per step, not per event).
+
+use super::PgUrl;
+use crate::journal::request::{Applied, Request};
+use crate::journal::writer::{NEW_RUN, RunState, continued, counted};
+use crate::journal::{RunStatus, RunTotals, StatsCell};
+use crate::observer::{BatchError, ObserverError};
+use keel_eventlog::{Event, Phase, Scope};
+use postgres::{Client, Transaction};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+const SELECT_RUNS: &str = "SELECT run_id, last_seq, status, started_ts, updated_ts, \
+     turns, input_tokens, output_tokens FROM runs WHERE run_id = ANY($1) \
+     ORDER BY run_id FOR UPDATE";
+const SELECT_LINES: &str = "SELECT e.run_id, e.seq, e.line FROM events e \
+     JOIN unnest($1::text[], $2::bigint[]) AS k(run_id, seq) \
+     ON e.run_id = k.run_id AND e.seq = k.seq";
+const INSERT_EVENTS: &str = "INSERT INTO events (run_id, seq, kind, ts, line) \
+     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])";
+/// A new row is its own conversation until [`SET_CONVERSATION`] says
+/// otherwise.
+const UPSERT_RUNS: &str = "INSERT INTO runs (run_id, last_seq, status, started_ts, updated_ts, \
+     turns, input_tokens, output_tokens, conversation) \
+     SELECT r, s, st, a, u, t, i, o, r FROM unnest($1::text[], $2::bigint[], $3::text[], \
+     $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[]) \
+     AS x(r, s, st, a, u, t, i, o) \
+     ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq, \
+     status = excluded.status, updated_ts = excluded.updated_ts, turns = excluded.turns, \
+     input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens";
+const SET_CONVERSATION: &str = "UPDATE runs SET conversation = \
+     COALESCE((SELECT p.conversation FROM runs p WHERE p.run_id = $2), $2) WHERE run_id = $1";
+const UPSERT_OWNERS: &str = "INSERT INTO owners (run_id, host) \
+     SELECT r, $2 FROM unnest($1::text[]) AS x(r) \
+     ON CONFLICT (run_id) DO UPDATE SET host = excluded.host";
+const DELETE_OWNERS: &str = "DELETE FROM owners WHERE run_id = ANY($1)";
+
+/// A transaction that did not commit: which step failed and why.
+#[derive(Debug)]
+struct TxError {
+    op: &'static str,
+    cause: String,
+}
+
+fn at(op: &'static str) -> impl FnOnce(postgres::Error) -> TxError {
+    move |e| TxError {
+        op,
+        cause: match e.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => e.to_string(),
+        },
+    }
+}
+
+/// The fate of one event inside a transaction that commits.
+enum Outcome {
+    Stored,
+    Duplicate,
+    Refused(ObserverError),
+}
+
+/// The rows a transaction writes, gathered while its events are checked.
+#[derive(Default)]
+struct Rows<'e> {
+    run: Vec<&'e str>,
+    seq: Vec<i64>,
+    kind: Vec<std::borrow::Cow<'static, str>>,
+    ts: Vec<i64>,
+    line: Vec<&'e str>,
+    started: Vec<&'e str>,
+    ended: Vec<&'e str>,
+}
+
+/// What a transaction knows: the committed state of its runs (read
+/// `FOR UPDATE`), the stored lines its duplicates are compared with, and
+/// what it has applied so far.
+struct Batch<'e> {
+    state: HashMap<&'e str, RunState>,
+    stored: HashMap<(&'e str, u64), String>,
+    touched: Vec<&'e str>,
+    rows: Rows<'e>,
+}
+
+pub(crate) struct Writer {
+    pub(crate) url: PgUrl,
+    pub(crate) client: Client,
+    pub(crate) rx: mpsc::Receiver<Request>,
+    pub(crate) max_batch: usize,
+    pub(crate) max_batch_bytes: usize,
+    pub(crate) stats: Arc<StatsCell>,
+    /// This host's id, recorded as the owner of the runs it starts.
+    pub(crate) host: Arc<str>,
+}
+
+impl Writer {
+    /// Runs until every sender is gone and the queue is drained.
+    pub(crate) fn run(mut self) -> Result<(), crate::journal::JournalError> {
+        let mut batch: Vec<Request> = Vec::with_capacity(self.max_batch.min(4096));
+        while let Some(first) = self.rx.blocking_recv() {
+            let (mut events, mut bytes) = (first.events.len(), first.bytes());
+            batch.push(first);
+            while events < self.max_batch && bytes < self.max_batch_bytes {
+                match self.rx.try_recv() {
+                    Ok(request) => {
+                        events += request.events.len();
+                        bytes += request.bytes();
+                        batch.push(request);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.process(&mut batch);
+        }
+        Ok(())
+    }
+
+    /// Commits `batch` in one transaction and acknowledges every request
+    /// after the commit; if it fails, each request is retried alone.
+    fn process(&mut self, batch: &mut Vec<Request>) {
+        match self.transaction(batch) {
+            Ok(applied) => {
+                self.stats.count_commit(&applied);
+                for (request, applied) in batch.drain(..).zip(applied) {
+                    request.ack.send(applied.into_result());
+                }
+            }
+            Err(error) if batch.len() == 1 => {
+                for request in batch.drain(..) {
+                    self.refuse(request, &error);
+                }
+            }
+            Err(_) => {
+                for request in batch.drain(..) {
+                    match self.transaction(std::slice::from_ref(&request)) {
+                        Ok(applied) => {
+                            self.stats.count_commit(&applied);
+                            let result = applied
+                                .into_iter()
+                                .next()
+                                .map_or(Ok(()), Applied::into_result);
+                            request.ack.send(result);
+                        }
+                        Err(error) => self.refuse(request, &error),
+                    }
+                }
+            }
+        }
+    }
+
+    fn refuse(&self, request: Request, error: &TxError) {
+        self.stats.count_failed(request.events.len());
+        let detail = self.url.scrub(&error.cause);
+        request.ack.send(Err(BatchError {
+            acknowledged: 0,
+            source: ObserverError::Failed(format!(
+                "postgres journal {}: {} failed, nothing was committed: {detail}",
+                self.url, error.op
+            )),
+        }));
+    }
+
+    /// One transaction over `requests`. `Ok` means committed; the
+    /// outcomes are in request order. A connection that broke is replaced
+    /// before the next transaction.
+    fn transaction(&mut self, requests: &[Request]) -> Result<Vec<Applied>, TxError> {
+        if self.client.is_closed() {
+            self.client = self
+                .url
+                .config()
+                .connect(postgres::NoTls)
+                .map_err(at("reconnect"))?;
+        }
+        let host = Arc::clone(&self.host);
+        let mut tx = self.client.transaction().map_err(at("begin transaction"))?;
+        let mut batch = Batch::load(&mut tx, requests)?;
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for request in requests {
+            outcomes.push(batch.apply_request(&request.events));
+        }
+        batch.write(&mut tx, &host, requests)?;
+        tx.commit().map_err(at("commit"))?;
+        Ok(outcomes)
+    }
+}
+
+impl<'e> Batch<'e> {
+    /// Reads the committed state of every run of `requests`, locking its
+    /// row, and the stored lines of the events at or below it.
+    fn load(tx: &mut Transaction<'_>, requests: &'e [Request]) -> Result<Batch<'e>, TxError> {
+        let mut runs: Vec<&'e str> = requests
+            .iter()
+            .flat_map(|r| r.events.iter())
+            .map(|e| e.run_id().as_str())
+            .collect();
+        runs.sort_unstable();
+        runs.dedup();
+        let mut state = HashMap::with_capacity(runs.len());
+        for row in tx
+            .query(SELECT_RUNS, &[&runs])
+            .map_err(at("read the runs"))?
+        {
+            let run: String = row.get(0);
+            let Some(key) = runs.iter().find(|r| **r == run) else {
+                continue;
+            };
+            state.insert(*key, run_state(&row, &run)?);
+        }
+        let (mut keys_run, mut keys_seq) = (Vec::new(), Vec::new());
+        for event in requests.iter().flat_map(|r| r.events.iter()) {
+            let run = event.run_id().as_str();
+            let last = state.get(run).map_or(0, |s| s.last_seq);
+            if event.seq() <= last {
+                keys_run.push(run);
+                keys_seq.push(i64::try_from(event.seq()).unwrap_or(i64::MAX));
+            }
+        }
+        let mut stored = HashMap::new();
+        if !keys_run.is_empty() {
+            let rows = tx
+                .query(SELECT_LINES, &[&keys_run, &keys_seq])
+                .map_err(at("read stored events"))?;
+            for row in rows {
+                let (run, seq, line): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
+                if let (Some(key), Ok(seq)) =
+                    (keys_run.iter().find(|r| **r == run), u64::try_from(seq))
+                {
+                    stored.insert((*key, seq), line);
+                }
+            }
+        }
+        Ok(Batch {
+            state,
+            stored,
+            touched: Vec::new(),
+            rows: Rows::default(),
+        })
+    }
+
+    /// Applies a request's events in order until the first refusal.
+    fn apply_request(&mut self, events: &'e [Arc<Event>]) -> Applied {
+        let mut applied = Applied::default();
+        for event in events {
+            match self.apply(event) {
+                Outcome::Stored => applied.stored += 1,
+                Outcome::Duplicate => applied.duplicates += 1,
+                Outcome::Refused(error) => {
+                    applied.refused = Some(error);
+                    break;
+                }
+            }
+        }
+        applied
+    }
+
+    /// Checks one event against its run's state and queues its row.
+    fn apply(&mut self, event: &'e Event) -> Outcome {
+        let run = event.run_id().as_str();
+        let state = self.state.get(run).copied().unwrap_or(NEW_RUN);
+        let seq = event.seq();
+        let (Ok(seq_sql), Ok(ts_sql)) = (i64::try_from(seq), i64::try_from(event.ts())) else {
+            return Outcome::Refused(ObserverError::Failed(format!(
+                "postgres journal: run {run} seq {seq}: seq or ts exceeds the BIGINT range"
+            )));
+        };
+        if seq <= state.last_seq {
+            return self.duplicate_or_conflict(event);
+        }
+        if seq != state.last_seq + 1 {
+            return Outcome::Refused(ObserverError::Gap {
+                run_id: run.to_owned(),
+                last_stored: state.last_seq,
+                seq,
+            });
+        }
+        let rows = &mut self.rows;
+        rows.run.push(run);
+        rows.seq.push(seq_sql);
+        rows.kind.push(event.kind().name());
+        rows.ts.push(ts_sql);
+        rows.line.push(event.line());
+        let status = match event.kind().lifecycle_parts() {
+            Some((Scope::Run, Phase::Started)) => {
+                rows.started.push(run);
+                state.status
+            }
+            Some((Scope::Run, Phase::Ended(terminal))) => {
+                rows.ended.push(run);
+                RunStatus::from(terminal)
+            }
+            _ => state.status,
+        };
+        if !self.touched.contains(&run) {
+            self.touched.push(run);
+        }
+        self.state.insert(
+            run,
+            RunState {
+                last_seq: seq,
+                status,
+                started_ts: if state.last_seq == 0 {
+                    event.ts()
+                } else {
+                    state.started_ts
+                },
+                updated_ts: state.updated_ts.max(event.ts()),
+                totals: counted(state.totals, event),
+            },
+        );
+        Outcome::Stored
+    }
+
+    /// An event at or below its run's `last_seq`: committed before (its
+    /// line was read) or earlier in this transaction.
+    fn duplicate_or_conflict(&self, event: &'e Event) -> Outcome {
+        let run = event.run_id().as_str();
+        let seq = event.seq();
+        let earlier = self
+            .rows
+            .run
+            .iter()
+            .zip(&self.rows.seq)
+            .position(|(r, s)| *r == run && u64::try_from(*s).ok() == Some(seq))
+            .and_then(|i| self.rows.line.get(i).copied());
+        let stored = earlier.or_else(|| self.stored.get(&(run, seq)).map(String::as_str));
+        match stored {
+            Some(line) if line == event.line() => Outcome::Duplicate,
+            Some(_) => Outcome::Refused(ObserverError::Conflict {
+                run_id: run.to_owned(),
+                seq,
+            }),
+            None => Outcome::Refused(ObserverError::Failed(format!(
+                "postgres journal: run {run} records a last_seq at or past {seq} but holds no seq {seq}"
+            ))),
+        }
+    }
+
+    /// Writes the gathered rows: events, runs, owners, conversations.
+    fn write(
+        &self,
+        tx: &mut Transaction<'_>,
+        host: &str,
+        requests: &'e [Request],
+    ) -> Result<(), TxError> {
+        let r = &self.rows;
+        if r.run.is_empty() {
+            return Ok(());
+        }
+        let kinds: Vec<&str> = r.kind.iter().map(AsRef::as_ref).collect();
+        tx.execute(INSERT_EVENTS, &[&r.run, &r.seq, &kinds, &r.ts, &r.line])
+            .map_err(at("insert the events"))?;
+        self.write_runs(tx)?;
+        if !r.started.is_empty() {
+            tx.execute(UPSERT_OWNERS, &[&r.started, &host])
+                .map_err(at("record the runs' owner"))?;
+        }
+        if !r.ended.is_empty() {
+            tx.execute(DELETE_OWNERS, &[&r.ended])
+                .map_err(at("remove the runs' owner"))?;
+        }
+        let stored_now = |run: &str| r.run.contains(&run);
+        for c in requests
+            .iter()
+            .flat_map(|q| q.events.iter())
+            .filter_map(|e| continued(e))
+            .filter(|c| stored_now(c.run))
+        {
+            tx.execute(SET_CONVERSATION, &[&c.run, &c.previous.as_str()])
+                .map_err(at("record the run's conversation"))?;
+        }
+        Ok(())
+    }
+
+    fn write_runs(&self, tx: &mut Transaction<'_>) -> Result<(), TxError> {
+        let n = self.touched.len();
+        let (mut seq, mut status, mut started, mut updated) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut turns, mut input, mut output) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for run in &self.touched {
+            let s = self.state.get(run).copied().unwrap_or(NEW_RUN);
+            seq.push(big(s.last_seq));
+            status.push(s.status.as_str());
+            started.push(big(s.started_ts));
+            updated.push(big(s.updated_ts));
+            turns.push(big(s.totals.turns));
+            input.push(big(s.totals.input_tokens));
+            output.push(big(s.totals.output_tokens));
+        }
+        tx.execute(
+            UPSERT_RUNS,
+            &[
+                &self.touched,
+                &seq,
+                &status,
+                &started,
+                &updated,
+                &turns,
+                &input,
+                &output,
+            ],
+        )
+        .map_err(at("update runs"))?;
+        Ok(())
+    }
+}
+
+/// A `runs` row read `FOR UPDATE`, its values checked.
+fn run_state(row: &postgres::Row, run: &str) -> Result<RunState, TxError> {
+    let corrupt = |what: &str| TxError {
+        op: "read the runs",
+        cause: format!("runs row of {run} is corrupt: {what}"),
+    };
+    let unsigned =
+        |col: usize, what: &str| u64::try_from(row.get::<_, i64>(col)).map_err(|_| corrupt(what));
+    let status: String = row.get(2);
+    Ok(RunState {
+        last_seq: unsigned(1, "last_seq")?,
+        status: RunStatus::parse(&status).ok_or_else(|| corrupt("status"))?,
+        started_ts: unsigned(3, "started_ts")?,
+        updated_ts: unsigned(4, "updated_ts")?,
+        totals: RunTotals {
+            turns: unsigned(5, "turns")?,
+            input_tokens: unsigned(6, "input_tokens")?,
+            output_tokens: unsigned(7, "output_tokens")?,
+        },
+    })
+}
+
+/// Values checked to fit when the event was applied; saturates otherwise.
+fn big(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
