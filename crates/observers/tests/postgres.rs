@@ -220,6 +220,30 @@ fn grouped_requests_share_a_transaction_and_refusals_stay_alone() {
     journal.close().unwrap();
 }
 
+#[test]
+fn a_grouped_transaction_stops_at_max_batch() {
+    let Some(pg) = TempPostgres::start() else {
+        return;
+    };
+    let mut config = JournalConfig::default();
+    config.max_batch = 3;
+    let journal = PgJournal::open(&url(&pg.url()), config).unwrap();
+    let rt = rt();
+    let release = lock_runs_for(&pg, Duration::from_millis(400));
+    let events: Vec<Arc<Event>> = (0..7).map(|r| note(&format!("run_{r}"), 1, "x")).collect();
+    let answers = rt.block_on(futures_util::future::join_all(
+        events.iter().map(|e| journal.observe(e)),
+    ));
+    release.join().unwrap();
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    let stats = journal.stats();
+    // Six or seven requests queued behind the lock: the bound is reached,
+    // never passed.
+    assert_eq!(stats.largest_batch, 3, "{stats:?}");
+    assert_eq!(stats.stored, 7);
+    journal.close().unwrap();
+}
+
 fn batch(run: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<Arc<Event>> {
     seqs.map(|s| note(run, s, &format!("s{s}"))).collect()
 }
