@@ -1011,3 +1011,47 @@ fn the_reader_is_a_run_history_and_a_dropped_journal_is_safe_in_async_code() {
         drop(journal);
     });
 }
+
+/// A host whose lock session ended while it still runs is seen as gone:
+/// another host recovers its run, and the first host's next event (its
+/// cached state now stale) is refused as a conflict, leaving the
+/// recovered run as recovery closed it.
+#[test]
+fn a_host_that_looked_gone_cannot_overwrite_a_recovered_run() {
+    let Some(pg) = TempPostgres::start() else {
+        return;
+    };
+    let first = open(&pg);
+    let rt = rt();
+    rt.block_on(journal_all(
+        &first,
+        &[
+            event("x", 1, 1, "run.started", "{}"),
+            event("x", 2, 2, "turn.started", r#"{"turn":1}"#),
+        ],
+    ));
+    // End the first host's lock session (as a broken connection would).
+    let mut admin = admin(&pg);
+    admin
+        .batch_execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+        .unwrap();
+    let second = open(&pg);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let report = loop {
+        let report = second.recover_abandoned().unwrap();
+        if !report.recovered.is_empty() || std::time::Instant::now() > deadline {
+            break report;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(report.recovered.len(), 1, "{:?}", report.skipped);
+    let got = rt.block_on(first.observe(&event("x", 3, 3, "turn.completed", r#"{"turn":1}"#)));
+    assert_want("stale host", "x", 3, &got, Want::Conflict);
+    let reader = second.reader().unwrap();
+    let summary = reader.run_status("x").unwrap().unwrap();
+    assert_eq!((summary.status, summary.last_seq), (RunStatus::Failed, 4));
+    assert_eq!(lines(&reader, "x").len(), 4);
+    drop(reader);
+    second.close().unwrap();
+    first.close().unwrap();
+}
