@@ -1055,3 +1055,46 @@ fn a_host_that_looked_gone_cannot_overwrite_a_recovered_run() {
     second.close().unwrap();
     first.close().unwrap();
 }
+
+/// A run recovered and then deleted while its first host, seen as gone,
+/// still writes: that host's next event is refused as a gap from nothing
+/// stored, and the run is not revived with a hole.
+#[test]
+fn a_stale_host_does_not_revive_a_deleted_run() {
+    use keel_observers::deletion::{DeletionRequest, DeletionTarget, Who};
+    let Some(pg) = TempPostgres::start() else {
+        return;
+    };
+    let first = open(&pg);
+    let rt = rt();
+    rt.block_on(journal_all(
+        &first,
+        &[
+            event("x", 1, 1, "run.started", "{}"),
+            event("x", 2, 2, "turn.started", r#"{"turn":1}"#),
+        ],
+    ));
+    let mut admin = admin(&pg);
+    admin
+        .batch_execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+        .unwrap();
+    let second = open(&pg);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while second.recover_abandoned().unwrap().recovered.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "never recovered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let who = Who::parse("ops").unwrap();
+    let x = keel_message::RunId::parse("x").unwrap();
+    second
+        .delete_runs(&DeletionRequest::new(DeletionTarget::Run(x), who))
+        .unwrap();
+    let got = rt.block_on(first.observe(&event("x", 3, 3, "turn.completed", r#"{"turn":1}"#)));
+    assert_want("stale host", "x", 3, &got, Want::Gap(0));
+    let reader = second.reader().unwrap();
+    assert_eq!(reader.run_status("x").unwrap(), None);
+    assert!(lines(&reader, "x").is_empty());
+    drop(reader);
+    second.close().unwrap();
+    first.close().unwrap();
+}

@@ -32,15 +32,17 @@ const SELECT_LINES: &str = "SELECT e.run_id, e.seq, e.line FROM events e \
 /// `$6..$14` the runs rows with the `last_seq` each was read at (a new
 /// row is its own conversation until [`SET_CONVERSATION`] says
 /// otherwise; an existing one is updated only if still at that
-/// `last_seq`); `$15` this host and `$16` the runs it starts (owners);
+/// `last_seq`, and a run seen with events is never created again: a run
+/// deleted meanwhile is not revived by a stale writer); `$15` this host and `$16` the runs it starts (owners);
 /// `$17` the runs that ended (no owner). Returns the `runs` rows written.
 const WRITE_ALL: &str = "WITH ev AS (INSERT INTO events (run_id, seq, kind, ts, line) \
      SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])), \
      ru AS (INSERT INTO runs AS t (run_id, last_seq, status, started_ts, updated_ts, \
      turns, input_tokens, output_tokens, conversation) \
      SELECT r, s, st, a, u, tu, i, o, r FROM unnest($6::text[], $7::bigint[], $8::text[], \
-     $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[]) \
-     AS x(r, s, st, a, u, tu, i, o) \
+     $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[]) \
+     AS x(r, s, st, a, u, tu, i, o, p) \
+     WHERE x.p = 0 OR EXISTS (SELECT 1 FROM runs g WHERE g.run_id = x.r) \
      ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq, \
      status = excluded.status, updated_ts = excluded.updated_ts, turns = excluded.turns, \
      input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens \
