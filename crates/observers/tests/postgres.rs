@@ -751,6 +751,20 @@ fn newer_or_foreign_schemas_are_refused_with_nothing_written() {
         "{got:?}"
     );
     assert_eq!(tables(&mut client), ["runs"], "nothing written");
+    // A keel_schema of other column types is refused, not a panic.
+    let odd = pg.create_database("odd");
+    let mut client = postgres::Client::connect(&odd, postgres::NoTls).unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE keel_schema (version TEXT, events TEXT); \
+             INSERT INTO keel_schema VALUES ('1', 'keel.events/1');",
+        )
+        .unwrap();
+    let got = PgJournal::open(&url(&odd), JournalConfig::default());
+    assert!(
+        matches!(got, Err(JournalError::PostgresSchema { .. })),
+        "{got:?}"
+    );
     // A reader of an empty database finds no journal and creates none.
     let empty = pg.create_database("empty");
     assert!(matches!(

@@ -255,7 +255,7 @@ impl<'e> Batch<'e> {
                 .query(SELECT_RUNS, &[&unknown])
                 .map_err(at("read the runs"))?;
             for row in rows {
-                let run: String = row.get(0);
+                let run: String = row.try_get(0).map_err(at("read the runs"))?;
                 if let Ok(i) = unknown.binary_search(&run.as_str()) {
                     state.insert(unknown[i], run_state(&row, &run)?);
                 }
@@ -280,7 +280,12 @@ impl<'e> Batch<'e> {
                 .query(SELECT_LINES, &[&keys_run, &keys_seq])
                 .map_err(at("read stored events"))?;
             for row in rows {
-                let (run, seq, line): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
+                let read = at("read stored events");
+                let (run, seq, line): (String, i64, String) =
+                    match (row.try_get(0), row.try_get(1), row.try_get(2)) {
+                        (Ok(run), Ok(seq), Ok(line)) => (run, seq, line),
+                        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Err(read(e)),
+                    };
                 if let (Ok(i), Ok(seq)) = (runs.binary_search(&run.as_str()), u64::try_from(seq)) {
                     stored.insert((runs[i], seq), line);
                 }
@@ -438,8 +443,8 @@ impl<'e> Batch<'e> {
                     &r.ended,
                 ],
             )
-            .map_err(at("write the events and runs"))?
-            .get(0);
+            .and_then(|row| row.try_get(0))
+            .map_err(at("write the events and runs"))?;
         if usize::try_from(written).ok() != Some(self.touched.len()) {
             return Err(TxError {
                 op: "update runs",
@@ -512,9 +517,13 @@ fn run_state(row: &postgres::Row, run: &str) -> Result<RunState, TxError> {
         op: "read the runs",
         cause: format!("runs row of {run} is corrupt: {what}"),
     };
-    let unsigned =
-        |col: usize, what: &str| u64::try_from(row.get::<_, i64>(col)).map_err(|_| corrupt(what));
-    let status: String = row.get(2);
+    let unsigned = |col: usize, what: &str| {
+        row.try_get::<_, i64>(col)
+            .ok()
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(|| corrupt(what))
+    };
+    let status: String = row.try_get(2).map_err(|_| corrupt("status"))?;
     Ok(RunState {
         last_seq: unsigned(1, "last_seq")?,
         status: RunStatus::parse(&status).ok_or_else(|| corrupt("status"))?,
