@@ -76,9 +76,9 @@ impl JournalSide {
         }
     }
 
-    /// Writes `runs` fresh runs concurrently, one event at a time (`batch`
-    /// 1) or in `observe_batch` calls of `batch`; returns the time and the
-    /// average transaction of this round.
+    /// Writes `runs` fresh runs concurrently, one event at a time (with a
+    /// `batch` of one) or in `observe_batch` calls of `batch`; returns the
+    /// time and the average transaction of this round.
     fn round(
         &mut self,
         rt: &tokio::runtime::Runtime,

@@ -220,6 +220,30 @@ fn grouped_requests_share_a_transaction_and_refusals_stay_alone() {
     journal.close().unwrap();
 }
 
+#[test]
+fn a_grouped_transaction_stops_at_max_batch() {
+    let Some(pg) = TempPostgres::start() else {
+        return;
+    };
+    let mut config = JournalConfig::default();
+    config.max_batch = 3;
+    let journal = PgJournal::open(&url(&pg.url()), config).unwrap();
+    let rt = rt();
+    let release = lock_runs_for(&pg, Duration::from_millis(400));
+    let events: Vec<Arc<Event>> = (0..7).map(|r| note(&format!("run_{r}"), 1, "x")).collect();
+    let answers = rt.block_on(futures_util::future::join_all(
+        events.iter().map(|e| journal.observe(e)),
+    ));
+    release.join().unwrap();
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    let stats = journal.stats();
+    // Six or seven requests queued behind the lock: the bound is reached,
+    // never passed.
+    assert_eq!(stats.largest_batch, 3, "{stats:?}");
+    assert_eq!(stats.stored, 7);
+    journal.close().unwrap();
+}
+
 fn batch(run: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<Arc<Event>> {
     seqs.map(|s| note(run, s, &format!("s{s}"))).collect()
 }
@@ -727,6 +751,20 @@ fn newer_or_foreign_schemas_are_refused_with_nothing_written() {
         "{got:?}"
     );
     assert_eq!(tables(&mut client), ["runs"], "nothing written");
+    // A keel_schema of other column types is refused, not a panic.
+    let odd = pg.create_database("odd");
+    let mut client = postgres::Client::connect(&odd, postgres::NoTls).unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE keel_schema (version TEXT, events TEXT); \
+             INSERT INTO keel_schema VALUES ('1', 'keel.events/1');",
+        )
+        .unwrap();
+    let got = PgJournal::open(&url(&odd), JournalConfig::default());
+    assert!(
+        matches!(got, Err(JournalError::PostgresSchema { .. })),
+        "{got:?}"
+    );
     // A reader of an empty database finds no journal and creates none.
     let empty = pg.create_database("empty");
     assert!(matches!(
@@ -986,4 +1024,91 @@ fn the_reader_is_a_run_history_and_a_dropped_journal_is_safe_in_async_code() {
         assert_eq!(events.len(), 1);
         drop(journal);
     });
+}
+
+/// A host whose lock session ended while it still runs is seen as gone:
+/// another host recovers its run, and the first host's next event (its
+/// cached state now stale) is refused as a conflict, leaving the
+/// recovered run as recovery closed it.
+#[test]
+fn a_host_that_looked_gone_cannot_overwrite_a_recovered_run() {
+    let Some(pg) = TempPostgres::start() else {
+        return;
+    };
+    let first = open(&pg);
+    let rt = rt();
+    rt.block_on(journal_all(
+        &first,
+        &[
+            event("x", 1, 1, "run.started", "{}"),
+            event("x", 2, 2, "turn.started", r#"{"turn":1}"#),
+        ],
+    ));
+    // End the first host's lock session (as a broken connection would).
+    let mut admin = admin(&pg);
+    admin
+        .batch_execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+        .unwrap();
+    let second = open(&pg);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let report = loop {
+        let report = second.recover_abandoned().unwrap();
+        if !report.recovered.is_empty() || std::time::Instant::now() > deadline {
+            break report;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(report.recovered.len(), 1, "{:?}", report.skipped);
+    let got = rt.block_on(first.observe(&event("x", 3, 3, "turn.completed", r#"{"turn":1}"#)));
+    assert_want("stale host", "x", 3, &got, Want::Conflict);
+    let reader = second.reader().unwrap();
+    let summary = reader.run_status("x").unwrap().unwrap();
+    assert_eq!((summary.status, summary.last_seq), (RunStatus::Failed, 4));
+    assert_eq!(lines(&reader, "x").len(), 4);
+    drop(reader);
+    second.close().unwrap();
+    first.close().unwrap();
+}
+
+/// A run recovered and then deleted while its first host, seen as gone,
+/// still writes: that host's next event is refused as a gap from nothing
+/// stored, and the run is not revived with a hole.
+#[test]
+fn a_stale_host_does_not_revive_a_deleted_run() {
+    use keel_observers::deletion::{DeletionRequest, DeletionTarget, Who};
+    let Some(pg) = TempPostgres::start() else {
+        return;
+    };
+    let first = open(&pg);
+    let rt = rt();
+    rt.block_on(journal_all(
+        &first,
+        &[
+            event("x", 1, 1, "run.started", "{}"),
+            event("x", 2, 2, "turn.started", r#"{"turn":1}"#),
+        ],
+    ));
+    let mut admin = admin(&pg);
+    admin
+        .batch_execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+        .unwrap();
+    let second = open(&pg);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while second.recover_abandoned().unwrap().recovered.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "never recovered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let who = Who::parse("ops").unwrap();
+    let x = keel_message::RunId::parse("x").unwrap();
+    second
+        .delete_runs(&DeletionRequest::new(DeletionTarget::Run(x), who))
+        .unwrap();
+    let got = rt.block_on(first.observe(&event("x", 3, 3, "turn.completed", r#"{"turn":1}"#)));
+    assert_want("stale host", "x", 3, &got, Want::Gap(0));
+    let reader = second.reader().unwrap();
+    assert_eq!(reader.run_status("x").unwrap(), None);
+    assert!(lines(&reader, "x").is_empty());
+    drop(reader);
+    second.close().unwrap();
+    first.close().unwrap();
 }

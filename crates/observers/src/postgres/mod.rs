@@ -25,9 +25,12 @@
 //! [`JournalConfig::synchronous`] and `busy_timeout` are SQLite settings
 //! and are ignored here.
 //!
-//! The writer keeps no cache of run state: each transaction reads the
-//! `runs` rows of its runs `FOR UPDATE` (one query), so another host's
-//! commits (a recovery's terminals) are always seen and two writers never
+//! A transaction is `BEGIN`, one statement writing every row, `COMMIT`.
+//! The writer caches the state of the running runs it writes (runs it has
+//! not cached are read `FOR UPDATE` first); every `runs` update is a
+//! compare-and-set on the `last_seq` it saw, so another host's commits to
+//! one of them (a recovery's terminals) fail the transaction, which is
+//! retried per request with the runs read again: two writers never
 //! interleave on one run.
 //!
 //! # Tables (schema version 2)
@@ -176,6 +179,7 @@ impl PgJournal {
             max_batch_bytes: config.max_batch_bytes,
             stats: Arc::clone(&stats),
             host: Arc::from(host.id()),
+            cache: std::collections::HashMap::new(),
         };
         let handle = std::thread::Builder::new()
             .name("keel-pg-journal".to_owned())

@@ -236,7 +236,7 @@ impl PgReader {
 
     /// [`PgReader::events_after`] with a byte budget of `max_bytes` (at
     /// least one line when one follows). The lines come through a portal
-    /// [`FETCH_LINES`] at a time, so rows past the budget are (at most one
+    /// 64 at a time, so rows past the budget are (at most one
     /// fetch) never sent by the server.
     pub fn events_within(
         &self,

@@ -50,8 +50,8 @@ impl PgJournal {
             }
             let owner: Option<String> = client
                 .query_opt("SELECT host FROM owners WHERE run_id = $1", &[&run_id])
-                .map_err(err("look up the run's owner for a claim"))?
-                .map(|r| r.get(0));
+                .and_then(|r| r.map(|r| r.try_get(0)).transpose())
+                .map_err(err("look up the run's owner for a claim"))?;
             let taken = match owner.as_deref() {
                 None => client.execute(
                     "INSERT INTO owners (run_id, host) SELECT $1, $2 \
@@ -230,10 +230,14 @@ fn running_runs(client: &mut Client, journal: &PgJournal) -> Result<Vec<Running>
         .map_err(pg_error(&journal.url, "list running runs"))?;
     let (mut runs, mut unnamed) = (Vec::new(), Vec::new());
     for row in rows {
-        let run_id: String = row.get(0);
-        let last_seq = unsigned_seq(journal, &run_id, row.get(1))?;
-        let owner: Option<String> = row.get(2);
-        let first_line: Option<String> = row.get(3);
+        let col = |e: postgres::Error| JournalError::PostgresSchema {
+            database: journal.url.to_string(),
+            detail: format!("a running run's row: {e}"),
+        };
+        let run_id: String = row.try_get(0).map_err(col)?;
+        let last_seq = unsigned_seq(journal, &run_id, row.try_get(1).map_err(col)?)?;
+        let owner: Option<String> = row.try_get(2).map_err(col)?;
+        let first_line: Option<String> = row.try_get(3).map_err(col)?;
         let parent = first_line.as_deref().and_then(recovery::parent_of);
         let id = RunId::parse(&run_id).ok();
         let running = Running {
@@ -287,8 +291,12 @@ fn stored_run(
     let Some(now) = now else {
         return Ok(None);
     };
+    let read = err("read a run for recovery");
     let (last_seq, status, owner): (i64, String, Option<String>) =
-        (now.get(0), now.get(1), now.get(2));
+        match (now.try_get(0), now.try_get(1), now.try_get(2)) {
+            (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Err(read(e)),
+        };
     if status != "running" || owner != run.owner {
         return Ok(None);
     }
@@ -299,8 +307,9 @@ fn stored_run(
         )
         .map_err(err("read a run's events for recovery"))?
         .iter()
-        .map(|r| r.get(0))
-        .collect();
+        .map(|r| r.try_get(0))
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(err("read a run's events for recovery"))?;
     tx.commit().map_err(err("end reading a run for recovery"))?;
     let now = Running {
         run_id: run.run_id.clone(),

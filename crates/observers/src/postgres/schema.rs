@@ -108,7 +108,12 @@ pub(crate) fn inspect(client: &mut impl GenericClient, url: &PgUrl) -> Result<Fo
     let [row] = rows.as_slice() else {
         return Err(invalid(url, "keel_schema must hold exactly one row"));
     };
-    let (version, events): (i32, String) = (row.get(0), row.get(1));
+    let (Ok(version), Ok(events)) = (row.try_get::<_, i32>(0), row.try_get::<_, String>(1)) else {
+        return Err(invalid(
+            url,
+            "keel_schema.version is not an integer or events not text",
+        ));
+    };
     let version = u32::try_from(version)
         .ok()
         .filter(|v| *v >= 1)

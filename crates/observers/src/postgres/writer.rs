@@ -1,6 +1,15 @@
 //! The writer thread: owns one connection, turns everything queued into
-//! one transaction, commits, then acknowledges (the SQLite writer's loop,
-//! with set-based statements: one round trip per step, not per event).
+//! one transaction, commits, then acknowledges (the SQLite writer's loop).
+//!
+//! A transaction is `BEGIN`, one statement that writes every row
+//! (events, runs, owners: [`WRITE_ALL`]), `COMMIT`: three round trips,
+//! as a hand-written batched insert. The state of the running runs this
+//! writer touched is cached; runs it has not cached are read `FOR UPDATE`
+//! first. Another host writing a cached run (recovery, once this host
+//! looked gone) cannot be missed: each `runs` update is a compare-and-set
+//! on the `last_seq` this writer saw, and a mismatch fails the
+//! transaction, which clears the cache and retries each request with its
+//! runs read afresh.
 
 use super::PgUrl;
 use crate::journal::request::{Applied, Request};
@@ -19,24 +28,35 @@ const SELECT_RUNS: &str = "SELECT run_id, last_seq, status, started_ts, updated_
 const SELECT_LINES: &str = "SELECT e.run_id, e.seq, e.line FROM events e \
      JOIN unnest($1::text[], $2::bigint[]) AS k(run_id, seq) \
      ON e.run_id = k.run_id AND e.seq = k.seq";
-const INSERT_EVENTS: &str = "INSERT INTO events (run_id, seq, kind, ts, line) \
-     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])";
-/// A new row is its own conversation until [`SET_CONVERSATION`] says
-/// otherwise.
-const UPSERT_RUNS: &str = "INSERT INTO runs (run_id, last_seq, status, started_ts, updated_ts, \
+/// Every row of a transaction in one statement. `$1..$5` the events;
+/// `$6..$14` the runs rows with the `last_seq` each was read at (a new
+/// row is its own conversation until [`SET_CONVERSATION`] says
+/// otherwise; an existing one is updated only if still at that
+/// `last_seq`, and a run seen with events is never created again: a run
+/// deleted meanwhile is not revived by a stale writer); `$15` this host and `$16` the runs it starts (owners);
+/// `$17` the runs that ended (no owner). Returns the `runs` rows written.
+const WRITE_ALL: &str = "WITH ev AS (INSERT INTO events (run_id, seq, kind, ts, line) \
+     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])), \
+     ru AS (INSERT INTO runs AS t (run_id, last_seq, status, started_ts, updated_ts, \
      turns, input_tokens, output_tokens, conversation) \
-     SELECT r, s, st, a, u, t, i, o, r FROM unnest($1::text[], $2::bigint[], $3::text[], \
-     $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[]) \
-     AS x(r, s, st, a, u, t, i, o) \
+     SELECT r, s, st, a, u, tu, i, o, r FROM unnest($6::text[], $7::bigint[], $8::text[], \
+     $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[]) \
+     AS x(r, s, st, a, u, tu, i, o, p) \
+     WHERE x.p = 0 OR EXISTS (SELECT 1 FROM runs g WHERE g.run_id = x.r) \
      ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq, \
      status = excluded.status, updated_ts = excluded.updated_ts, turns = excluded.turns, \
-     input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens";
+     input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens \
+     WHERE t.last_seq = (SELECT q.p FROM unnest($6::text[], $14::bigint[]) AS q(r, p) \
+     WHERE q.r = t.run_id) RETURNING 1), \
+     ow AS (INSERT INTO owners (run_id, host) SELECT y.r, $15 FROM unnest($16::text[]) AS y(r) \
+     ON CONFLICT (run_id) DO UPDATE SET host = excluded.host), \
+     gone AS (DELETE FROM owners WHERE run_id = ANY($17)) \
+     SELECT count(*) FROM ru";
 const SET_CONVERSATION: &str = "UPDATE runs SET conversation = \
      COALESCE((SELECT p.conversation FROM runs p WHERE p.run_id = $2), $2) WHERE run_id = $1";
-const UPSERT_OWNERS: &str = "INSERT INTO owners (run_id, host) \
-     SELECT r, $2 FROM unnest($1::text[]) AS x(r) \
-     ON CONFLICT (run_id) DO UPDATE SET host = excluded.host";
-const DELETE_OWNERS: &str = "DELETE FROM owners WHERE run_id = ANY($1)";
+
+/// Above this many cached runs the cache is dropped and reloaded lazily.
+const CACHE_MAX_RUNS: usize = 65_536;
 
 /// A transaction that did not commit: which step failed and why.
 #[derive(Debug)]
@@ -74,11 +94,12 @@ struct Rows<'e> {
     ended: Vec<&'e str>,
 }
 
-/// What a transaction knows: the committed state of its runs (read
-/// `FOR UPDATE`), the stored lines its duplicates are compared with, and
-/// what it has applied so far.
+/// What a transaction knows: the committed state of its runs (cached or
+/// read `FOR UPDATE`) and the `last_seq` each was seen at, the stored
+/// lines its duplicates are compared with, and what it has applied.
 struct Batch<'e> {
     state: HashMap<&'e str, RunState>,
+    seen: HashMap<&'e str, u64>,
     stored: HashMap<(&'e str, u64), String>,
     touched: Vec<&'e str>,
     rows: Rows<'e>,
@@ -93,6 +114,8 @@ pub(crate) struct Writer {
     pub(crate) stats: Arc<StatsCell>,
     /// This host's id, recorded as the owner of the runs it starts.
     pub(crate) host: Arc<str>,
+    /// Committed state of running runs this writer wrote.
+    pub(crate) cache: HashMap<Box<str>, RunState>,
 }
 
 impl Writer {
@@ -118,7 +141,9 @@ impl Writer {
     }
 
     /// Commits `batch` in one transaction and acknowledges every request
-    /// after the commit; if it fails, each request is retried alone.
+    /// after the commit; if it fails, the cache is dropped (the failure may
+    /// be a run another host wrote) and each request is retried alone, its
+    /// runs read afresh: only a request that fails again is refused.
     fn process(&mut self, batch: &mut Vec<Request>) {
         match self.transaction(batch) {
             Ok(applied) => {
@@ -127,12 +152,8 @@ impl Writer {
                     request.ack.send(applied.into_result());
                 }
             }
-            Err(error) if batch.len() == 1 => {
-                for request in batch.drain(..) {
-                    self.refuse(request, &error);
-                }
-            }
             Err(_) => {
+                self.cache.clear();
                 for request in batch.drain(..) {
                     match self.transaction(std::slice::from_ref(&request)) {
                         Ok(applied) => {
@@ -143,7 +164,10 @@ impl Writer {
                                 .map_or(Ok(()), Applied::into_result);
                             request.ack.send(result);
                         }
-                        Err(error) => self.refuse(request, &error),
+                        Err(error) => {
+                            self.cache.clear();
+                            self.refuse(request, &error);
+                        }
                     }
                 }
             }
@@ -175,21 +199,40 @@ impl Writer {
         }
         let host = Arc::clone(&self.host);
         let mut tx = self.client.transaction().map_err(at("begin transaction"))?;
-        let mut batch = Batch::load(&mut tx, requests)?;
+        let mut batch = Batch::load(&mut tx, requests, &self.cache)?;
         let mut outcomes = Vec::with_capacity(requests.len());
         for request in requests {
             outcomes.push(batch.apply_request(&request.events));
         }
         batch.write(&mut tx, &host, requests)?;
         tx.commit().map_err(at("commit"))?;
+        for run in &batch.touched {
+            match batch.state.get(run) {
+                Some(state) if state.status == RunStatus::Running => {
+                    self.cache.insert((*run).into(), *state);
+                }
+                // Ended runs take no more events; reload if ever needed.
+                _ => {
+                    self.cache.remove(*run);
+                }
+            }
+        }
+        if self.cache.len() > CACHE_MAX_RUNS {
+            self.cache.clear();
+        }
         Ok(outcomes)
     }
 }
 
 impl<'e> Batch<'e> {
-    /// Reads the committed state of every run of `requests`, locking its
-    /// row, and the stored lines of the events at or below it.
-    fn load(tx: &mut Transaction<'_>, requests: &'e [Request]) -> Result<Batch<'e>, TxError> {
+    /// The state of every run of `requests`: from `cache`, else read and
+    /// locked `FOR UPDATE`; and the stored lines of the events at or below
+    /// it.
+    fn load(
+        tx: &mut Transaction<'_>,
+        requests: &'e [Request],
+        cache: &HashMap<Box<str>, RunState>,
+    ) -> Result<Batch<'e>, TxError> {
         let mut runs: Vec<&'e str> = requests
             .iter()
             .flat_map(|r| r.events.iter())
@@ -198,16 +241,30 @@ impl<'e> Batch<'e> {
         runs.sort_unstable();
         runs.dedup();
         let mut state = HashMap::with_capacity(runs.len());
-        for row in tx
-            .query(SELECT_RUNS, &[&runs])
-            .map_err(at("read the runs"))?
-        {
-            let run: String = row.get(0);
-            let Some(key) = runs.iter().find(|r| **r == run) else {
-                continue;
-            };
-            state.insert(*key, run_state(&row, &run)?);
+        let mut unknown = Vec::new();
+        for run in &runs {
+            match cache.get(*run) {
+                Some(cached) => {
+                    state.insert(*run, *cached);
+                }
+                None => unknown.push(*run),
+            }
         }
+        if !unknown.is_empty() {
+            let rows = tx
+                .query(SELECT_RUNS, &[&unknown])
+                .map_err(at("read the runs"))?;
+            for row in rows {
+                let run: String = row.try_get(0).map_err(at("read the runs"))?;
+                if let Ok(i) = unknown.binary_search(&run.as_str()) {
+                    state.insert(unknown[i], run_state(&row, &run)?);
+                }
+            }
+        }
+        let seen = runs
+            .iter()
+            .map(|r| (*r, state.get(r).map_or(0, |s: &RunState| s.last_seq)))
+            .collect();
         let (mut keys_run, mut keys_seq) = (Vec::new(), Vec::new());
         for event in requests.iter().flat_map(|r| r.events.iter()) {
             let run = event.run_id().as_str();
@@ -223,16 +280,20 @@ impl<'e> Batch<'e> {
                 .query(SELECT_LINES, &[&keys_run, &keys_seq])
                 .map_err(at("read stored events"))?;
             for row in rows {
-                let (run, seq, line): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
-                if let (Some(key), Ok(seq)) =
-                    (keys_run.iter().find(|r| **r == run), u64::try_from(seq))
-                {
-                    stored.insert((*key, seq), line);
+                let read = at("read stored events");
+                let (run, seq, line): (String, i64, String) =
+                    match (row.try_get(0), row.try_get(1), row.try_get(2)) {
+                        (Ok(run), Ok(seq), Ok(line)) => (run, seq, line),
+                        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Err(read(e)),
+                    };
+                if let (Ok(i), Ok(seq)) = (runs.binary_search(&run.as_str()), u64::try_from(seq)) {
+                    stored.insert((runs[i], seq), line);
                 }
             }
         }
         Ok(Batch {
             state,
+            seen,
             stored,
             touched: Vec::new(),
             rows: Rows::default(),
@@ -337,7 +398,9 @@ impl<'e> Batch<'e> {
         }
     }
 
-    /// Writes the gathered rows: events, runs, owners, conversations.
+    /// Writes the gathered rows in one statement, then the conversations
+    /// of the runs that continue another. `Err` when a run's row was not at
+    /// the `last_seq` this transaction saw (another host wrote it).
     fn write(
         &self,
         tx: &mut Transaction<'_>,
@@ -349,68 +412,102 @@ impl<'e> Batch<'e> {
             return Ok(());
         }
         let kinds: Vec<&str> = r.kind.iter().map(AsRef::as_ref).collect();
-        tx.execute(INSERT_EVENTS, &[&r.run, &r.seq, &kinds, &r.ts, &r.line])
-            .map_err(at("insert the events"))?;
-        self.write_runs(tx)?;
-        if !r.started.is_empty() {
-            tx.execute(UPSERT_OWNERS, &[&r.started, &host])
-                .map_err(at("record the runs' owner"))?;
+        let runs = RunColumns::of(self);
+        // Owners: a run that starts and ends here never gets one.
+        let started: Vec<&str> = r
+            .started
+            .iter()
+            .filter(|run| !r.ended.contains(run))
+            .copied()
+            .collect();
+        let written: i64 = tx
+            .query_one(
+                WRITE_ALL,
+                &[
+                    &r.run,
+                    &r.seq,
+                    &kinds,
+                    &r.ts,
+                    &r.line,
+                    &self.touched,
+                    &runs.seq,
+                    &runs.status,
+                    &runs.started,
+                    &runs.updated,
+                    &runs.turns,
+                    &runs.input,
+                    &runs.output,
+                    &runs.seen,
+                    &host,
+                    &started,
+                    &r.ended,
+                ],
+            )
+            .and_then(|row| row.try_get(0))
+            .map_err(at("write the events and runs"))?;
+        if usize::try_from(written).ok() != Some(self.touched.len()) {
+            return Err(TxError {
+                op: "update runs",
+                cause: "a run changed since this writer read it (another host wrote it); \
+                        retried with its state read again"
+                    .to_owned(),
+            });
         }
-        if !r.ended.is_empty() {
-            tx.execute(DELETE_OWNERS, &[&r.ended])
-                .map_err(at("remove the runs' owner"))?;
-        }
-        let stored_now = |run: &str| r.run.contains(&run);
         for c in requests
             .iter()
             .flat_map(|q| q.events.iter())
             .filter_map(|e| continued(e))
-            .filter(|c| stored_now(c.run))
+            .filter(|c| c_is_new(c.run, r))
         {
             tx.execute(SET_CONVERSATION, &[&c.run, &c.previous.as_str()])
                 .map_err(at("record the run's conversation"))?;
         }
         Ok(())
     }
+}
 
-    fn write_runs(&self, tx: &mut Transaction<'_>) -> Result<(), TxError> {
-        let n = self.touched.len();
-        let (mut seq, mut status, mut started, mut updated) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
-        let (mut turns, mut input, mut output) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
-        for run in &self.touched {
-            let s = self.state.get(run).copied().unwrap_or(NEW_RUN);
-            seq.push(big(s.last_seq));
-            status.push(s.status.as_str());
-            started.push(big(s.started_ts));
-            updated.push(big(s.updated_ts));
-            turns.push(big(s.totals.turns));
-            input.push(big(s.totals.input_tokens));
-            output.push(big(s.totals.output_tokens));
+/// Whether `run` got rows in this transaction (its `run.started` at seq 1
+/// was stored here, not a duplicate).
+fn c_is_new(run: &str, rows: &Rows<'_>) -> bool {
+    rows.run.contains(&run)
+}
+
+/// The `runs` columns of a transaction's touched runs, in order.
+struct RunColumns {
+    seq: Vec<i64>,
+    status: Vec<&'static str>,
+    started: Vec<i64>,
+    updated: Vec<i64>,
+    turns: Vec<i64>,
+    input: Vec<i64>,
+    output: Vec<i64>,
+    seen: Vec<i64>,
+}
+
+impl RunColumns {
+    fn of(batch: &Batch<'_>) -> RunColumns {
+        let mut c = RunColumns {
+            seq: Vec::new(),
+            status: Vec::new(),
+            started: Vec::new(),
+            updated: Vec::new(),
+            turns: Vec::new(),
+            input: Vec::new(),
+            output: Vec::new(),
+            seen: Vec::new(),
+        };
+        for run in &batch.touched {
+            let s = batch.state.get(run).copied().unwrap_or(NEW_RUN);
+            c.seq.push(big(s.last_seq));
+            c.status.push(s.status.as_str());
+            c.started.push(big(s.started_ts));
+            c.updated.push(big(s.updated_ts));
+            c.turns.push(big(s.totals.turns));
+            c.input.push(big(s.totals.input_tokens));
+            c.output.push(big(s.totals.output_tokens));
+            c.seen.push(big(batch.seen.get(run).copied().unwrap_or(0)));
         }
-        tx.execute(
-            UPSERT_RUNS,
-            &[
-                &self.touched,
-                &seq,
-                &status,
-                &started,
-                &updated,
-                &turns,
-                &input,
-                &output,
-            ],
-        )
-        .map_err(at("update runs"))?;
-        Ok(())
+        c
     }
 }
 
@@ -420,9 +517,13 @@ fn run_state(row: &postgres::Row, run: &str) -> Result<RunState, TxError> {
         op: "read the runs",
         cause: format!("runs row of {run} is corrupt: {what}"),
     };
-    let unsigned =
-        |col: usize, what: &str| u64::try_from(row.get::<_, i64>(col)).map_err(|_| corrupt(what));
-    let status: String = row.get(2);
+    let unsigned = |col: usize, what: &str| {
+        row.try_get::<_, i64>(col)
+            .ok()
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(|| corrupt(what))
+    };
+    let status: String = row.try_get(2).map_err(|_| corrupt("status"))?;
     Ok(RunState {
         last_seq: unsigned(1, "last_seq")?,
         status: RunStatus::parse(&status).ok_or_else(|| corrupt("status"))?,
