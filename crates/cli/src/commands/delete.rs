@@ -1,7 +1,7 @@
 //! `keel delete` and `keel prune`: remove stored runs, leaving tombstones.
 //!
 //! Both open the journal as a host (as `keel recover` does), ask it to
-//! delete in one transaction ([`SqliteJournal::delete_runs`]), and print
+//! delete in one transaction ([`Store::delete_runs`]), and print
 //! one line per tombstone, then a summary. The rules are the store's
 //! (`keel_observers::deletion`): a running run is refused
 //! (`deletion.live`, exit 1: end or `keel recover` it first), and so is a
@@ -15,11 +15,11 @@ use keel_message::RunId;
 use keel_observers::deletion::{
     DeleteError, DeletionRequest, DeletionTarget, OlderThan, Tombstone, Who,
 };
-use keel_observers::{JournalConfig, JournalReader, SqliteJournal};
+use keel_observers::{JournalConfig, Store, StoreReader};
 use std::io::{BufWriter, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// `keel delete RUN_ID [--conversation] [--who WHO] [--db PATH]`.
+/// `keel delete RUN_ID [--conversation] [--who WHO] [--db PATH_OR_URL]`.
 pub fn delete(args: DeleteArgs) -> Result<i32, CliError> {
     let run_id = RunId::parse(&args.run_id)
         .map_err(|e| CliError::bad_input(format!("delete: run id: {e}")))?;
@@ -33,7 +33,7 @@ pub fn delete(args: DeleteArgs) -> Result<i32, CliError> {
     execute(&args.db, args.nats.as_deref(), &request, "delete")
 }
 
-/// `keel prune --older-than DURATION [--who WHO] [--db PATH]`.
+/// `keel prune --older-than DURATION [--who WHO] [--db PATH_OR_URL]`.
 pub fn prune(args: PruneArgs) -> Result<i32, CliError> {
     let age = OlderThan::parse(&args.older_than)
         .map_err(|e| CliError::bad_input(format!("prune: {e}")))?;
@@ -66,12 +66,12 @@ fn execute(
 ) -> Result<i32, CliError> {
     // Refuse a missing, newer or foreign store without creating anything,
     // as the read commands do (exit 2).
-    drop(JournalReader::open(&db.db)?);
+    drop(StoreReader::open(&db.db)?);
     let shared = match nats {
         Some(url) => Some(delete_on_jetstream(url, request, command)?),
         None => None,
     };
-    let journal = SqliteJournal::open(&db.db, JournalConfig::default())?;
+    let journal = Store::open(&db.db, JournalConfig::default())?;
     let local = journal.delete_runs(request);
     journal.close()?;
     // With `--nats` the stream's tombstones are the answer; the journal,
@@ -130,7 +130,7 @@ fn print(
         out,
         "{command}: {} run(s) deleted, {events} events{by} ({})",
         tombstones.len(),
-        db.db.display()
+        db.db
     )
 }
 
