@@ -783,8 +783,8 @@ mod tests {
         let journal_reader = JournalReader::open(location.sqlite_path().unwrap()).unwrap();
         let borrowed: &JournalReader = &journal_reader;
         assert_eq!(
-            crate::conversation::origin(&borrowed, "run_1").unwrap(),
-            crate::conversation::Origin::Root
+            StoreReads::events_after(&borrowed, "run_1", 0, 1).unwrap(),
+            lines[..1]
         );
         let own = StoreReader::open(&location).unwrap();
         assert_eq!(
