@@ -224,6 +224,7 @@ async fn idle_runs(db: &Path, count: usize) -> Result<(), Error> {
         count as f64 / all_parked.as_secs_f64(),
         count as f64 / calls.as_secs_f64()
     );
+    lookups(&engine, count);
     let _ = open.send(true);
     let released = Instant::now();
     let ended = join_all(runs).await;
@@ -244,6 +245,24 @@ fn close(journal: Arc<SqliteJournal>) -> Result<(), Error> {
         Some(journal) => Ok(journal.close()?),
         None => Ok(()),
     }
+}
+
+/// Times `Engine::live_run` by id text at `count` live runs: what the
+/// daemon asks on every stream, status, admission and listed run.
+fn lookups(engine: &Engine, count: usize) {
+    let ids: Vec<String> = (0..count)
+        .map(|i| format!("i{}", (i * 7919) % count))
+        .collect();
+    let started = Instant::now();
+    let found = ids
+        .iter()
+        .filter(|id| engine.live_run(id).is_some())
+        .count();
+    let took = started.elapsed();
+    println!(
+        "lookup: Engine::live_run at {count} live runs: {:.0} ns each ({found} found)",
+        took.as_nanos() as f64 / count as f64
+    );
 }
 
 /// Joins every run; how many completed.
