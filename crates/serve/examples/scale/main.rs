@@ -22,12 +22,13 @@
 //!    on a loopback port (`POST /v1/runs`, one SSE client connection per
 //!    run); the delay from the event's `ts` to the client's parse.
 //!
-//! Phases 2 and 3 alternate for `--rounds` rounds (2).
+//! Phases 2 and 3 alternate for `--rounds` rounds (2). `--journal-batch`
+//! sets phase 2's journal `max_batch` (events per transaction; 512).
 //!
 //! ```text
 //! cargo run --release -p keel-serve --example scale -- \
 //!   [--idle 10000] [--streaming 1000] [--deltas 200] [--pace-us 0] \
-//!   [--rounds 2] [--dir DIR] [--no-sse]
+//!   [--rounds 2] [--dir DIR] [--no-sse] [--journal-batch 512]
 //! ```
 //!
 //! 1,000 SSE streams take ~2,000 file descriptors (`ulimit -n` ≥ 4096).
@@ -63,6 +64,8 @@ struct Args {
     rounds: usize,
     dir: Option<PathBuf>,
     sse: bool,
+    /// The in-process journal's `max_batch` (events per transaction).
+    journal_batch: usize,
 }
 
 impl Args {
@@ -75,6 +78,7 @@ impl Args {
             rounds: 2,
             dir: None,
             sse: true,
+            journal_batch: JournalConfig::default().max_batch,
         };
         while let Some(flag) = args.next() {
             if flag == "--no-sse" {
@@ -94,6 +98,7 @@ impl Args {
                 "--pace-us" => parsed.pace = Duration::from_micros(number()? as u64),
                 "--rounds" => parsed.rounds = number()?.max(1),
                 "--dir" => parsed.dir = Some(PathBuf::from(value)),
+                "--journal-batch" => parsed.journal_batch = number()?.max(1),
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }
@@ -309,9 +314,11 @@ async fn subscriber(
 /// raw writer on the same lines.
 async fn streaming_in_process(dir: &Path, round: usize, args: &Args) -> Result<(), Error> {
     let count = args.streaming;
+    let mut config = JournalConfig::default();
+    config.max_batch = args.journal_batch;
     let journal = Arc::new(SqliteJournal::open(
         dir.join(format!("stream-{round}.db")),
-        JournalConfig::default(),
+        config,
     )?);
     let origin = Instant::now();
     let acks = Arc::new(AckTable::new(origin, count, args.deltas + 16));
