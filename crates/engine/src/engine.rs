@@ -269,11 +269,15 @@ impl Engine {
 
     /// The live run with this id, if any.
     pub fn live_run(&self, run_id: &str) -> Option<LiveRun> {
+        // A hash lookup, not a scan: the daemon asks this on every stream,
+        // status, admission and listed run, with thousands of runs live.
+        // Every key is a parsed `RunId`, so text that does not parse is
+        // no key.
+        let key = RunId::parse(run_id).ok()?;
         let registry = lock(&self.inner.registry);
         registry
             .runs
-            .iter()
-            .find(|(id, _)| id.as_str() == run_id)
+            .get_key_value(&key)
             .map(|(id, entry)| LiveRun {
                 run_id: id.clone(),
                 log: entry.log.clone(),

@@ -1363,3 +1363,35 @@ async fn tool_started_records_an_idempotent_tool() {
         );
     }
 }
+
+/// `live_run` finds a live run by its id's text, and nothing for another
+/// id, text that is no run id, or a run that has ended.
+#[tokio::test]
+async fn live_run_is_found_by_its_id_text() {
+    let provider = ScriptedProvider::new(vec![vec![
+        call("c1"),
+        ScriptItem::complete(FinishReason::ToolCalls),
+    ]]);
+    let tool = weather(vec![ToolStep::hang()]);
+    let engine = builder(provider).tool(Arc::new(tool)).build().unwrap();
+    let run = engine.start(request("run_live")).unwrap();
+    let check = |text: &str, live: bool| {
+        let found = engine
+            .live_run(text)
+            .map(|r| r.run_id().as_str().to_owned());
+        assert_eq!(found, live.then(|| text.to_owned()), "live_run({text:?})");
+    };
+    for (text, live) in [
+        ("run_live", true),
+        ("run_other", false),
+        ("RUN_LIVE", false),
+        ("run_live ", false),
+        ("run live", false),
+        ("", false),
+    ] {
+        check(text, live);
+    }
+    run.cancel();
+    run.join().await;
+    check("run_live", false);
+}
