@@ -189,8 +189,16 @@ fn mentions(admin: &mut postgres::Client, run: &str) -> i64 {
         .get(0)
 }
 
+/// Whether `needle` occurs in `haystack`, byte for byte.
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
 fn check(pg: &TempPostgres, n: usize, case: &Case) {
-    let text = pg.create_database(&format!("del{n}"));
+    let database = format!("del{n}");
+    let text = pg.create_database(&database);
     let journal = PgJournal::open(&PgUrl::parse(&text).unwrap(), JournalConfig::default()).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -231,6 +239,28 @@ fn check(pg: &TempPostgres, n: usize, case: &Case) {
                     "{}: {run} rows left",
                     case.name
                 );
+            }
+            // What a backup taken now would hold: no text of a deleted run
+            // (its id stays in its tombstone and in a parent's link), the
+            // text of every other run.
+            let dump = pg.dump(&database);
+            for run in gone {
+                assert!(
+                    !contains(&dump, &format!("MARKER<{run}>")),
+                    "{}: {run}'s text is in pg_dump",
+                    case.name
+                );
+            }
+            for (run, lines) in before
+                .iter()
+                .filter(|(run, _)| !gone.contains(&run.as_str()))
+            {
+                assert!(
+                    contains(&dump, &format!("MARKER<{run}>")),
+                    "{}: {run}",
+                    case.name
+                );
+                assert!(!lines.is_empty(), "{}: {run}", case.name);
             }
             let kept: Vec<_> = before
                 .into_iter()

@@ -36,7 +36,7 @@ pub struct TempPostgres {
 }
 
 /// The binaries [`TempPostgres`] runs, all from one directory.
-const TOOLS: [&str; 4] = ["initdb", "pg_ctl", "postgres", "createdb"];
+const TOOLS: [&str; 5] = ["initdb", "pg_ctl", "postgres", "createdb", "pg_dump"];
 
 fn has_tools(dir: &Path) -> bool {
     TOOLS.iter().all(|tool| dir.join(tool).is_file())
@@ -193,6 +193,29 @@ impl TempPostgres {
             panic!("createdb {name} failed: {}", text(&out));
         }
         self.url_of(name)
+    }
+
+    /// `pg_dump` of database `name` (plain SQL, data included): the bytes
+    /// a backup of it would hold.
+    #[allow(clippy::panic, reason = "a test fixture")]
+    pub fn dump(&self, name: &str) -> Vec<u8> {
+        let port = self.port.to_string();
+        let out = self.run(
+            "pg_dump",
+            &[
+                "-h".as_ref(),
+                self.dir.as_os_str(),
+                "-p".as_ref(),
+                port.as_ref(),
+                "-U".as_ref(),
+                USER.as_ref(),
+                name.as_ref(),
+            ],
+        );
+        if !out.status.success() {
+            panic!("pg_dump {name} failed: {}", text(&out));
+        }
+        out.stdout
     }
 
     /// The URL of database `name` over TCP, with the password.
