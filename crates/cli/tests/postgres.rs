@@ -186,3 +186,95 @@ async fn serve_lists_and_streams_runs_from_postgres() {
     let cli = ok(&url, &["events", "pg_http"]);
     assert_eq!(cli, events, "the same bytes from the CLI");
 }
+
+/// A run that asks for approval of its one tool call and so stays live
+/// until someone answers.
+fn parked(run_id: &str) -> String {
+    serde_json::json!({
+        "run_id": run_id,
+        "model": "scripted-1",
+        "messages": [{"role": "user", "text": "Weather?"}],
+        "tools": [{
+            "name": "get_weather", "description": "weather", "parameters": {"type": "object"},
+            "requires_approval": true,
+            "script": [{"ok": {"temp_c": 3}}]
+        }],
+        "provider": {"type": "scripted", "calls": [
+            [{"tool_call": {"call_id": format!("{run_id}_c1"), "name": "get_weather", "arguments": {}}},
+             {"complete": {"finish": "tool_calls"}}],
+            [{"text": "3 °C"}, {"complete": {"finish": "stop"}}]
+        ]}
+    })
+    .to_string()
+}
+
+/// Two daemons started at once on one database whose previous daemon was
+/// SIGKILLed with runs in flight: their startup recoveries race, and each
+/// run is closed exactly once (one terminal, `keel verify` clean); both
+/// then serve every run.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_daemons_recover_a_killed_daemons_runs_exactly_once() {
+    if !built_with_postgres() {
+        println!(
+            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
+        );
+        return;
+    }
+    let Some(pg) = TempPostgres::start() else {
+        return;
+    };
+    let url = pg.url();
+    let ids: Vec<String> = (0..6).map(|n| format!("pg_parked_{n}")).collect();
+    let first = Serve::new().db(Path::new(&url)).start();
+    let c = client();
+    for id in &ids {
+        let r = c
+            .post(first.url("/v1/runs"))
+            .header("content-type", "application/json")
+            .body(parked(id))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    }
+    // Every run is parked on its approval, durably: the CLI, another
+    // host, reads that from the database while the daemon holds the runs.
+    for id in &ids {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !ok(&url, &["events", id]).contains("interaction.started") {
+            assert!(std::time::Instant::now() < until, "{id} never parked");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    first.kill();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| Serve::new().db(Path::new(&url)).start());
+        let b = s.spawn(|| Serve::new().db(Path::new(&url)).start());
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for id in &ids {
+        let lines = ok(&url, &["events", id]);
+        let terminals: Vec<String> = lines
+            .lines()
+            .map(common::kind)
+            .filter(|k| matches!(k.as_str(), "run.completed" | "run.failed" | "run.cancelled"))
+            .collect();
+        assert_eq!(terminals.len(), 1, "{id}: {terminals:?}\n{lines}");
+        for d in [&a, &b] {
+            let run: serde_json::Value = c
+                .get(d.url(&format!("/v1/runs/{id}")))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_ne!(run["status"], "running", "{id}: {run}");
+        }
+    }
+    let verify = ok(&url, &["verify"]);
+    assert!(
+        verify.contains("6 run(s): 6 ok, 0 incomplete, 0 violations"),
+        "{verify}"
+    );
+}
