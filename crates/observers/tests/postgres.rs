@@ -1026,6 +1026,41 @@ fn the_reader_is_a_run_history_and_a_dropped_journal_is_safe_in_async_code() {
     });
 }
 
+/// A first host that started run `x` (two events) and then lost its lock
+/// session (as a broken connection would), and a second host that has
+/// recovered `x` as abandoned: `(first, second)`.
+fn recovered_after_lock_loss(
+    pg: &TempPostgres,
+    rt: &tokio::runtime::Runtime,
+) -> (PgJournal, PgJournal) {
+    let first = open(pg);
+    rt.block_on(journal_all(
+        &first,
+        &[
+            event("x", 1, 1, "run.started", "{}"),
+            event("x", 2, 2, "turn.started", r#"{"turn":1}"#),
+        ],
+    ));
+    admin(pg)
+        .batch_execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+        .unwrap();
+    let second = open(pg);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let report = second.recover_abandoned().unwrap();
+        if !report.recovered.is_empty() {
+            assert_eq!(report.recovered.len(), 1, "{:?}", report.skipped);
+            return (first, second);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never recovered: {:?}",
+            report.skipped
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A host whose lock session ended while it still runs is seen as gone:
 /// another host recovers its run, and the first host's next event (its
 /// cached state now stale) is refused as a conflict, leaving the
@@ -1035,30 +1070,8 @@ fn a_host_that_looked_gone_cannot_overwrite_a_recovered_run() {
     let Some(pg) = TempPostgres::start() else {
         return;
     };
-    let first = open(&pg);
     let rt = rt();
-    rt.block_on(journal_all(
-        &first,
-        &[
-            event("x", 1, 1, "run.started", "{}"),
-            event("x", 2, 2, "turn.started", r#"{"turn":1}"#),
-        ],
-    ));
-    // End the first host's lock session (as a broken connection would).
-    let mut admin = admin(&pg);
-    admin
-        .batch_execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
-        .unwrap();
-    let second = open(&pg);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let report = loop {
-        let report = second.recover_abandoned().unwrap();
-        if !report.recovered.is_empty() || std::time::Instant::now() > deadline {
-            break report;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(report.recovered.len(), 1, "{:?}", report.skipped);
+    let (first, second) = recovered_after_lock_loss(&pg, &rt);
     let got = rt.block_on(first.observe(&event("x", 3, 3, "turn.completed", r#"{"turn":1}"#)));
     assert_want("stale host", "x", 3, &got, Want::Conflict);
     let reader = second.reader().unwrap();
@@ -1079,25 +1092,8 @@ fn a_stale_host_does_not_revive_a_deleted_run() {
     let Some(pg) = TempPostgres::start() else {
         return;
     };
-    let first = open(&pg);
     let rt = rt();
-    rt.block_on(journal_all(
-        &first,
-        &[
-            event("x", 1, 1, "run.started", "{}"),
-            event("x", 2, 2, "turn.started", r#"{"turn":1}"#),
-        ],
-    ));
-    let mut admin = admin(&pg);
-    admin
-        .batch_execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
-        .unwrap();
-    let second = open(&pg);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while second.recover_abandoned().unwrap().recovered.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "never recovered");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (first, second) = recovered_after_lock_loss(&pg, &rt);
     let who = Who::parse("ops").unwrap();
     let x = keel_message::RunId::parse("x").unwrap();
     second
