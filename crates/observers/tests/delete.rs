@@ -5,51 +5,19 @@
 //! rules refuse with nothing changed, and the version 5 migration.
 #![cfg(feature = "sqlite")]
 
-use keel_eventlog::{Clock, ForkedFrom, LogConfig, ParentLink, Payload, RunLog, RunStarted};
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{SetClock, TempDir};
+use keel_eventlog::{ForkedFrom, LogConfig, ParentLink, Payload, RunLog, RunStarted};
 use keel_message::{CallId, ModelName, OperationId, RunId};
 use keel_observers::deletion::{DeleteError, DeletionRequest, DeletionTarget, Tombstone, Who};
 use keel_observers::journal::SCHEMA_VERSION;
 use keel_observers::{JournalConfig, JournalReader, RequiredObserver, RunsQuery, SqliteJournal};
 use keel_stream::FinishReason;
 use keel_testkit::events as testkit;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "keel-delete-{tag}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("keel.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-#[derive(Debug)]
-struct SetClock(u64);
-
-impl Clock for SetClock {
-    fn now_micros(&self) -> u64 {
-        self.0
-    }
-}
 
 /// A run to store: id, time of every event (ms), how it ends, its links,
 /// and the text its model streams (a marker the byte search looks for).

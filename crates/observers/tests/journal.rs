@@ -3,6 +3,10 @@
 //! concurrency, run status, schema refusal, reopen, read API.
 #![cfg(feature = "sqlite")]
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::TempDir;
 use futures_util::FutureExt;
 use keel_eventlog::{
     Event, Extra, LogConfig, Payload, RunCompleted, RunLog, RunStarted, SystemClock,
@@ -16,40 +20,10 @@ use keel_observers::{
 use keel_testkit::events::{self, ModelAttempt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 // ---------------------------------------------------------------- helpers
-
-/// A unique directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "keel-journal-{tag}-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("keel.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -4,7 +4,11 @@
 //! and the version 4 migration from empty and from every older version.
 #![cfg(feature = "sqlite")]
 
-use keel_eventlog::{Clock, LogConfig, Payload, RunCompleted, RunLog, RunStarted};
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{SetClock, TempDir};
+use keel_eventlog::{LogConfig, Payload, RunCompleted, RunLog, RunStarted};
 use keel_message::RunId;
 use keel_observers::journal::SCHEMA_VERSION;
 use keel_observers::{
@@ -13,45 +17,8 @@ use keel_observers::{
 };
 use keel_testkit::events as testkit;
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "keel-listing-{tag}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("keel.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A clock the test sets: every event of a run gets the run's start time.
-#[derive(Debug)]
-struct SetClock(u64);
-
-impl Clock for SetClock {
-    fn now_micros(&self) -> u64 {
-        self.0
-    }
-}
 
 /// One run to store: its id, start time, end, and the run it continues.
 #[derive(Clone)]
