@@ -6,7 +6,7 @@
 #[path = "support/fixtures.rs"]
 mod fixtures;
 
-use fixtures::TempDir;
+use fixtures::{TempDir, Want, assert_want};
 use futures_util::FutureExt;
 use keel_eventlog::{
     Event, Extra, LogConfig, Payload, RunCompleted, RunLog, RunStarted, SystemClock,
@@ -57,35 +57,6 @@ fn open(path: &Path) -> SqliteJournal {
 
 fn lines(reader: &JournalReader, run: &str) -> Vec<String> {
     reader.events_after(run, 0, usize::MAX).unwrap()
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Want {
-    Ok,
-    Conflict,
-    /// A gap, with the last stored seq.
-    Gap(u64),
-    Failed,
-}
-
-fn assert_want(what: &str, run: &str, seq: u64, got: &Result<(), ObserverError>, want: Want) {
-    let ok = match (want, got) {
-        (Want::Ok, Ok(())) => true,
-        (Want::Conflict, Err(ObserverError::Conflict { run_id, seq: s })) => {
-            run_id == run && *s == seq
-        }
-        (
-            Want::Gap(last),
-            Err(ObserverError::Gap {
-                run_id,
-                last_stored,
-                seq: s,
-            }),
-        ) => run_id == run && *last_stored == last && *s == seq,
-        (Want::Failed, Err(ObserverError::Failed(_))) => true,
-        _ => false,
-    };
-    assert!(ok, "{what}: {run} seq {seq}: want {want:?}, got {got:?}");
 }
 
 /// Holds the database's write lock from another connection, so the

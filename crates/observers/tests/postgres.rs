@@ -6,6 +6,10 @@
 //! the run list, and errors that never show the password.
 #![cfg(feature = "postgres")]
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{Want, assert_want};
 use keel_eventlog::Event;
 use keel_observers::postgres::{PG_SCHEMA_VERSION, PgJournal, PgReader, PgUrl};
 use keel_observers::{
@@ -58,34 +62,6 @@ fn admin(pg: &TempPostgres) -> postgres::Client {
 
 fn lines(reader: &PgReader, run: &str) -> Vec<String> {
     reader.events_after(run, 0, usize::MAX).unwrap()
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Want {
-    Ok,
-    Conflict,
-    Gap(u64),
-    Failed,
-}
-
-fn assert_want(what: &str, run: &str, seq: u64, got: &Result<(), ObserverError>, want: Want) {
-    let ok = match (want, got) {
-        (Want::Ok, Ok(())) => true,
-        (Want::Conflict, Err(ObserverError::Conflict { run_id, seq: s })) => {
-            run_id == run && *s == seq
-        }
-        (
-            Want::Gap(last),
-            Err(ObserverError::Gap {
-                run_id,
-                last_stored,
-                seq: s,
-            }),
-        ) => run_id == run && *last_stored == last && *s == seq,
-        (Want::Failed, Err(ObserverError::Failed(_))) => true,
-        _ => false,
-    };
-    assert!(ok, "{what}: {run} seq {seq}: want {want:?}, got {got:?}");
 }
 
 /// Locks `runs` from another session for `hold`, so the writer's next

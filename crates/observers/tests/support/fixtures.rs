@@ -1,9 +1,11 @@
-//! Fixtures the SQLite journal's tests share (`delete.rs`, `journal.rs`,
-//! `listing.rs`): a temporary directory for a database and a clock the
-//! test sets.
+//! Fixtures the journal tests share (`delete.rs`, `journal.rs`,
+//! `listing.rs`, `postgres.rs`, `postgres_delete.rs`): a temporary
+//! directory for a database, a clock the test sets, and what an offered
+//! event should get.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use keel_eventlog::Clock;
+use keel_observers::ObserverError;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -46,4 +48,39 @@ impl Clock for SetClock {
     fn now_micros(&self) -> u64 {
         self.0
     }
+}
+
+/// What offering an event should get.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Want {
+    /// Stored (or already stored, the same bytes).
+    Ok,
+    /// A different event at a stored seq.
+    Conflict,
+    /// A gap, with the last stored seq.
+    Gap(u64),
+    /// The store failed.
+    Failed,
+}
+
+/// Asserts that offering `run`'s event `seq` got `want` (`what` names the
+/// step in the message).
+pub fn assert_want(what: &str, run: &str, seq: u64, got: &Result<(), ObserverError>, want: Want) {
+    let ok = match (want, got) {
+        (Want::Ok, Ok(())) => true,
+        (Want::Conflict, Err(ObserverError::Conflict { run_id, seq: s })) => {
+            run_id == run && *s == seq
+        }
+        (
+            Want::Gap(last),
+            Err(ObserverError::Gap {
+                run_id,
+                last_stored,
+                seq: s,
+            }),
+        ) => run_id == run && *last_stored == last && *s == seq,
+        (Want::Failed, Err(ObserverError::Failed(_))) => true,
+        _ => false,
+    };
+    assert!(ok, "{what}: {run} seq {seq}: want {want:?}, got {got:?}");
 }
