@@ -14,17 +14,21 @@
 mod common;
 
 use common::daemon::{Serve, client};
-use common::{Sandbox, keel, text};
+use common::{Sandbox, built_with_postgres, keel, text};
 use keel_testkit::pg::{PASSWORD, TempPostgres};
 use std::path::Path;
 
-/// Whether this `keel` has the PostgreSQL store.
-fn built_with_postgres() -> bool {
-    let out = keel()
-        .args(["runs", "--db", "postgres://probe@127.0.0.1:1/none"])
-        .output()
-        .unwrap();
-    !text(&out).1.contains("rule store.postgres_feature")
+/// A PostgreSQL server for the test, or `None` (after a SKIPPED line)
+/// when this `keel` lacks the feature `postgres` or the server's binaries
+/// are missing.
+fn server() -> Option<TempPostgres> {
+    if !built_with_postgres() {
+        println!(
+            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
+        );
+        return None;
+    }
+    TempPostgres::start()
 }
 
 /// `keel ARGS` with `KEEL_DB=url`: it succeeds; its stdout. Neither
@@ -46,13 +50,7 @@ fn weather(run_id: &str) -> String {
 
 #[test]
 fn run_runs_verify_export_and_import_on_postgres() {
-    if !built_with_postgres() {
-        println!(
-            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
-        );
-        return;
-    }
-    let Some(pg) = TempPostgres::start() else {
+    let Some(pg) = server() else {
         return;
     };
     let url = pg.url();
@@ -120,13 +118,7 @@ fn run_runs_verify_export_and_import_on_postgres() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn serve_lists_and_streams_runs_from_postgres() {
-    if !built_with_postgres() {
-        println!(
-            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
-        );
-        return;
-    }
-    let Some(pg) = TempPostgres::start() else {
+    let Some(pg) = server() else {
         return;
     };
     let url = pg.url();
@@ -214,13 +206,7 @@ fn parked(run_id: &str) -> String {
 /// then serve every run.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_daemons_recover_a_killed_daemons_runs_exactly_once() {
-    if !built_with_postgres() {
-        println!(
-            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
-        );
-        return;
-    }
-    let Some(pg) = TempPostgres::start() else {
+    let Some(pg) = server() else {
         return;
     };
     let url = pg.url();

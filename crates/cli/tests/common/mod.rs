@@ -285,3 +285,13 @@ pub fn weather_scenario(run_id: &str, city: &str, question: &str, answer: &str) 
     })
     .to_string()
 }
+
+/// Whether this `keel` has the PostgreSQL store (feature `postgres` of
+/// keel-cli, or of keel-observers through the workspace's features).
+pub fn built_with_postgres() -> bool {
+    let out = keel()
+        .args(["runs", "--db", "postgres://probe@127.0.0.1:1/none"])
+        .output()
+        .unwrap();
+    !text(&out).1.contains("rule store.postgres_feature")
+}
