@@ -238,27 +238,6 @@ fn a_deleted_sub_run_is_accepted_by_verify_through_its_tombstone() {
     assert!(common::verify_summary(&sb.db()).contains("3 tombstone(s)"));
 }
 
-/// Files under `dir` holding `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if std::fs::read(&path)
-                .unwrap_or_default()
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
-            {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn with_nats_delete_and_prune_reach_jetstream_too() {
     if !common::nats::have_nats_server() {
@@ -271,12 +250,15 @@ fn with_nats_delete_and_prune_reach_jetstream_too() {
         let file = sb.write(&format!("{run}.json"), &scenario(run));
         let out = sb.run(&file, &["--nats", &url]);
         assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
-        assert!(!files_holding(nats.dir(), &marker(run)).is_empty(), "{run}");
+        assert!(
+            !common::files_holding(nats.dir(), &marker(run)).is_empty(),
+            "{run}"
+        );
     }
     let (code, stdout, stderr) = keel_in(&sb, &["delete", "n_1", "--nats", &url]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(stdout.starts_with("deleted  n_1  "), "{stdout}");
-    assert!(files_holding(nats.dir(), &marker("n_1")).is_empty());
+    assert!(common::files_holding(nats.dir(), &marker("n_1")).is_empty());
     assert!(holding(&sb.db(), &marker("n_1")).is_empty());
     // A run only the stream holds (another host's): deleted there.
     let other = Sandbox::new();
@@ -286,12 +268,15 @@ fn with_nats_delete_and_prune_reach_jetstream_too() {
     assert_eq!(other.run(&file, &["--nats", &url]).status.code(), Some(0));
     let (code, stdout, stderr) = keel_in(&sb, &["delete", "n_4", "--nats", &url]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
-    assert!(files_holding(nats.dir(), &marker("n_4")).is_empty());
+    assert!(common::files_holding(nats.dir(), &marker("n_4")).is_empty());
     // Prune, as old as nothing is: nothing deleted anywhere.
     let (code, stdout, stderr) = keel_in(&sb, &["prune", "--older-than", "30d", "--nats", &url]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(stdout.starts_with("prune: 0 run(s) deleted"), "{stdout}");
     for run in ["n_2", "n_3"] {
-        assert!(!files_holding(nats.dir(), &marker(run)).is_empty(), "{run}");
+        assert!(
+            !common::files_holding(nats.dir(), &marker(run)).is_empty(),
+            "{run}"
+        );
     }
 }

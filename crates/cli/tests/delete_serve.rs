@@ -12,6 +12,19 @@ use std::path::Path;
 
 const TOKEN: &str = "s3cret-token";
 
+/// A client that sends JSON and the daemon's bearer token.
+fn authed_client() -> reqwest::Client {
+    common::daemon::client_builder()
+        .default_headers({
+            let mut h = reqwest::header::HeaderMap::new();
+            h.insert("content-type", "application/json".parse().unwrap());
+            h.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+            h
+        })
+        .build()
+        .unwrap()
+}
+
 fn marker(id: &str) -> String {
     format!("MARKER<{id}>")
 }
@@ -104,15 +117,7 @@ async fn the_daemon_deletes_behind_its_token_and_by_the_rules() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("keel.db");
     let d = Serve::new().db(&db).token(Some(TOKEN)).start();
-    let c = common::daemon::client_builder()
-        .default_headers({
-            let mut h = reqwest::header::HeaderMap::new();
-            h.insert("content-type", "application/json".parse().unwrap());
-            h.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-            h
-        })
-        .build()
-        .unwrap();
+    let c = authed_client();
     for (run, gate) in [("run_gone", false), ("run_kept", false), ("run_live", true)] {
         let (status, v) = send(
             &c,
@@ -248,27 +253,6 @@ async fn the_daemon_deletes_behind_its_token_and_by_the_rules() {
     assert_eq!(authed_status(&c, &d, "run_live").await["status"], "running");
 }
 
-/// Files under `dir` holding `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if std::fs::read(&path)
-                .unwrap_or_default()
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
-            {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn with_nats_the_daemon_deletes_from_jetstream_and_its_journal() {
     if !common::nats::have_nats_server() {
@@ -288,15 +272,7 @@ async fn with_nats_the_daemon_deletes_from_jetstream_and_its_journal() {
         .args(&["--nats", &nats.url()])
         .token(Some(TOKEN))
         .start();
-    let c = common::daemon::client_builder()
-        .default_headers({
-            let mut h = reqwest::header::HeaderMap::new();
-            h.insert("content-type", "application/json".parse().unwrap());
-            h.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-            h
-        })
-        .build()
-        .unwrap();
+    let c = authed_client();
     for run in ["run_n1", "run_n2"] {
         let (status, v) = send(
             &c,
@@ -310,7 +286,10 @@ async fn with_nats_the_daemon_deletes_from_jetstream_and_its_journal() {
         wait_status(&c, &d, run, "completed").await;
     }
     for run in ["run_n1", "run_n2"] {
-        assert!(!files_holding(nats.dir(), &marker(run)).is_empty(), "{run}");
+        assert!(
+            !common::files_holding(nats.dir(), &marker(run)).is_empty(),
+            "{run}"
+        );
         let r = c
             .get(other.url(&format!("/v1/runs/{run}/events")))
             .send()
@@ -321,9 +300,9 @@ async fn with_nats_the_daemon_deletes_from_jetstream_and_its_journal() {
     let (status, v) = delete(&c, &d, "/v1/runs/run_n1").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["deleted"][0]["run_id"], "run_n1", "{v}");
-    assert!(files_holding(nats.dir(), &marker("run_n1")).is_empty());
+    assert!(common::files_holding(nats.dir(), &marker("run_n1")).is_empty());
     assert!(holding(&db, &marker("run_n1")).is_empty());
-    assert!(!files_holding(nats.dir(), &marker("run_n2")).is_empty());
+    assert!(!common::files_holding(nats.dir(), &marker("run_n2")).is_empty());
     let r = c
         .get(other.url("/v1/runs/run_n1/events"))
         .send()

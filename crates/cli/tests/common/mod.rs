@@ -295,3 +295,24 @@ pub fn built_with_postgres() -> bool {
         .unwrap();
     !text(&out).1.contains("rule store.postgres_feature")
 }
+
+/// Files under `dir` holding `needle`.
+pub fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path)
+                .unwrap_or_default()
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+            {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
