@@ -6,7 +6,7 @@
 #[path = "support/fixtures.rs"]
 mod fixtures;
 
-use fixtures::{TempDir, Want, assert_want};
+use fixtures::{TempDir, Want, assert_want, event, note, rt};
 use futures_util::FutureExt;
 use keel_eventlog::{
     Event, Extra, LogConfig, Payload, RunCompleted, RunLog, RunStarted, SystemClock,
@@ -24,32 +24,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 // ---------------------------------------------------------------- helpers
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// An event of an extension kind carrying `text`, with `ts = 1000 * seq`.
-fn note(run: &str, seq: u64, text: &str) -> Arc<Event> {
-    event(
-        run,
-        seq,
-        1000 * seq,
-        "test.note",
-        &format!(r#"{{"text":"{text}"}}"#),
-    )
-}
-
-fn event(run: &str, seq: u64, ts: u64, kind: &str, payload: &str) -> Arc<Event> {
-    let line = format!(
-        r#"{{"kind":"{kind}","payload":{payload},"run_id":"{run}","seq":{seq},"ts":{ts}}}"#
-    );
-    Arc::new(Event::decode(&line).unwrap_or_else(|e| panic!("{line}: {e}")))
-}
 
 fn open(path: &Path) -> SqliteJournal {
     SqliteJournal::open(path, JournalConfig::default()).unwrap()

@@ -9,7 +9,7 @@
 #[path = "support/fixtures.rs"]
 mod fixtures;
 
-use fixtures::{Want, assert_want};
+use fixtures::{Want, assert_want, event, note, rt};
 use keel_eventlog::Event;
 use keel_observers::postgres::{PG_SCHEMA_VERSION, PgJournal, PgReader, PgUrl};
 use keel_observers::{
@@ -22,31 +22,6 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 // ---------------------------------------------------------------- helpers
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn note(run: &str, seq: u64, text: &str) -> Arc<Event> {
-    event(
-        run,
-        seq,
-        1000 * seq,
-        "test.note",
-        &format!(r#"{{"text":"{text}"}}"#),
-    )
-}
-
-fn event(run: &str, seq: u64, ts: u64, kind: &str, payload: &str) -> Arc<Event> {
-    let line = format!(
-        r#"{{"kind":"{kind}","payload":{payload},"run_id":"{run}","seq":{seq},"ts":{ts}}}"#
-    );
-    Arc::new(Event::decode(&line).unwrap_or_else(|e| panic!("{line}: {e}")))
-}
 
 fn url(text: &str) -> PgUrl {
     PgUrl::parse(text).unwrap()

@@ -1,12 +1,13 @@
 //! Fixtures the journal tests share (`delete.rs`, `journal.rs`,
 //! `listing.rs`, `postgres.rs`, `postgres_delete.rs`): a temporary
 //! directory for a database, a clock the test sets, and what an offered
-//! event should get.
+//! event should get, and the events and runtime the tests use.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use keel_eventlog::Clock;
+use keel_eventlog::{Clock, Event};
 use keel_observers::ObserverError;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A unique directory under the system temp dir (named after the test
@@ -83,4 +84,32 @@ pub fn assert_want(what: &str, run: &str, seq: u64, got: &Result<(), ObserverErr
         _ => false,
     };
     assert!(ok, "{what}: {run} seq {seq}: want {want:?}, got {got:?}");
+}
+
+/// A multi-thread runtime with two workers (and timers and I/O).
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// An event of an extension kind carrying `text`, with `ts = 1000 * seq`.
+pub fn note(run: &str, seq: u64, text: &str) -> Arc<Event> {
+    event(
+        run,
+        seq,
+        1000 * seq,
+        "test.note",
+        &format!(r#"{{"text":"{text}"}}"#),
+    )
+}
+
+/// The event of `run` at `seq` with this `ts`, `kind` and `payload` (JSON).
+pub fn event(run: &str, seq: u64, ts: u64, kind: &str, payload: &str) -> Arc<Event> {
+    let line = format!(
+        r#"{{"kind":"{kind}","payload":{payload},"run_id":"{run}","seq":{seq},"ts":{ts}}}"#
+    );
+    Arc::new(Event::decode(&line).unwrap_or_else(|e| panic!("{line}: {e}")))
 }
