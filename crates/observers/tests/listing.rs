@@ -7,7 +7,7 @@
 #[path = "support/fixtures.rs"]
 mod fixtures;
 
-use fixtures::{SetClock, TempDir};
+use fixtures::{SetClock, TempDir, V1_DDL};
 use keel_eventlog::{LogConfig, Payload, RunCompleted, RunLog, RunStarted};
 use keel_message::RunId;
 use keel_observers::journal::SCHEMA_VERSION;
@@ -352,26 +352,6 @@ fn paging_ten_thousand_runs_lists_each_once_while_runs_are_added() {
 
 // ------------------------------------------------------------ migration
 
-/// The version-1 DDL, as the release that wrote it created it.
-const V1: &str = "
-CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
-CREATE TABLE runs (
-    run_id     TEXT PRIMARY KEY,
-    last_seq   INTEGER NOT NULL,
-    status     TEXT    NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
-    started_ts INTEGER NOT NULL,
-    updated_ts INTEGER NOT NULL
-);
-CREATE TABLE events (
-    run_id TEXT    NOT NULL,
-    seq    INTEGER NOT NULL,
-    kind   TEXT    NOT NULL,
-    ts     INTEGER NOT NULL,
-    line   TEXT    NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
-INSERT INTO keel_schema VALUES (1, 'keel.events/1');
-";
 /// What versions 2 and 3 added.
 const TO_V2: &str = "
 CREATE TABLE owners (run_id TEXT PRIMARY KEY, host TEXT NOT NULL) WITHOUT ROWID;
@@ -389,7 +369,7 @@ UPDATE keel_schema SET version = 3;
 fn old_store(db: &Path, version: u32) {
     let conn = rusqlite::Connection::open(db).unwrap();
     conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-    conn.execute_batch(V1).unwrap();
+    conn.execute_batch(V1_DDL).unwrap();
     if version >= 2 {
         conn.execute_batch(TO_V2).unwrap();
     }

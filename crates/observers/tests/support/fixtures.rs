@@ -113,3 +113,25 @@ pub fn event(run: &str, seq: u64, ts: u64, kind: &str, payload: &str) -> Arc<Eve
     );
     Arc::new(Event::decode(&line).unwrap_or_else(|e| panic!("{line}: {e}")))
 }
+
+/// The version-1 DDL of the SQLite journal, as the release that wrote it
+/// created it (frozen: a migration test starts from it).
+pub const V1_DDL: &str = "
+CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
+CREATE TABLE runs (
+    run_id     TEXT PRIMARY KEY,
+    last_seq   INTEGER NOT NULL,
+    status     TEXT    NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
+    started_ts INTEGER NOT NULL,
+    updated_ts INTEGER NOT NULL
+);
+CREATE TABLE events (
+    run_id TEXT    NOT NULL,
+    seq    INTEGER NOT NULL,
+    kind   TEXT    NOT NULL,
+    ts     INTEGER NOT NULL,
+    line   TEXT    NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+INSERT INTO keel_schema VALUES (1, 'keel.events/1');
+";
