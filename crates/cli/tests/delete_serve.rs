@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::daemon::{Daemon, Serve, wait_status};
+use common::daemon::{Daemon, Serve, get, get_json, wait_status};
 use serde_json::{Value, json};
 use std::path::Path;
 
@@ -190,22 +190,11 @@ async fn the_daemon_deletes_behind_its_token_and_by_the_rules() {
     assert_eq!(v["deleted"][0]["run_id"], "run_gone", "{v}");
     assert_eq!(v["deleted"][0]["who"], "ops", "{v}");
     assert_eq!(v["deleted"].as_array().unwrap().len(), 1, "{v}");
-    let r = c.get(d.url("/v1/runs/run_gone")).send().await.unwrap();
+    let r = get(&c, &d, "/v1/runs/run_gone").await;
     assert_eq!(r.status(), 404);
-    let r = c
-        .get(d.url("/v1/runs/run_gone/events"))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &d, "/v1/runs/run_gone/events").await;
     assert_eq!(r.status(), 404);
-    let list: Value = c
-        .get(d.url("/v1/runs"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = get_json(&c, &d, "/v1/runs").await;
     assert!(!list.to_string().contains("run_gone"), "{list}");
     assert!(holding(&db, &marker("run_gone")).is_empty());
     assert_eq!(stored_lines(&db, "run_kept"), kept);
@@ -290,11 +279,7 @@ async fn with_nats_the_daemon_deletes_from_jetstream_and_its_journal() {
             !common::files_holding(nats.dir(), &marker(run)).is_empty(),
             "{run}"
         );
-        let r = c
-            .get(other.url(&format!("/v1/runs/{run}/events")))
-            .send()
-            .await
-            .unwrap();
+        let r = get(&c, &other, &format!("/v1/runs/{run}/events")).await;
         assert_eq!(r.status(), 200, "{run}");
     }
     let (status, v) = delete(&c, &d, "/v1/runs/run_n1").await;
@@ -303,16 +288,8 @@ async fn with_nats_the_daemon_deletes_from_jetstream_and_its_journal() {
     assert!(common::files_holding(nats.dir(), &marker("run_n1")).is_empty());
     assert!(holding(&db, &marker("run_n1")).is_empty());
     assert!(!common::files_holding(nats.dir(), &marker("run_n2")).is_empty());
-    let r = c
-        .get(other.url("/v1/runs/run_n1/events"))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &other, "/v1/runs/run_n1/events").await;
     assert_eq!(r.status(), 404);
-    let r = c
-        .get(other.url("/v1/runs/run_n2/events"))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &other, "/v1/runs/run_n2/events").await;
     assert_eq!(r.status(), 200);
 }

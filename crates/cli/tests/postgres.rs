@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::daemon::{Serve, client};
+use common::daemon::{Serve, client, get_json, get_text};
 use common::{Sandbox, built_with_postgres, keel, text};
 use keel_testkit::pg::{PASSWORD, TempPostgres};
 use std::path::Path;
@@ -136,36 +136,15 @@ async fn serve_lists_and_streams_runs_from_postgres() {
         .unwrap();
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     for _ in 0..200 {
-        let run: serde_json::Value = c
-            .get(daemon.url("/v1/runs/pg_http"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let run: serde_json::Value = get_json(&c, &daemon, "/v1/runs/pg_http").await;
         if run["status"] == "completed" {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let events = c
-        .get(daemon.url("/v1/runs/pg_http/events?format=jsonl"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let events = get_text(&c, &daemon, "/v1/runs/pg_http/events?format=jsonl").await;
     assert!(events.contains("run.completed"), "{events}");
-    let list: serde_json::Value = c
-        .get(daemon.url("/v1/runs?status=completed"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: serde_json::Value = get_json(&c, &daemon, "/v1/runs?status=completed").await;
     let ids: Vec<&str> = list["runs"]
         .as_array()
         .unwrap()
@@ -247,14 +226,7 @@ async fn two_daemons_recover_a_killed_daemons_runs_exactly_once() {
             .collect();
         assert_eq!(terminals.len(), 1, "{id}: {terminals:?}\n{lines}");
         for d in [&a, &b] {
-            let run: serde_json::Value = c
-                .get(d.url(&format!("/v1/runs/{id}")))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let run: serde_json::Value = get_json(&c, d, &format!("/v1/runs/{id}")).await;
             assert_ne!(run["status"], "running", "{id}: {run}");
         }
     }
