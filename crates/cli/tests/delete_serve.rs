@@ -77,21 +77,6 @@ async fn delete(c: &reqwest::Client, d: &Daemon, path: &str) -> (u16, Value) {
     send(c, d, reqwest::Method::DELETE, path, None).await
 }
 
-fn holding(db: &Path, needle: &str) -> Vec<String> {
-    ["", "-wal", "-shm"]
-        .into_iter()
-        .filter(|suffix| {
-            let mut name = db.as_os_str().to_owned();
-            name.push(suffix);
-            std::fs::read(&name)
-                .unwrap_or_default()
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
-        })
-        .map(|suffix| format!("keel.db{suffix}"))
-        .collect()
-}
-
 /// The stored lines of `run` (`keel events`, beside the daemon).
 fn stored_lines(db: &Path, run: &str) -> String {
     let out = common::keel()
@@ -196,7 +181,7 @@ async fn the_daemon_deletes_behind_its_token_and_by_the_rules() {
     assert_eq!(r.status(), 404);
     let list: Value = get_json(&c, &d, "/v1/runs").await;
     assert!(!list.to_string().contains("run_gone"), "{list}");
-    assert!(holding(&db, &marker("run_gone")).is_empty());
+    assert!(common::holding(&db, &marker("run_gone")).is_empty());
     assert_eq!(stored_lines(&db, "run_kept"), kept);
 
     // A follow-up makes run_kept a run another depends on.
@@ -226,8 +211,8 @@ async fn the_daemon_deletes_behind_its_token_and_by_the_rules() {
         .map(|t| t["run_id"].as_str().unwrap())
         .collect();
     assert_eq!(gone, ["run_kept", "run_next"], "{v}");
-    assert!(holding(&db, &marker("run_kept")).is_empty());
-    assert!(holding(&db, &marker("run_next")).is_empty());
+    assert!(common::holding(&db, &marker("run_kept")).is_empty());
+    assert!(common::holding(&db, &marker("run_next")).is_empty());
 
     // Prune: nothing closed is 30 days old; the live run stays.
     let (status, v) = send(
@@ -286,7 +271,7 @@ async fn with_nats_the_daemon_deletes_from_jetstream_and_its_journal() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["deleted"][0]["run_id"], "run_n1", "{v}");
     assert!(common::files_holding(nats.dir(), &marker("run_n1")).is_empty());
-    assert!(holding(&db, &marker("run_n1")).is_empty());
+    assert!(common::holding(&db, &marker("run_n1")).is_empty());
     assert!(!common::files_holding(nats.dir(), &marker("run_n2")).is_empty());
     let r = get(&c, &other, "/v1/runs/run_n1/events").await;
     assert_eq!(r.status(), 404);

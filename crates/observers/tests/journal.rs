@@ -6,7 +6,7 @@
 #[path = "support/fixtures.rs"]
 mod fixtures;
 
-use fixtures::{TempDir, Want, assert_want, event, note, rt};
+use fixtures::{TempDir, Want, assert_want, event, note, observe_notes_concurrently, rt};
 use futures_util::FutureExt;
 use keel_eventlog::{
     Event, Extra, LogConfig, Payload, RunCompleted, RunLog, RunStarted, SystemClock,
@@ -325,25 +325,7 @@ fn many_concurrent_runs_are_stored_contiguously() {
     let dir = TempDir::new("concurrent");
     let journal = Arc::new(open(&dir.db()));
     let rt = rt();
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..RUNS)
-            .map(|r| {
-                let journal = Arc::clone(&journal);
-                tokio::spawn(async move {
-                    let run = format!("run_{r}");
-                    for seq in 1..=EVENTS {
-                        journal
-                            .observe(&note(&run, seq, &format!("r{r}s{seq}")))
-                            .await
-                            .unwrap();
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.unwrap();
-        }
-    });
+    observe_notes_concurrently(&rt, &journal, RUNS, EVENTS);
     let stats = journal.stats();
     eprintln!(
         "{RUNS} runs x {EVENTS} events: {} transactions, average batch {:.2}, largest {}",

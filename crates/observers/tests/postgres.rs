@@ -9,7 +9,7 @@
 #[path = "support/fixtures.rs"]
 mod fixtures;
 
-use fixtures::{Want, assert_want, event, note, rt};
+use fixtures::{Want, assert_want, event, note, observe_notes_concurrently, rt};
 use keel_eventlog::Event;
 use keel_observers::postgres::{PG_SCHEMA_VERSION, PgJournal, PgReader, PgUrl};
 use keel_observers::{
@@ -297,25 +297,7 @@ fn many_concurrent_runs_are_stored_contiguously() {
     };
     let journal = Arc::new(open(&pg));
     let rt = rt();
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..RUNS)
-            .map(|r| {
-                let journal = Arc::clone(&journal);
-                tokio::spawn(async move {
-                    let run = format!("run_{r}");
-                    for seq in 1..=EVENTS {
-                        journal
-                            .observe(&note(&run, seq, &format!("r{r}s{seq}")))
-                            .await
-                            .unwrap();
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.unwrap();
-        }
-    });
+    observe_notes_concurrently(&rt, &journal, RUNS, EVENTS);
     let stats = journal.stats();
     assert_eq!(stats.stored, RUNS as u64 * EVENTS);
     assert!(stats.largest_batch > 1, "no group commit: {stats:?}");

@@ -316,3 +316,20 @@ pub fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
     }
     out
 }
+
+/// Which of the journal's files (`db` and its `-wal` and `-shm`) hold
+/// `needle`.
+pub fn holding(db: &Path, needle: &str) -> Vec<String> {
+    ["", "-wal", "-shm"]
+        .into_iter()
+        .filter(|suffix| {
+            let mut name = db.as_os_str().to_owned();
+            name.push(suffix);
+            std::fs::read(&name)
+                .unwrap_or_default()
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+        })
+        .map(|suffix| format!("keel.db{suffix}"))
+        .collect()
+}

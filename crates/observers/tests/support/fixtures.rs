@@ -5,7 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use keel_eventlog::{Clock, Event};
-use keel_observers::ObserverError;
+use keel_observers::{ObserverError, RequiredObserver};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,3 +135,32 @@ CREATE TABLE events (
 ) WITHOUT ROWID;
 INSERT INTO keel_schema VALUES (1, 'keel.events/1');
 ";
+
+/// Writes `runs` runs (`run_0`, …) of `events` notes each to `journal`
+/// concurrently, one task per run, one `observe` at a time.
+pub fn observe_notes_concurrently<J: RequiredObserver + Send + Sync + 'static>(
+    rt: &tokio::runtime::Runtime,
+    journal: &Arc<J>,
+    runs: usize,
+    events: u64,
+) {
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..runs)
+            .map(|r| {
+                let journal = Arc::clone(journal);
+                tokio::spawn(async move {
+                    let run = format!("run_{r}");
+                    for seq in 1..=events {
+                        journal
+                            .observe(&note(&run, seq, &format!("r{r}s{seq}")))
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+}
