@@ -39,6 +39,19 @@ impl CliError {
     }
 }
 
+/// A write to stdout failed: a closed pipe ends the command quietly (what
+/// the command did is done), any other failure is exit 1.
+pub(crate) fn write_error(e: std::io::Error) -> CliError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        CliError {
+            code: EXIT_OK,
+            message: String::new(),
+        }
+    } else {
+        CliError::failure(format!("writing to stdout: {e}"))
+    }
+}
+
 impl From<JournalError> for CliError {
     /// A database that is missing, of a newer schema, not a journal or
     /// damaged is bad input (exit 2); an I/O, SQLite or PostgreSQL failure

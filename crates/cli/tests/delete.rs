@@ -41,22 +41,6 @@ fn keel_in(sb: &Sandbox, args: &[&str]) -> (Option<i32>, String, String) {
     (out.status.code(), stdout, stderr)
 }
 
-/// Which of the journal's files hold `needle`.
-fn holding(db: &Path, needle: &str) -> Vec<String> {
-    ["", "-wal", "-shm"]
-        .into_iter()
-        .filter(|suffix| {
-            let mut name = db.as_os_str().to_owned();
-            name.push(suffix);
-            std::fs::read(&name)
-                .unwrap_or_default()
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
-        })
-        .map(|suffix| format!("keel.db{suffix}"))
-        .collect()
-}
-
 /// A conversation a_1 <- a_2, and two lone runs.
 fn fixture() -> Sandbox {
     let sb = Sandbox::new();
@@ -143,7 +127,7 @@ fn check(case: &Case) {
     let listed = sb.ok(&["runs"]);
     for (run, lines) in all.iter().zip(&before) {
         if case.gone.contains(run) {
-            assert!(holding(&sb.db(), &marker(run)).is_empty(), "{run}");
+            assert!(common::holding(&sb.db(), &marker(run)).is_empty(), "{run}");
             assert!(!listed.contains(run), "{run} listed: {listed}");
             assert_eq!(keel_in(&sb, &["events", run]).0, Some(2), "{run}");
             assert_eq!(keel_in(&sb, &["export", run]).0, Some(2), "{run}");
@@ -169,7 +153,7 @@ fn delete_and_prune_delete_what_the_rules_allow() {
 fn the_byte_search_sees_stored_runs() {
     let sb = fixture();
     for run in ["a_1", "a_2", "lone_1", "lone_2"] {
-        assert!(!holding(&sb.db(), &marker(run)).is_empty(), "{run}");
+        assert!(!common::holding(&sb.db(), &marker(run)).is_empty(), "{run}");
     }
 }
 
@@ -194,9 +178,9 @@ fn prune_deletes_closed_runs_older_than_the_age() {
     );
     assert_eq!(sb.run_ids(), ["fresh"]);
     for run in ["a_1", "a_2", "lone_1", "lone_2"] {
-        assert!(holding(&sb.db(), &marker(run)).is_empty(), "{run}");
+        assert!(common::holding(&sb.db(), &marker(run)).is_empty(), "{run}");
     }
-    assert!(!holding(&sb.db(), &marker("fresh")).is_empty());
+    assert!(!common::holding(&sb.db(), &marker("fresh")).is_empty());
     assert!(common::verify_summary(&sb.db()).contains("4 tombstone(s)"));
 }
 
@@ -238,27 +222,6 @@ fn a_deleted_sub_run_is_accepted_by_verify_through_its_tombstone() {
     assert!(common::verify_summary(&sb.db()).contains("3 tombstone(s)"));
 }
 
-/// Files under `dir` holding `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if std::fs::read(&path)
-                .unwrap_or_default()
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
-            {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn with_nats_delete_and_prune_reach_jetstream_too() {
     if !common::nats::have_nats_server() {
@@ -271,13 +234,16 @@ fn with_nats_delete_and_prune_reach_jetstream_too() {
         let file = sb.write(&format!("{run}.json"), &scenario(run));
         let out = sb.run(&file, &["--nats", &url]);
         assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
-        assert!(!files_holding(nats.dir(), &marker(run)).is_empty(), "{run}");
+        assert!(
+            !common::files_holding(nats.dir(), &marker(run)).is_empty(),
+            "{run}"
+        );
     }
     let (code, stdout, stderr) = keel_in(&sb, &["delete", "n_1", "--nats", &url]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(stdout.starts_with("deleted  n_1  "), "{stdout}");
-    assert!(files_holding(nats.dir(), &marker("n_1")).is_empty());
-    assert!(holding(&sb.db(), &marker("n_1")).is_empty());
+    assert!(common::files_holding(nats.dir(), &marker("n_1")).is_empty());
+    assert!(common::holding(&sb.db(), &marker("n_1")).is_empty());
     // A run only the stream holds (another host's): deleted there.
     let other = Sandbox::new();
     let (code, stdout, stderr) = keel_in(&other, &["runs"]);
@@ -286,12 +252,15 @@ fn with_nats_delete_and_prune_reach_jetstream_too() {
     assert_eq!(other.run(&file, &["--nats", &url]).status.code(), Some(0));
     let (code, stdout, stderr) = keel_in(&sb, &["delete", "n_4", "--nats", &url]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
-    assert!(files_holding(nats.dir(), &marker("n_4")).is_empty());
+    assert!(common::files_holding(nats.dir(), &marker("n_4")).is_empty());
     // Prune, as old as nothing is: nothing deleted anywhere.
     let (code, stdout, stderr) = keel_in(&sb, &["prune", "--older-than", "30d", "--nats", &url]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(stdout.starts_with("prune: 0 run(s) deleted"), "{stdout}");
     for run in ["n_2", "n_3"] {
-        assert!(!files_holding(nats.dir(), &marker(run)).is_empty(), "{run}");
+        assert!(
+            !common::files_holding(nats.dir(), &marker(run)).is_empty(),
+            "{run}"
+        );
     }
 }

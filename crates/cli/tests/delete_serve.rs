@@ -6,11 +6,24 @@
 
 mod common;
 
-use common::daemon::{Daemon, Serve, wait_status};
+use common::daemon::{Daemon, Serve, get, get_json, wait_status};
 use serde_json::{Value, json};
 use std::path::Path;
 
 const TOKEN: &str = "s3cret-token";
+
+/// A client that sends JSON and the daemon's bearer token.
+fn authed_client() -> reqwest::Client {
+    common::daemon::client_builder()
+        .default_headers({
+            let mut h = reqwest::header::HeaderMap::new();
+            h.insert("content-type", "application/json".parse().unwrap());
+            h.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+            h
+        })
+        .build()
+        .unwrap()
+}
 
 fn marker(id: &str) -> String {
     format!("MARKER<{id}>")
@@ -64,21 +77,6 @@ async fn delete(c: &reqwest::Client, d: &Daemon, path: &str) -> (u16, Value) {
     send(c, d, reqwest::Method::DELETE, path, None).await
 }
 
-fn holding(db: &Path, needle: &str) -> Vec<String> {
-    ["", "-wal", "-shm"]
-        .into_iter()
-        .filter(|suffix| {
-            let mut name = db.as_os_str().to_owned();
-            name.push(suffix);
-            std::fs::read(&name)
-                .unwrap_or_default()
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
-        })
-        .map(|suffix| format!("keel.db{suffix}"))
-        .collect()
-}
-
 /// The stored lines of `run` (`keel events`, beside the daemon).
 fn stored_lines(db: &Path, run: &str) -> String {
     let out = common::keel()
@@ -104,15 +102,7 @@ async fn the_daemon_deletes_behind_its_token_and_by_the_rules() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("keel.db");
     let d = Serve::new().db(&db).token(Some(TOKEN)).start();
-    let c = common::daemon::client_builder()
-        .default_headers({
-            let mut h = reqwest::header::HeaderMap::new();
-            h.insert("content-type", "application/json".parse().unwrap());
-            h.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-            h
-        })
-        .build()
-        .unwrap();
+    let c = authed_client();
     for (run, gate) in [("run_gone", false), ("run_kept", false), ("run_live", true)] {
         let (status, v) = send(
             &c,
@@ -185,24 +175,13 @@ async fn the_daemon_deletes_behind_its_token_and_by_the_rules() {
     assert_eq!(v["deleted"][0]["run_id"], "run_gone", "{v}");
     assert_eq!(v["deleted"][0]["who"], "ops", "{v}");
     assert_eq!(v["deleted"].as_array().unwrap().len(), 1, "{v}");
-    let r = c.get(d.url("/v1/runs/run_gone")).send().await.unwrap();
+    let r = get(&c, &d, "/v1/runs/run_gone").await;
     assert_eq!(r.status(), 404);
-    let r = c
-        .get(d.url("/v1/runs/run_gone/events"))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &d, "/v1/runs/run_gone/events").await;
     assert_eq!(r.status(), 404);
-    let list: Value = c
-        .get(d.url("/v1/runs"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = get_json(&c, &d, "/v1/runs").await;
     assert!(!list.to_string().contains("run_gone"), "{list}");
-    assert!(holding(&db, &marker("run_gone")).is_empty());
+    assert!(common::holding(&db, &marker("run_gone")).is_empty());
     assert_eq!(stored_lines(&db, "run_kept"), kept);
 
     // A follow-up makes run_kept a run another depends on.
@@ -232,8 +211,8 @@ async fn the_daemon_deletes_behind_its_token_and_by_the_rules() {
         .map(|t| t["run_id"].as_str().unwrap())
         .collect();
     assert_eq!(gone, ["run_kept", "run_next"], "{v}");
-    assert!(holding(&db, &marker("run_kept")).is_empty());
-    assert!(holding(&db, &marker("run_next")).is_empty());
+    assert!(common::holding(&db, &marker("run_kept")).is_empty());
+    assert!(common::holding(&db, &marker("run_next")).is_empty());
 
     // Prune: nothing closed is 30 days old; the live run stays.
     let (status, v) = send(
@@ -246,27 +225,6 @@ async fn the_daemon_deletes_behind_its_token_and_by_the_rules() {
     .await;
     assert_eq!((status, v.clone()), (200, json!({"deleted": []})), "{v}");
     assert_eq!(authed_status(&c, &d, "run_live").await["status"], "running");
-}
-
-/// Files under `dir` holding `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if std::fs::read(&path)
-                .unwrap_or_default()
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
-            {
-                out.push(path);
-            }
-        }
-    }
-    out
 }
 
 #[tokio::test]
@@ -288,15 +246,7 @@ async fn with_nats_the_daemon_deletes_from_jetstream_and_its_journal() {
         .args(&["--nats", &nats.url()])
         .token(Some(TOKEN))
         .start();
-    let c = common::daemon::client_builder()
-        .default_headers({
-            let mut h = reqwest::header::HeaderMap::new();
-            h.insert("content-type", "application/json".parse().unwrap());
-            h.insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-            h
-        })
-        .build()
-        .unwrap();
+    let c = authed_client();
     for run in ["run_n1", "run_n2"] {
         let (status, v) = send(
             &c,
@@ -310,30 +260,21 @@ async fn with_nats_the_daemon_deletes_from_jetstream_and_its_journal() {
         wait_status(&c, &d, run, "completed").await;
     }
     for run in ["run_n1", "run_n2"] {
-        assert!(!files_holding(nats.dir(), &marker(run)).is_empty(), "{run}");
-        let r = c
-            .get(other.url(&format!("/v1/runs/{run}/events")))
-            .send()
-            .await
-            .unwrap();
+        assert!(
+            !common::files_holding(nats.dir(), &marker(run)).is_empty(),
+            "{run}"
+        );
+        let r = get(&c, &other, &format!("/v1/runs/{run}/events")).await;
         assert_eq!(r.status(), 200, "{run}");
     }
     let (status, v) = delete(&c, &d, "/v1/runs/run_n1").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["deleted"][0]["run_id"], "run_n1", "{v}");
-    assert!(files_holding(nats.dir(), &marker("run_n1")).is_empty());
-    assert!(holding(&db, &marker("run_n1")).is_empty());
-    assert!(!files_holding(nats.dir(), &marker("run_n2")).is_empty());
-    let r = c
-        .get(other.url("/v1/runs/run_n1/events"))
-        .send()
-        .await
-        .unwrap();
+    assert!(common::files_holding(nats.dir(), &marker("run_n1")).is_empty());
+    assert!(common::holding(&db, &marker("run_n1")).is_empty());
+    assert!(!common::files_holding(nats.dir(), &marker("run_n2")).is_empty());
+    let r = get(&c, &other, "/v1/runs/run_n1/events").await;
     assert_eq!(r.status(), 404);
-    let r = c
-        .get(other.url("/v1/runs/run_n2/events"))
-        .send()
-        .await
-        .unwrap();
+    let r = get(&c, &other, "/v1/runs/run_n2/events").await;
     assert_eq!(r.status(), 200);
 }

@@ -13,18 +13,22 @@
 
 mod common;
 
-use common::daemon::{Serve, client};
-use common::{Sandbox, keel, text};
+use common::daemon::{Serve, client, get_json, get_text};
+use common::{Sandbox, built_with_postgres, keel, text};
 use keel_testkit::pg::{PASSWORD, TempPostgres};
 use std::path::Path;
 
-/// Whether this `keel` has the PostgreSQL store.
-fn built_with_postgres() -> bool {
-    let out = keel()
-        .args(["runs", "--db", "postgres://probe@127.0.0.1:1/none"])
-        .output()
-        .unwrap();
-    !text(&out).1.contains("rule store.postgres_feature")
+/// A PostgreSQL server for the test, or `None` (after a SKIPPED line)
+/// when this `keel` lacks the feature `postgres` or the server's binaries
+/// are missing.
+fn server() -> Option<TempPostgres> {
+    if !built_with_postgres() {
+        println!(
+            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
+        );
+        return None;
+    }
+    TempPostgres::start()
 }
 
 /// `keel ARGS` with `KEEL_DB=url`: it succeeds; its stdout. Neither
@@ -46,13 +50,7 @@ fn weather(run_id: &str) -> String {
 
 #[test]
 fn run_runs_verify_export_and_import_on_postgres() {
-    if !built_with_postgres() {
-        println!(
-            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
-        );
-        return;
-    }
-    let Some(pg) = TempPostgres::start() else {
+    let Some(pg) = server() else {
         return;
     };
     let url = pg.url();
@@ -120,13 +118,7 @@ fn run_runs_verify_export_and_import_on_postgres() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn serve_lists_and_streams_runs_from_postgres() {
-    if !built_with_postgres() {
-        println!(
-            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
-        );
-        return;
-    }
-    let Some(pg) = TempPostgres::start() else {
+    let Some(pg) = server() else {
         return;
     };
     let url = pg.url();
@@ -144,36 +136,15 @@ async fn serve_lists_and_streams_runs_from_postgres() {
         .unwrap();
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     for _ in 0..200 {
-        let run: serde_json::Value = c
-            .get(daemon.url("/v1/runs/pg_http"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let run: serde_json::Value = get_json(&c, &daemon, "/v1/runs/pg_http").await;
         if run["status"] == "completed" {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let events = c
-        .get(daemon.url("/v1/runs/pg_http/events?format=jsonl"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let events = get_text(&c, &daemon, "/v1/runs/pg_http/events?format=jsonl").await;
     assert!(events.contains("run.completed"), "{events}");
-    let list: serde_json::Value = c
-        .get(daemon.url("/v1/runs?status=completed"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: serde_json::Value = get_json(&c, &daemon, "/v1/runs?status=completed").await;
     let ids: Vec<&str> = list["runs"]
         .as_array()
         .unwrap()
@@ -214,13 +185,7 @@ fn parked(run_id: &str) -> String {
 /// then serve every run.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_daemons_recover_a_killed_daemons_runs_exactly_once() {
-    if !built_with_postgres() {
-        println!(
-            "SKIPPED: keel built without the feature postgres (cargo test --features postgres)"
-        );
-        return;
-    }
-    let Some(pg) = TempPostgres::start() else {
+    let Some(pg) = server() else {
         return;
     };
     let url = pg.url();
@@ -261,14 +226,7 @@ async fn two_daemons_recover_a_killed_daemons_runs_exactly_once() {
             .collect();
         assert_eq!(terminals.len(), 1, "{id}: {terminals:?}\n{lines}");
         for d in [&a, &b] {
-            let run: serde_json::Value = c
-                .get(d.url(&format!("/v1/runs/{id}")))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let run: serde_json::Value = get_json(&c, d, &format!("/v1/runs/{id}")).await;
             assert_ne!(run["status"], "running", "{id}: {run}");
         }
     }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Sandbox, keel, text};
+use common::{Sandbox, built_with_postgres, keel, text};
 
 /// A scenario whose model calls `get_weather` for `city`, then answers.
 fn weather(run_id: &str, city: &str) -> String {
@@ -160,16 +160,6 @@ fn check(args: &[&str], location: &str, via_env: bool, rule: Option<&str>) {
         std::fs::read_dir(sb.dir.path()).unwrap().count() == 2,
         "{case}: nothing is created"
     );
-}
-
-/// Whether this `keel` has the PostgreSQL store (feature `postgres` of
-/// keel-cli, or of keel-observers through the workspace's features).
-fn built_with_postgres() -> bool {
-    let out = keel()
-        .args(["runs", "--db", "postgres://probe@127.0.0.1:1/none"])
-        .output()
-        .unwrap();
-    !text(&out).1.contains("rule store.postgres_feature")
 }
 
 /// A URL this build cannot serve, from `--db` or `KEEL_DB`, in every

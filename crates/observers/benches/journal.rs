@@ -38,15 +38,16 @@
 //! own overhead with free fsyncs).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/bench_runs.rs"]
+mod bench_runs;
+
+use bench_runs::{EVENTS_PER_RUN, events, offer_all};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use keel_eventlog::Event;
-use keel_observers::{JournalConfig, RequiredObserver, SqliteJournal};
+use keel_observers::{JournalConfig, SqliteJournal};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-const EVENTS_PER_RUN: u64 = 300;
 
 /// A database file in its own directory, schema created by the journal.
 struct Db(PathBuf);
@@ -78,25 +79,6 @@ impl Drop for Db {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
-}
-
-/// `runs` fresh runs of `EVENTS_PER_RUN` text deltas each.
-fn events(runs: usize, next_run: &mut u64) -> Vec<Vec<Arc<Event>>> {
-    (0..runs)
-        .map(|_| {
-            let r = *next_run;
-            *next_run += 1;
-            (1..=EVENTS_PER_RUN)
-                .map(|seq| {
-                    let line = format!(
-                        r#"{{"kind":"model.text_delta","payload":{{"operation_id":"op_{r}_1","text":"token {seq} of a streamed answer, long enough to look like a typical delta from a model","turn":1}},"run_id":"run_bench_{r}","seq":{seq},"ts":{}}}"#,
-                        1_767_225_600_000_000 + seq
-                    );
-                    Arc::new(Event::decode(&line).unwrap())
-                })
-                .collect()
-        })
-        .collect()
 }
 
 /// A long-lived journal.
@@ -133,28 +115,7 @@ impl JournalSide {
         let events = events(runs, &mut self.next_run);
         let before = self.journal.stats();
         let start = Instant::now();
-        rt.block_on(async {
-            let tasks: Vec<_> = events
-                .into_iter()
-                .map(|run| {
-                    let journal = Arc::clone(&self.journal);
-                    tokio::spawn(async move {
-                        if batch == 1 {
-                            for event in &run {
-                                journal.observe(event).await.unwrap();
-                            }
-                        } else {
-                            for chunk in run.chunks(batch) {
-                                journal.observe_batch(chunk).await.unwrap();
-                            }
-                        }
-                    })
-                })
-                .collect();
-            for task in tasks {
-                task.await.unwrap();
-            }
-        });
+        offer_all(rt, &self.journal, events, batch);
         let elapsed = start.elapsed();
         let after = self.journal.stats();
         let requests = after.requests - before.requests;
@@ -225,15 +186,7 @@ impl RawSide {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Alternates journal and raw rounds so that both see the same machine;
-/// raw uses the batch the journal achieved in the same round. Prints the
-/// medians and returns the mean achieved batch. `offered` is the size of
-/// the journal's `observe_batch` calls (1: one `observe` per event).
+/// [`bench_runs::paired`] rounds of `journal` and `raw`.
 fn paired(
     rt: &tokio::runtime::Runtime,
     journal: &mut JournalSide,
@@ -241,31 +194,13 @@ fn paired(
     (runs, offered): (usize, usize),
     rounds: usize,
 ) -> f64 {
-    let n = (runs as u64 * EVENTS_PER_RUN) as f64;
-    let (mut j_rate, mut r_rate, mut ratio, mut batches) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        let (j, batch) = journal.round(rt, runs, offered);
-        // Batches offered: raw cuts the same lines at the same points.
-        let same = if offered > 1 {
-            offered
-        } else {
-            batch.round().max(1.0) as usize
-        };
-        let r = raw.round(runs, same);
-        j_rate.push(n / j.as_secs_f64());
-        r_rate.push(n / r.as_secs_f64());
-        ratio.push(j.as_secs_f64() / r.as_secs_f64());
-        batches.push(batch);
-    }
-    let mean_batch = batches.iter().sum::<f64>() / batches.len().max(1) as f64;
-    eprintln!(
-        "paired x{rounds}, {runs} run(s), offered {offered} at a time: journal {:.0} events/s (average batch {mean_batch:.2}), raw at the same batch {:.0} events/s; journal/raw time ratio, median of rounds: {:.2}",
-        median(j_rate),
-        median(r_rate),
-        median(ratio)
-    );
-    mean_batch
+    bench_runs::paired(
+        (runs, offered),
+        rounds,
+        "raw",
+        |runs, offered| journal.round(rt, runs, offered),
+        |runs, same| raw.round(runs, same),
+    )
 }
 
 fn bench(c: &mut Criterion) {

@@ -42,6 +42,7 @@ use crate::RunStatus;
 use crate::journal_error::JournalError;
 use keel_message::RunId;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The most bytes of [`Who`].
 pub const MAX_WHO_BYTES: usize = 256;
@@ -445,6 +446,28 @@ pub fn plan(request: &DeletionRequest, runs: &[RunNode]) -> Result<Vec<PlannedRu
             events: n.events,
         })
         .collect())
+}
+
+/// The tombstones of the `planned` runs, deleted at `deleted_ts` by
+/// `request`'s [`Who`].
+pub(crate) fn tombstones(
+    request: &DeletionRequest,
+    planned: Vec<PlannedRun>,
+    deleted_ts: u64,
+) -> Vec<Tombstone> {
+    planned
+        .into_iter()
+        .map(|PlannedRun { run_id, events }| {
+            Tombstone::new(run_id, deleted_ts, request.who().clone(), events)
+        })
+        .collect()
+}
+
+/// Now, unix milliseconds.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The stored runs, by id, with each run's sub-runs and dependents.

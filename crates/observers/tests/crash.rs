@@ -22,9 +22,7 @@
 #[path = "support/crash_script.rs"]
 mod crash_script;
 
-use crash_script::{
-    Killed, RUNS_PER_TASK, Rng, TASKS, env_u64, offer, parse_run_name, run_and_kill, script,
-};
+use crash_script::{Killed, env_u64, parse_run_name, run_and_kill, script, write_scripts};
 use keel_eventlog::Event;
 use keel_observers::{JournalConfig, JournalReader, RequiredObserver, RunStatus, SqliteJournal};
 use std::collections::HashMap;
@@ -45,30 +43,7 @@ fn crash_child() {
     let (db, seed) = spec.rsplit_once('|').unwrap();
     let seed: u64 = seed.parse().unwrap();
     let journal = Arc::new(SqliteJournal::open(db, JournalConfig::default()).unwrap());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..TASKS)
-            .map(|task| {
-                let journal = Arc::clone(&journal);
-                tokio::spawn(async move {
-                    let mut rng = Rng::new(seed ^ (task + 1) << 40);
-                    for k in 0..RUNS_PER_TASK {
-                        let events = script(seed, task, k);
-                        let mut next = 0;
-                        while next < events.len() {
-                            next += offer(&*journal, &events, next, &mut rng).await;
-                        }
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.unwrap();
-        }
-    });
+    write_scripts(journal, seed);
 }
 
 // -------------------------------------------------------------- the parent

@@ -5,67 +5,17 @@
 //! rules refuse with nothing changed, and the version 5 migration.
 #![cfg(feature = "sqlite")]
 
-use keel_eventlog::{Clock, ForkedFrom, LogConfig, ParentLink, Payload, RunLog, RunStarted};
-use keel_message::{CallId, ModelName, OperationId, RunId};
+#[path = "support/deletion_runs.rs"]
+mod deletion_runs;
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use deletion_runs::{Case, Spec, cases, events, fixture, id};
+use fixtures::TempDir;
 use keel_observers::deletion::{DeleteError, DeletionRequest, DeletionTarget, Tombstone, Who};
 use keel_observers::journal::SCHEMA_VERSION;
 use keel_observers::{JournalConfig, JournalReader, RequiredObserver, RunsQuery, SqliteJournal};
-use keel_stream::FinishReason;
-use keel_testkit::events as testkit;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "keel-delete-{tag}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("keel.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-#[derive(Debug)]
-struct SetClock(u64);
-
-impl Clock for SetClock {
-    fn now_micros(&self) -> u64 {
-        self.0
-    }
-}
-
-/// A run to store: id, time of every event (ms), how it ends, its links,
-/// and the text its model streams (a marker the byte search looks for).
-#[derive(Clone, Default)]
-struct Spec {
-    id: &'static str,
-    ms: u64,
-    running: bool,
-    continues: Option<&'static str>,
-    forked_from: Option<&'static str>,
-    parent: Option<&'static str>,
-}
-
-fn id(s: &str) -> RunId {
-    RunId::parse(s).unwrap()
-}
+use std::path::Path;
 
 /// The marker text of run `id`: distinctive, long enough to need overflow
 /// pages.
@@ -73,44 +23,13 @@ fn marker(id: &str) -> String {
     format!("MARKER<{id}>-").repeat(600)
 }
 
-fn events(s: &Spec) -> Vec<Arc<keel_eventlog::Event>> {
-    let log = RunLog::new(
-        id(s.id),
-        LogConfig::default(),
-        Arc::new(SetClock(s.ms * 1000)),
-    )
-    .unwrap();
-    let started = Payload::RunStarted(RunStarted {
-        continues: s.continues.map(id),
-        forked_from: s.forked_from.map(|f| ForkedFrom::new(id(f), 1)),
-        parent: s
-            .parent
-            .map(|p| ParentLink::new(id(p), CallId::parse("call_1").unwrap())),
-        ..RunStarted::default()
-    });
-    let model = testkit::ModelAttempt::new(1, OperationId::parse("op_1").unwrap());
-    let mut payloads = vec![
-        started,
-        testkit::turn_started(1),
-        model.started(ModelName::parse("m").unwrap()),
-        model.text(marker(s.id)),
-    ];
-    if !s.running {
-        payloads.extend([
-            model.completed(FinishReason::Stop, None),
-            testkit::turn_completed(1),
-            testkit::run_completed(),
-        ]);
-    }
-    testkit::commit_all(&log, &payloads).unwrap()
-}
-
 fn store(journal: &SqliteJournal, specs: &[Spec]) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
     for s in specs {
-        rt.block_on(journal.observe_batch(&events(s))).unwrap();
+        rt.block_on(journal.observe_batch(&events(s, marker(s.id))))
+            .unwrap();
     }
 }
 
@@ -153,100 +72,6 @@ fn stored(reader: &JournalReader) -> Vec<(String, Vec<String>)> {
             (r.run_id.to_string(), lines)
         })
         .collect()
-}
-
-fn fixture() -> Vec<Spec> {
-    let s = |id, ms| Spec {
-        id,
-        ms,
-        ..Spec::default()
-    };
-    vec![
-        // A conversation a <- b, with a sub-run of b.
-        s("run_a", 1_000),
-        Spec {
-            continues: Some("run_a"),
-            ..s("run_b", 2_000)
-        },
-        Spec {
-            parent: Some("run_b"),
-            ..s("run_bs", 2_000)
-        },
-        // A lone run, a running one, and a fork of a lone run.
-        s("run_c", 3_000),
-        Spec {
-            running: true,
-            ..s("run_live", 500)
-        },
-        s("run_d", 4_000),
-        Spec {
-            forked_from: Some("run_d"),
-            ..s("run_df", 9_000)
-        },
-    ]
-}
-
-/// One case: what is deleted, and which runs are gone after.
-struct Case {
-    name: &'static str,
-    target: DeletionTarget,
-    expected: Result<&'static [&'static str], &'static str>,
-}
-
-fn cases() -> Vec<Case> {
-    use DeletionTarget::{Conversation, OlderThan, Run};
-    vec![
-        Case {
-            name: "a lone run",
-            target: Run(id("run_c")),
-            expected: Ok(&["run_c"]),
-        },
-        Case {
-            name: "a run with its sub-run",
-            target: Run(id("run_b")),
-            expected: Ok(&["run_b", "run_bs"]),
-        },
-        Case {
-            name: "a conversation from its last run",
-            target: Conversation(id("run_b")),
-            expected: Ok(&["run_a", "run_b", "run_bs"]),
-        },
-        Case {
-            name: "a continued run alone",
-            target: Run(id("run_a")),
-            expected: Err("deletion.dependents"),
-        },
-        Case {
-            name: "a forked run alone",
-            target: Run(id("run_d")),
-            expected: Err("deletion.dependents"),
-        },
-        Case {
-            name: "a running run",
-            target: Run(id("run_live")),
-            expected: Err("deletion.live"),
-        },
-        Case {
-            name: "a run not stored",
-            target: Run(id("run_zz")),
-            expected: Err("deletion.not_found"),
-        },
-        Case {
-            name: "prune: closed trees older than 3.5 s, not the running one",
-            target: OlderThan(3_500),
-            expected: Ok(&["run_a", "run_b", "run_bs", "run_c"]),
-        },
-        Case {
-            name: "prune keeps a forked run whose fork is recent",
-            target: OlderThan(5_000),
-            expected: Ok(&["run_a", "run_b", "run_bs", "run_c"]),
-        },
-        Case {
-            name: "prune covering nothing",
-            target: OlderThan(900),
-            expected: Ok(&[]),
-        },
-    ]
 }
 
 fn check(case: &Case) {

@@ -8,81 +8,18 @@
 //! records tombstones in the `keel_tombstones` bucket.
 #![cfg(all(feature = "nats", feature = "sqlite"))]
 
+#[path = "support/nats_server.rs"]
+mod nats_server;
+
 use keel_eventlog::{Clock, LogConfig, Payload, RunLog, RunStarted};
 use keel_message::{ModelName, OperationId, RunId};
 use keel_observers::deletion::{DeletionRequest, DeletionTarget, Who};
 use keel_observers::{JetStreamConfig, JetStreamHandle, JetStreamObserver, RequiredObserver};
 use keel_stream::FinishReason;
 use keel_testkit::events as testkit;
-use std::net::{TcpListener, TcpStream};
+use nats_server::{NatsServer, have_nats_server};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-struct NatsServer {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl NatsServer {
-    /// A server on a free port, or `None` (SKIPPED) without `nats-server`.
-    fn start(name: &str) -> Option<NatsServer> {
-        let found = Command::new("nats-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "nats-server not on PATH in CI"
-            );
-            println!("SKIPPED: nats-server not on PATH");
-            return None;
-        }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!(
-            "keel-delete-nats-{name}-{}-{port}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new("nats-server")
-            .args(["-js", "-a", "127.0.0.1", "-p"])
-            .arg(port.to_string())
-            .arg("-sd")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(start.elapsed() < Duration::from_secs(10), "no listener");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(NatsServer { child, port, dir })
-    }
-
-    fn config(&self) -> JetStreamConfig {
-        JetStreamConfig::new(format!("nats://127.0.0.1:{}", self.port))
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 #[derive(Debug)]
 struct SetClock(u64);
@@ -176,10 +113,13 @@ const RUNS: [&str; 4] = ["a_1", "a_2", "lone", "live"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_on_jetstream_erases_the_runs_and_keeps_the_rest() {
-    let Some(server) = NatsServer::start("rules") else {
+    if !have_nats_server() {
         return;
-    };
-    let handle = JetStreamHandle::connect(server.config()).await.unwrap();
+    }
+    let server = NatsServer::start("delete-rules");
+    let handle = JetStreamHandle::connect(JetStreamConfig::new(server.url()))
+        .await
+        .unwrap();
     let observer = JetStreamObserver::new(handle.clone());
     for (run, ms, continues, running) in [
         ("a_1", 1_000, None, false),

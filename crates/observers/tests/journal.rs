@@ -3,6 +3,10 @@
 //! concurrency, run status, schema refusal, reopen, read API.
 #![cfg(feature = "sqlite")]
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{TempDir, Want, assert_want, event, note, observe_notes_concurrently, rt};
 use futures_util::FutureExt;
 use keel_eventlog::{
     Event, Extra, LogConfig, Payload, RunCompleted, RunLog, RunStarted, SystemClock,
@@ -16,66 +20,10 @@ use keel_observers::{
 use keel_testkit::events::{self, ModelAttempt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 // ---------------------------------------------------------------- helpers
-
-/// A unique directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "keel-journal-{tag}-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("keel.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// An event of an extension kind carrying `text`, with `ts = 1000 * seq`.
-fn note(run: &str, seq: u64, text: &str) -> Arc<Event> {
-    event(
-        run,
-        seq,
-        1000 * seq,
-        "test.note",
-        &format!(r#"{{"text":"{text}"}}"#),
-    )
-}
-
-fn event(run: &str, seq: u64, ts: u64, kind: &str, payload: &str) -> Arc<Event> {
-    let line = format!(
-        r#"{{"kind":"{kind}","payload":{payload},"run_id":"{run}","seq":{seq},"ts":{ts}}}"#
-    );
-    Arc::new(Event::decode(&line).unwrap_or_else(|e| panic!("{line}: {e}")))
-}
 
 fn open(path: &Path) -> SqliteJournal {
     SqliteJournal::open(path, JournalConfig::default()).unwrap()
@@ -83,35 +31,6 @@ fn open(path: &Path) -> SqliteJournal {
 
 fn lines(reader: &JournalReader, run: &str) -> Vec<String> {
     reader.events_after(run, 0, usize::MAX).unwrap()
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Want {
-    Ok,
-    Conflict,
-    /// A gap, with the last stored seq.
-    Gap(u64),
-    Failed,
-}
-
-fn assert_want(what: &str, run: &str, seq: u64, got: &Result<(), ObserverError>, want: Want) {
-    let ok = match (want, got) {
-        (Want::Ok, Ok(())) => true,
-        (Want::Conflict, Err(ObserverError::Conflict { run_id, seq: s })) => {
-            run_id == run && *s == seq
-        }
-        (
-            Want::Gap(last),
-            Err(ObserverError::Gap {
-                run_id,
-                last_stored,
-                seq: s,
-            }),
-        ) => run_id == run && *last_stored == last && *s == seq,
-        (Want::Failed, Err(ObserverError::Failed(_))) => true,
-        _ => false,
-    };
-    assert!(ok, "{what}: {run} seq {seq}: want {want:?}, got {got:?}");
 }
 
 /// Holds the database's write lock from another connection, so the
@@ -406,25 +325,7 @@ fn many_concurrent_runs_are_stored_contiguously() {
     let dir = TempDir::new("concurrent");
     let journal = Arc::new(open(&dir.db()));
     let rt = rt();
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..RUNS)
-            .map(|r| {
-                let journal = Arc::clone(&journal);
-                tokio::spawn(async move {
-                    let run = format!("run_{r}");
-                    for seq in 1..=EVENTS {
-                        journal
-                            .observe(&note(&run, seq, &format!("r{r}s{seq}")))
-                            .await
-                            .unwrap();
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.unwrap();
-        }
-    });
+    observe_notes_concurrently(&rt, &journal, RUNS, EVENTS);
     let stats = journal.stats();
     eprintln!(
         "{RUNS} runs x {EVENTS} events: {} transactions, average batch {:.2}, largest {}",

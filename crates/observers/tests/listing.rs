@@ -4,7 +4,11 @@
 //! and the version 4 migration from empty and from every older version.
 #![cfg(feature = "sqlite")]
 
-use keel_eventlog::{Clock, LogConfig, Payload, RunCompleted, RunLog, RunStarted};
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{SetClock, TempDir, V1_DDL};
+use keel_eventlog::{LogConfig, Payload, RunCompleted, RunLog, RunStarted};
 use keel_message::RunId;
 use keel_observers::journal::SCHEMA_VERSION;
 use keel_observers::{
@@ -13,45 +17,8 @@ use keel_observers::{
 };
 use keel_testkit::events as testkit;
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "keel-listing-{tag}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("keel.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A clock the test sets: every event of a run gets the run's start time.
-#[derive(Debug)]
-struct SetClock(u64);
-
-impl Clock for SetClock {
-    fn now_micros(&self) -> u64 {
-        self.0
-    }
-}
 
 /// One run to store: its id, start time, end, and the run it continues.
 #[derive(Clone)]
@@ -385,26 +352,6 @@ fn paging_ten_thousand_runs_lists_each_once_while_runs_are_added() {
 
 // ------------------------------------------------------------ migration
 
-/// The version-1 DDL, as the release that wrote it created it.
-const V1: &str = "
-CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
-CREATE TABLE runs (
-    run_id     TEXT PRIMARY KEY,
-    last_seq   INTEGER NOT NULL,
-    status     TEXT    NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
-    started_ts INTEGER NOT NULL,
-    updated_ts INTEGER NOT NULL
-);
-CREATE TABLE events (
-    run_id TEXT    NOT NULL,
-    seq    INTEGER NOT NULL,
-    kind   TEXT    NOT NULL,
-    ts     INTEGER NOT NULL,
-    line   TEXT    NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
-INSERT INTO keel_schema VALUES (1, 'keel.events/1');
-";
 /// What versions 2 and 3 added.
 const TO_V2: &str = "
 CREATE TABLE owners (run_id TEXT PRIMARY KEY, host TEXT NOT NULL) WITHOUT ROWID;
@@ -422,7 +369,7 @@ UPDATE keel_schema SET version = 3;
 fn old_store(db: &Path, version: u32) {
     let conn = rusqlite::Connection::open(db).unwrap();
     conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-    conn.execute_batch(V1).unwrap();
+    conn.execute_batch(V1_DDL).unwrap();
     if version >= 2 {
         conn.execute_batch(TO_V2).unwrap();
     }

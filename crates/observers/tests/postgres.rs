@@ -6,6 +6,10 @@
 //! the run list, and errors that never show the password.
 #![cfg(feature = "postgres")]
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{Want, assert_want, event, note, observe_notes_concurrently, rt};
 use keel_eventlog::Event;
 use keel_observers::postgres::{PG_SCHEMA_VERSION, PgJournal, PgReader, PgUrl};
 use keel_observers::{
@@ -18,31 +22,6 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 // ---------------------------------------------------------------- helpers
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn note(run: &str, seq: u64, text: &str) -> Arc<Event> {
-    event(
-        run,
-        seq,
-        1000 * seq,
-        "test.note",
-        &format!(r#"{{"text":"{text}"}}"#),
-    )
-}
-
-fn event(run: &str, seq: u64, ts: u64, kind: &str, payload: &str) -> Arc<Event> {
-    let line = format!(
-        r#"{{"kind":"{kind}","payload":{payload},"run_id":"{run}","seq":{seq},"ts":{ts}}}"#
-    );
-    Arc::new(Event::decode(&line).unwrap_or_else(|e| panic!("{line}: {e}")))
-}
 
 fn url(text: &str) -> PgUrl {
     PgUrl::parse(text).unwrap()
@@ -58,34 +37,6 @@ fn admin(pg: &TempPostgres) -> postgres::Client {
 
 fn lines(reader: &PgReader, run: &str) -> Vec<String> {
     reader.events_after(run, 0, usize::MAX).unwrap()
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Want {
-    Ok,
-    Conflict,
-    Gap(u64),
-    Failed,
-}
-
-fn assert_want(what: &str, run: &str, seq: u64, got: &Result<(), ObserverError>, want: Want) {
-    let ok = match (want, got) {
-        (Want::Ok, Ok(())) => true,
-        (Want::Conflict, Err(ObserverError::Conflict { run_id, seq: s })) => {
-            run_id == run && *s == seq
-        }
-        (
-            Want::Gap(last),
-            Err(ObserverError::Gap {
-                run_id,
-                last_stored,
-                seq: s,
-            }),
-        ) => run_id == run && *last_stored == last && *s == seq,
-        (Want::Failed, Err(ObserverError::Failed(_))) => true,
-        _ => false,
-    };
-    assert!(ok, "{what}: {run} seq {seq}: want {want:?}, got {got:?}");
 }
 
 /// Locks `runs` from another session for `hold`, so the writer's next
@@ -346,25 +297,7 @@ fn many_concurrent_runs_are_stored_contiguously() {
     };
     let journal = Arc::new(open(&pg));
     let rt = rt();
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..RUNS)
-            .map(|r| {
-                let journal = Arc::clone(&journal);
-                tokio::spawn(async move {
-                    let run = format!("run_{r}");
-                    for seq in 1..=EVENTS {
-                        journal
-                            .observe(&note(&run, seq, &format!("r{r}s{seq}")))
-                            .await
-                            .unwrap();
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.unwrap();
-        }
-    });
+    observe_notes_concurrently(&rt, &journal, RUNS, EVENTS);
     let stats = journal.stats();
     assert_eq!(stats.stored, RUNS as u64 * EVENTS);
     assert!(stats.largest_batch > 1, "no group commit: {stats:?}");
@@ -1026,6 +959,41 @@ fn the_reader_is_a_run_history_and_a_dropped_journal_is_safe_in_async_code() {
     });
 }
 
+/// A first host that started run `x` (two events) and then lost its lock
+/// session (as a broken connection would), and a second host that has
+/// recovered `x` as abandoned: `(first, second)`.
+fn recovered_after_lock_loss(
+    pg: &TempPostgres,
+    rt: &tokio::runtime::Runtime,
+) -> (PgJournal, PgJournal) {
+    let first = open(pg);
+    rt.block_on(journal_all(
+        &first,
+        &[
+            event("x", 1, 1, "run.started", "{}"),
+            event("x", 2, 2, "turn.started", r#"{"turn":1}"#),
+        ],
+    ));
+    admin(pg)
+        .batch_execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+        .unwrap();
+    let second = open(pg);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let report = second.recover_abandoned().unwrap();
+        if !report.recovered.is_empty() {
+            assert_eq!(report.recovered.len(), 1, "{:?}", report.skipped);
+            return (first, second);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never recovered: {:?}",
+            report.skipped
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A host whose lock session ended while it still runs is seen as gone:
 /// another host recovers its run, and the first host's next event (its
 /// cached state now stale) is refused as a conflict, leaving the
@@ -1035,30 +1003,8 @@ fn a_host_that_looked_gone_cannot_overwrite_a_recovered_run() {
     let Some(pg) = TempPostgres::start() else {
         return;
     };
-    let first = open(&pg);
     let rt = rt();
-    rt.block_on(journal_all(
-        &first,
-        &[
-            event("x", 1, 1, "run.started", "{}"),
-            event("x", 2, 2, "turn.started", r#"{"turn":1}"#),
-        ],
-    ));
-    // End the first host's lock session (as a broken connection would).
-    let mut admin = admin(&pg);
-    admin
-        .batch_execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
-        .unwrap();
-    let second = open(&pg);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let report = loop {
-        let report = second.recover_abandoned().unwrap();
-        if !report.recovered.is_empty() || std::time::Instant::now() > deadline {
-            break report;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(report.recovered.len(), 1, "{:?}", report.skipped);
+    let (first, second) = recovered_after_lock_loss(&pg, &rt);
     let got = rt.block_on(first.observe(&event("x", 3, 3, "turn.completed", r#"{"turn":1}"#)));
     assert_want("stale host", "x", 3, &got, Want::Conflict);
     let reader = second.reader().unwrap();
@@ -1079,25 +1025,8 @@ fn a_stale_host_does_not_revive_a_deleted_run() {
     let Some(pg) = TempPostgres::start() else {
         return;
     };
-    let first = open(&pg);
     let rt = rt();
-    rt.block_on(journal_all(
-        &first,
-        &[
-            event("x", 1, 1, "run.started", "{}"),
-            event("x", 2, 2, "turn.started", r#"{"turn":1}"#),
-        ],
-    ));
-    let mut admin = admin(&pg);
-    admin
-        .batch_execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
-        .unwrap();
-    let second = open(&pg);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while second.recover_abandoned().unwrap().recovered.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "never recovered");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (first, second) = recovered_after_lock_loss(&pg, &rt);
     let who = Who::parse("ops").unwrap();
     let x = keel_message::RunId::parse("x").unwrap();
     second

@@ -7,154 +7,20 @@
 //! own on one server the test starts.
 #![cfg(feature = "postgres")]
 
-use keel_eventlog::{Clock, ForkedFrom, LogConfig, ParentLink, Payload, RunLog, RunStarted};
-use keel_message::{CallId, ModelName, OperationId, RunId};
+#[path = "support/deletion_runs.rs"]
+mod deletion_runs;
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use deletion_runs::{Case, cases, events, fixture};
+
 use keel_observers::deletion::{DeletionRequest, DeletionTarget, Who};
 use keel_observers::postgres::{PgJournal, PgReader, PgUrl};
 use keel_observers::{JournalConfig, RequiredObserver, RunsQuery};
-use keel_stream::FinishReason;
-use keel_testkit::events as testkit;
 use keel_testkit::pg::TempPostgres;
-use std::sync::Arc;
-
-#[derive(Debug)]
-struct SetClock(u64);
-
-impl Clock for SetClock {
-    fn now_micros(&self) -> u64 {
-        self.0
-    }
-}
-
-/// A run to store: id, time of every event (ms), whether it is still
-/// running, and its links.
-#[derive(Clone, Default)]
-struct Spec {
-    id: &'static str,
-    ms: u64,
-    running: bool,
-    continues: Option<&'static str>,
-    forked_from: Option<&'static str>,
-    parent: Option<&'static str>,
-}
-
-fn id(s: &str) -> RunId {
-    RunId::parse(s).unwrap()
-}
 
 fn marker(id: &str) -> String {
     format!("MARKER<{id}>-").repeat(60)
-}
-
-fn events(s: &Spec) -> Vec<Arc<keel_eventlog::Event>> {
-    let log = RunLog::new(
-        id(s.id),
-        LogConfig::default(),
-        Arc::new(SetClock(s.ms * 1000)),
-    )
-    .unwrap();
-    let started = Payload::RunStarted(RunStarted {
-        continues: s.continues.map(id),
-        forked_from: s.forked_from.map(|f| ForkedFrom::new(id(f), 1)),
-        parent: s
-            .parent
-            .map(|p| ParentLink::new(id(p), CallId::parse("call_1").unwrap())),
-        ..RunStarted::default()
-    });
-    let model = testkit::ModelAttempt::new(1, OperationId::parse("op_1").unwrap());
-    let mut payloads = vec![
-        started,
-        testkit::turn_started(1),
-        model.started(ModelName::parse("m").unwrap()),
-        model.text(marker(s.id)),
-    ];
-    if !s.running {
-        payloads.extend([
-            model.completed(FinishReason::Stop, None),
-            testkit::turn_completed(1),
-            testkit::run_completed(),
-        ]);
-    }
-    testkit::commit_all(&log, &payloads).unwrap()
-}
-
-fn fixture() -> Vec<Spec> {
-    let s = |id, ms| Spec {
-        id,
-        ms,
-        ..Spec::default()
-    };
-    vec![
-        s("run_a", 1_000),
-        Spec {
-            continues: Some("run_a"),
-            ..s("run_b", 2_000)
-        },
-        Spec {
-            parent: Some("run_b"),
-            ..s("run_bs", 2_000)
-        },
-        s("run_c", 3_000),
-        Spec {
-            running: true,
-            ..s("run_live", 500)
-        },
-        s("run_d", 4_000),
-        Spec {
-            forked_from: Some("run_d"),
-            ..s("run_df", 9_000)
-        },
-    ]
-}
-
-struct Case {
-    name: &'static str,
-    target: DeletionTarget,
-    expected: Result<&'static [&'static str], &'static str>,
-}
-
-fn cases() -> Vec<Case> {
-    use DeletionTarget::{Conversation, OlderThan, Run};
-    let case = |name, target, expected| Case {
-        name,
-        target,
-        expected,
-    };
-    vec![
-        case("a lone run", Run(id("run_c")), Ok(&["run_c"][..])),
-        case(
-            "a run with its sub-run",
-            Run(id("run_b")),
-            Ok(&["run_b", "run_bs"][..]),
-        ),
-        case(
-            "a conversation from its last run",
-            Conversation(id("run_b")),
-            Ok(&["run_a", "run_b", "run_bs"][..]),
-        ),
-        case(
-            "a continued run alone",
-            Run(id("run_a")),
-            Err("deletion.dependents"),
-        ),
-        case(
-            "a forked run alone",
-            Run(id("run_d")),
-            Err("deletion.dependents"),
-        ),
-        case("a running run", Run(id("run_live")), Err("deletion.live")),
-        case(
-            "a run not stored",
-            Run(id("run_zz")),
-            Err("deletion.not_found"),
-        ),
-        case(
-            "prune: closed trees older than 3.5 s",
-            OlderThan(3_500),
-            Ok(&["run_a", "run_b", "run_bs", "run_c"][..]),
-        ),
-        case("prune covering nothing", OlderThan(900), Ok(&[][..])),
-    ]
 }
 
 fn request(target: DeletionTarget) -> DeletionRequest {
@@ -204,7 +70,8 @@ fn check(pg: &TempPostgres, n: usize, case: &Case) {
         .build()
         .unwrap();
     for s in fixture() {
-        rt.block_on(journal.observe_batch(&events(&s))).unwrap();
+        rt.block_on(journal.observe_batch(&events(&s, marker(s.id))))
+            .unwrap();
     }
     let reader = journal.reader().unwrap();
     let mut admin = postgres::Client::connect(&text, postgres::NoTls).unwrap();

@@ -13,6 +13,10 @@
 //! one `recovered <run> <terminals>` line per run it closed.
 #![cfg(feature = "sqlite")]
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::V1_DDL;
 use keel_eventlog::links::LinkCheck;
 use keel_eventlog::{
     Event, Extra, InteractionStarted, LogConfig, ModelCompleted, ModelStarted, ParentLink, Payload,
@@ -708,27 +712,6 @@ fn racing_recoverers_close_each_run_exactly_once() {
     }
 }
 
-/// The version-1 DDL, as the previous release created it.
-const V1: &str = "
-CREATE TABLE keel_schema (version INTEGER NOT NULL, events TEXT NOT NULL);
-CREATE TABLE runs (
-    run_id     TEXT PRIMARY KEY,
-    last_seq   INTEGER NOT NULL,
-    status     TEXT    NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
-    started_ts INTEGER NOT NULL,
-    updated_ts INTEGER NOT NULL
-);
-CREATE TABLE events (
-    run_id TEXT    NOT NULL,
-    seq    INTEGER NOT NULL,
-    kind   TEXT    NOT NULL,
-    ts     INTEGER NOT NULL,
-    line   TEXT    NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
-INSERT INTO keel_schema VALUES (1, 'keel.events/1');
-";
-
 /// Stores `events` of one run as a version-1 writer would have.
 fn insert_run(conn: &rusqlite::Connection, events: &[Arc<Event>], status: &str) {
     for e in events {
@@ -791,7 +774,7 @@ fn a_v1_store_is_migrated_in_place_and_its_running_runs_recovered() {
     {
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-        conn.execute_batch(V1).unwrap();
+        conn.execute_batch(V1_DDL).unwrap();
         insert_run(&conn, &running, "running");
         insert_run(&conn, &done, "completed");
     }
@@ -837,7 +820,7 @@ fn a_failed_migration_rolls_back_whole() {
     let db = dir.db();
     {
         let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch(V1).unwrap();
+        conn.execute_batch(V1_DDL).unwrap();
         insert_run(&conn, &committed("run_a", &[run_started()]), "running");
         // Something else already took the name the migration needs.
         conn.execute_batch("CREATE TABLE owners (x TEXT)").unwrap();

@@ -174,34 +174,24 @@ impl TempPostgres {
     }
 
     /// Creates database `name` (owned by [`USER`]) and returns its URL.
-    #[allow(clippy::panic, reason = "a test fixture")]
     pub fn create_database(&self, name: &str) -> String {
-        let port = self.port.to_string();
-        let out = self.run(
-            "createdb",
-            &[
-                "-h".as_ref(),
-                self.dir.as_os_str(),
-                "-p".as_ref(),
-                port.as_ref(),
-                "-U".as_ref(),
-                USER.as_ref(),
-                name.as_ref(),
-            ],
-        );
-        if !out.status.success() {
-            panic!("createdb {name} failed: {}", text(&out));
-        }
+        self.client_tool("createdb", name);
         self.url_of(name)
     }
 
     /// `pg_dump` of database `name` (plain SQL, data included): the bytes
     /// a backup of it would hold.
-    #[allow(clippy::panic, reason = "a test fixture")]
     pub fn dump(&self, name: &str) -> Vec<u8> {
+        self.client_tool("pg_dump", name).stdout
+    }
+
+    /// Runs the client program `tool` on database `name` as [`USER`] over
+    /// the server's socket directory; panics when it fails.
+    #[allow(clippy::panic, reason = "a test fixture")]
+    fn client_tool(&self, tool: &str, name: &str) -> Output {
         let port = self.port.to_string();
         let out = self.run(
-            "pg_dump",
+            tool,
             &[
                 "-h".as_ref(),
                 self.dir.as_os_str(),
@@ -213,9 +203,9 @@ impl TempPostgres {
             ],
         );
         if !out.status.success() {
-            panic!("pg_dump {name} failed: {}", text(&out));
+            panic!("{tool} {name} failed: {}", text(&out));
         }
-        out.stdout
+        out
     }
 
     /// The URL of database `name` over TCP, with the password.

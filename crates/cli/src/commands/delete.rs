@@ -10,7 +10,7 @@
 //! is bad input (exit 2).
 
 use crate::args::{DbArgs, DeleteArgs, PruneArgs};
-use crate::error::{CliError, EXIT_OK};
+use crate::error::{CliError, EXIT_OK, write_error};
 use keel_message::RunId;
 use keel_observers::deletion::{
     DeleteError, DeletionRequest, DeletionTarget, OlderThan, Tombstone, Who,
@@ -150,17 +150,4 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// A write to stdout failed: a closed pipe ends the command quietly (the
-/// deletion itself is done).
-fn write_error(e: std::io::Error) -> CliError {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        CliError {
-            code: EXIT_OK,
-            message: String::new(),
-        }
-    } else {
-        CliError::failure(format!("writing to stdout: {e}"))
-    }
 }

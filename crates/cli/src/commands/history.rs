@@ -1,7 +1,7 @@
 //! The read side: `keel events`, `keel runs`, `keel verify`.
 
 use crate::args::{DbArgs, EventsArgs, RunsArgs};
-use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
+use crate::error::{CliError, EXIT_FAILED, EXIT_OK, write_error};
 use keel_eventlog::Event;
 use keel_eventlog::links::{LinkCheck, LinkReport};
 use keel_observers::conversation::{self, Origin};
@@ -19,18 +19,6 @@ pub const PAGE: usize = 1024;
 
 /// How often `keel events --follow` polls the journal.
 pub const FOLLOW_POLL: Duration = Duration::from_millis(100);
-
-/// A write to stdout failed: a closed pipe ends the command quietly.
-fn write_error(e: std::io::Error) -> CliError {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        CliError {
-            code: EXIT_OK,
-            message: String::new(),
-        }
-    } else {
-        CliError::failure(format!("writing to stdout: {e}"))
-    }
-}
 
 /// Every stored line of `run_id` after `after`, in order.
 pub fn all_lines(reader: &StoreReader, run_id: &str, after: u64) -> Result<Vec<String>, CliError> {

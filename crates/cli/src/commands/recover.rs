@@ -8,7 +8,7 @@
 //! `keel run` or `keel serve` still going) are left to it.
 
 use crate::args::DbArgs;
-use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
+use crate::error::{CliError, EXIT_FAILED, EXIT_OK, write_error};
 use keel_observers::{JournalConfig, RecoveredRun, RecoveryReport, SkipReason, Store, StoreReader};
 use std::io::{BufWriter, Write};
 use std::time::{Duration, Instant};
@@ -86,17 +86,4 @@ fn recovered_line(run: &RecoveredRun) -> String {
         run.run_id,
         run.terminals.len()
     )
-}
-
-/// A write to stdout failed: a closed pipe ends the command quietly (the
-/// recovery itself is done and journaled).
-fn write_error(e: std::io::Error) -> CliError {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        CliError {
-            code: EXIT_OK,
-            message: String::new(),
-        }
-    } else {
-        CliError::failure(format!("writing to stdout: {e}"))
-    }
 }

@@ -285,3 +285,51 @@ pub fn weather_scenario(run_id: &str, city: &str, question: &str, answer: &str) 
     })
     .to_string()
 }
+
+/// Whether this `keel` has the PostgreSQL store (feature `postgres` of
+/// keel-cli, or of keel-observers through the workspace's features).
+pub fn built_with_postgres() -> bool {
+    let out = keel()
+        .args(["runs", "--db", "postgres://probe@127.0.0.1:1/none"])
+        .output()
+        .unwrap();
+    !text(&out).1.contains("rule store.postgres_feature")
+}
+
+/// Files under `dir` holding `needle`.
+pub fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path)
+                .unwrap_or_default()
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+            {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// Which of the journal's files (`db` and its `-wal` and `-shm`) hold
+/// `needle`.
+pub fn holding(db: &Path, needle: &str) -> Vec<String> {
+    ["", "-wal", "-shm"]
+        .into_iter()
+        .filter(|suffix| {
+            let mut name = db.as_os_str().to_owned();
+            name.push(suffix);
+            std::fs::read(&name)
+                .unwrap_or_default()
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes())
+        })
+        .map(|suffix| format!("keel.db{suffix}"))
+        .collect()
+}

@@ -14,13 +14,11 @@
 use super::reader::JournalReader;
 use super::schema::TOMBSTONES_VERSION;
 use super::{JournalError, RunStatus, SqliteJournal};
-use crate::deletion::{
-    self, DeleteError, DeletionRequest, PlannedRun, RunLinks, RunNode, Tombstone, Who,
-};
+use crate::deletion::{self, DeleteError, DeletionRequest, RunLinks, RunNode, Tombstone, Who};
 use keel_message::RunId;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Every stored run with what planning needs: its row, and its
 /// `run.started` line (seq 1) for the links.
@@ -47,7 +45,7 @@ impl SqliteJournal {
         let sql = |op| JournalError::sql(&self.path, op);
         conn.pragma_update(None, "secure_delete", true)
             .map_err(sql("set secure_delete"))?;
-        let deleted_ts = now_ms();
+        let deleted_ts = deletion::now_ms();
         let tombstones = delete_in(&mut conn, &self.path, request, deleted_ts)?;
         if tombstones.is_empty() {
             return Ok(tombstones);
@@ -104,12 +102,7 @@ fn delete_in(
         .map_err(sql("begin the deletion"))?;
     let nodes = nodes(&tx, path)?;
     let planned = deletion::plan(request, &nodes)?;
-    let tombstones: Vec<Tombstone> = planned
-        .into_iter()
-        .map(|PlannedRun { run_id, events }| {
-            Tombstone::new(run_id, deleted_ts, request.who().clone(), events)
-        })
-        .collect();
+    let tombstones = deletion::tombstones(request, planned, deleted_ts);
     for t in &tombstones {
         remove(&tx, t).map_err(sql("delete a run"))?;
     }
@@ -224,13 +217,6 @@ fn tombstone(row: &rusqlite::Row<'_>) -> rusqlite::Result<Tombstone> {
         Who::parse(&who).map_err(|e| bad(2, format!("tombstones.who: {e}")))?,
         count(row, 3)?,
     ))
-}
-
-/// Now, unix milliseconds.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn sql_int(v: u64) -> i64 {

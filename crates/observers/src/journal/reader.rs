@@ -242,18 +242,9 @@ impl JournalReader {
     /// at a time (`keel export`, `keel verify`, recovery at startup: the
     /// callers that need a whole run in memory, and bound it themselves).
     pub fn all_lines_after(&self, run_id: &str, after: u64) -> Result<Vec<String>, JournalError> {
-        const LINES_PER_PAGE: usize = 1024;
-        let mut out = Vec::new();
-        let mut cursor = after;
-        loop {
-            let page = self.events_after(run_id, cursor, LINES_PER_PAGE)?;
-            let last = is_last_page(&page, LINES_PER_PAGE);
-            cursor = page_end(cursor, &page);
-            out.extend(page);
-            if last {
-                return Ok(out);
-            }
-        }
+        all_pages(after, |cursor, limit| {
+            self.events_after(run_id, cursor, limit)
+        })
     }
 
     /// [`JournalReader::events_after`] with a byte budget of `max_bytes`:
@@ -286,6 +277,26 @@ impl JournalReader {
             }
             Ok(page)
         })
+    }
+}
+
+/// Every line after `after`, read with `page` (lines after a cursor, at
+/// most a line limit) a page at a time until [`is_last_page`].
+pub(crate) fn all_pages(
+    after: u64,
+    mut page: impl FnMut(u64, usize) -> Result<Vec<String>, JournalError>,
+) -> Result<Vec<String>, JournalError> {
+    const LINES_PER_PAGE: usize = 1024;
+    let mut out = Vec::new();
+    let mut cursor = after;
+    loop {
+        let lines = page(cursor, LINES_PER_PAGE)?;
+        let last = is_last_page(&lines, LINES_PER_PAGE);
+        cursor = page_end(cursor, &lines);
+        out.extend(lines);
+        if last {
+            return Ok(out);
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 use super::hosts::{self, Liveness};
 use super::{JournalError, SqliteJournal};
 use crate::observer::ObserverError;
-use keel_eventlog::{ENTRY_OVERHEAD_BYTES, Event, LogConfig, RunLog, SystemClock, recovery};
+use keel_eventlog::{
+    ENTRY_OVERHEAD_BYTES, Event, LogConfig, Payload, RunLog, SystemClock, recovery,
+};
 use keel_message::RunId;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use std::collections::HashMap;
@@ -218,37 +220,15 @@ impl SqliteJournal {
             Ok(log) => log,
             Err(detail) => return Ok(Err(SkipReason::Corrupt { detail })),
         };
-        let terminals = recovery::terminals(&log);
-        if terminals.is_empty() {
-            return Ok(Err(SkipReason::Corrupt {
-                detail: "runs.status is running but the stored events close every scope".to_owned(),
-            }));
-        }
+        let terminals = match open_terminals(&log) {
+            Ok(terminals) => terminals,
+            Err(reason) => return Ok(Err(reason)),
+        };
         if !claim(conn, &self.path, run, self.host.id())? {
             return Ok(Err(SkipReason::ClaimedElsewhere));
         }
-        let mut events = Vec::with_capacity(terminals.len());
-        for payload in &terminals {
-            match log.commit(payload) {
-                Ok(event) => events.push(event),
-                Err(e) => {
-                    return Ok(Err(SkipReason::AppendFailed {
-                        appended: 0,
-                        detail: e.to_string(),
-                    }));
-                }
-            }
-        }
-        if let Err((appended, error)) = block_on(self.journal_all(&events)) {
-            return Ok(Err(SkipReason::AppendFailed {
-                appended,
-                detail: error.to_string(),
-            }));
-        }
-        Ok(Ok(RecoveredRun {
-            run_id: log.run_id().clone(),
-            previous_owner: run.owner.clone(),
-            terminals: events,
+        Ok(close_run(&log, &terminals, run.owner.clone(), |events| {
+            block_on(self.journal_all(events))
         }))
     }
 
@@ -260,6 +240,51 @@ impl SqliteJournal {
             .await
             .map_err(|e| (e.acknowledged, e.source))
     }
+}
+
+/// The terminals that close `log`'s open scopes; a running run whose
+/// stored events close every scope is [`SkipReason::Corrupt`].
+pub(crate) fn open_terminals(log: &RunLog) -> Result<Vec<Payload>, SkipReason> {
+    let terminals = recovery::terminals(log);
+    if terminals.is_empty() {
+        return Err(SkipReason::Corrupt {
+            detail: "runs.status is running but the stored events close every scope".to_owned(),
+        });
+    }
+    Ok(terminals)
+}
+
+/// Commits `terminals` to the claimed run's `log` and journals them with
+/// `journal` (which names how many were acknowledged when it fails).
+pub(crate) fn close_run(
+    log: &RunLog,
+    terminals: &[Payload],
+    previous_owner: Option<String>,
+    journal: impl FnOnce(&[Arc<Event>]) -> Result<(), (usize, ObserverError)>,
+) -> Result<RecoveredRun, SkipReason> {
+    let mut events = Vec::with_capacity(terminals.len());
+    for payload in terminals {
+        match log.commit(payload) {
+            Ok(event) => events.push(event),
+            Err(e) => {
+                return Err(SkipReason::AppendFailed {
+                    appended: 0,
+                    detail: e.to_string(),
+                });
+            }
+        }
+    }
+    if let Err((appended, error)) = journal(&events) {
+        return Err(SkipReason::AppendFailed {
+            appended,
+            detail: error.to_string(),
+        });
+    }
+    Ok(RecoveredRun {
+        run_id: log.run_id().clone(),
+        previous_owner,
+        terminals: events,
+    })
 }
 
 /// `Ok` when `run`'s owner is gone (or none is recorded), else why not.

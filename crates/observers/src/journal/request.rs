@@ -5,7 +5,7 @@
 use crate::observer::{BatchError, ObserverError};
 use keel_eventlog::Event;
 use std::sync::Arc;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 /// Events waiting for their transaction, and where to send the outcome.
 ///
@@ -100,6 +100,31 @@ impl Applied {
                 acknowledged,
                 source,
             }),
+        }
+    }
+}
+
+/// Pushes `first` onto `batch`, then whatever requests are already queued
+/// on `rx` while the batch holds fewer than `max_batch` events and
+/// `max_batch_bytes` bytes. A request is never split: one
+/// `observe_batch` is one transaction, even past the bounds.
+pub(crate) fn fill_batch(
+    batch: &mut Vec<Request>,
+    first: Request,
+    rx: &mut mpsc::Receiver<Request>,
+    max_batch: usize,
+    max_batch_bytes: usize,
+) {
+    let (mut events, mut bytes) = (first.events.len(), first.bytes());
+    batch.push(first);
+    while events < max_batch && bytes < max_batch_bytes {
+        match rx.try_recv() {
+            Ok(request) => {
+                events += request.events.len();
+                bytes += request.bytes();
+                batch.push(request);
+            }
+            Err(_) => break,
         }
     }
 }

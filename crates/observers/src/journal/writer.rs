@@ -1,7 +1,7 @@
 //! The writer thread: owns the read-write connection, turns everything
 //! queued into one transaction, commits, then acknowledges.
 
-use super::request::{Applied, Request};
+use super::request::{Applied, Request, fill_batch};
 use super::{RunStatus, RunTotals, StatsCell};
 use crate::observer::{BatchError, ObserverError};
 use keel_eventlog::{Event, Payload, Phase, Scope};
@@ -192,20 +192,13 @@ impl Writer {
     pub(crate) fn run(mut self) -> Result<(), super::JournalError> {
         let mut batch: Vec<Request> = Vec::with_capacity(self.max_batch.min(4096));
         while let Some(first) = self.next_request() {
-            // A request is never split: one `observe_batch` is one
-            // transaction, even past the bounds.
-            let (mut events, mut bytes) = (first.events.len(), first.bytes());
-            batch.push(first);
-            while events < self.max_batch && bytes < self.max_batch_bytes {
-                match self.rx.try_recv() {
-                    Ok(request) => {
-                        events += request.events.len();
-                        bytes += request.bytes();
-                        batch.push(request);
-                    }
-                    Err(_) => break,
-                }
-            }
+            fill_batch(
+                &mut batch,
+                first,
+                &mut self.rx,
+                self.max_batch,
+                self.max_batch_bytes,
+            );
             self.process(&mut batch);
         }
         let path = self.path;

@@ -18,14 +18,14 @@ use super::handle::JetStreamHandle;
 use super::ownership::{OWNERS_BUCKET, bucket, escape, owner_key};
 use crate::RunStatus;
 use crate::deletion::{
-    self, DeleteError, DeletionRequest, DeletionTarget, PlannedRun, RunLinks, RunNode, Tombstone,
+    self, DeleteError, DeletionRequest, DeletionTarget, RunLinks, RunNode, Tombstone,
 };
 use async_nats::jetstream::kv;
 use futures_util::TryStreamExt;
 use keel_eventlog::Event;
 use keel_message::RunId;
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// The KV bucket of the tombstones of runs deleted from the stream.
 pub const TOMBSTONES_BUCKET: &str = "keel_tombstones";
@@ -51,13 +51,8 @@ impl JetStreamHandle {
     ) -> Result<Vec<Tombstone>, DeleteError> {
         let nodes = self.run_nodes().await?;
         let planned = deletion::plan(request, &nodes)?;
-        let deleted_ts = now_ms();
-        let tombstones: Vec<Tombstone> = planned
-            .into_iter()
-            .map(|PlannedRun { run_id, events }| {
-                Tombstone::new(run_id, deleted_ts, request.who().clone(), events)
-            })
-            .collect();
+        let deleted_ts = deletion::now_ms();
+        let tombstones = deletion::tombstones(request, planned, deleted_ts);
         if tombstones.is_empty() {
             return Ok(tombstones);
         }
@@ -243,10 +238,4 @@ fn erase_order<'a>(request: &DeletionRequest, tombstones: &'a [Tombstone]) -> Ve
         tombstones.iter().partition(|t| Some(t.run_id()) == named);
     order.extend(last);
     order
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

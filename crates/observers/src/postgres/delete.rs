@@ -18,13 +18,10 @@
 use super::reader::PgReader;
 use super::{PgJournal, pg_error};
 use crate::RunStatus;
-use crate::deletion::{
-    self, DeleteError, DeletionRequest, PlannedRun, RunLinks, RunNode, Tombstone, Who,
-};
+use crate::deletion::{self, DeleteError, DeletionRequest, RunLinks, RunNode, Tombstone, Who};
 use crate::journal::JournalError;
 use keel_message::RunId;
 use postgres::{Client, Row};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Every stored run with what planning needs: its row and its
 /// `run.started` line (seq 1) for the links.
@@ -42,7 +39,7 @@ impl PgJournal {
     /// deleted and the error is [`DeleteError::Reclaim`] with their
     /// tombstones. Blocking.
     pub fn delete_runs(&self, request: &DeletionRequest) -> Result<Vec<Tombstone>, DeleteError> {
-        let deleted_ts = now_ms();
+        let deleted_ts = deletion::now_ms();
         let url = self.url.clone();
         let outcome = self.with_service(|client| {
             let tombstones = match delete_in(client, self, request, deleted_ts) {
@@ -104,12 +101,7 @@ fn delete_in(
             detail,
         })?;
     let planned = deletion::plan(request, &nodes)?;
-    let tombstones: Vec<Tombstone> = planned
-        .into_iter()
-        .map(|PlannedRun { run_id, events }| {
-            Tombstone::new(run_id, deleted_ts, request.who().clone(), events)
-        })
-        .collect();
+    let tombstones = deletion::tombstones(request, planned, deleted_ts);
     if tombstones.is_empty() {
         return Ok(tombstones);
     }
@@ -168,13 +160,6 @@ fn tombstone(row: &Row) -> Result<Tombstone, String> {
         Who::parse(&who).map_err(|e| format!("tombstones.who: {e}"))?,
         count(row, 3)?,
     ))
-}
-
-/// Now, unix milliseconds.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn big(v: u64) -> i64 {

@@ -6,10 +6,10 @@
 use super::schema::{self, Found};
 use super::{PgUrl, close_off_thread, connect, pg_error};
 use crate::history::{RunHistory, RunHistoryError, StoredRun};
-use crate::journal::reader::{decode_page, successor};
+use crate::journal::reader::{all_pages, decode_page, successor};
 use crate::journal::{
     JournalError, ListedRun, PAGE_BYTES, RunStatus, RunSummary, RunTotals, RunsCursor, RunsPage,
-    RunsQuery, is_last_page, page_end,
+    RunsQuery,
 };
 use keel_eventlog::Event;
 use keel_message::RunId;
@@ -220,18 +220,9 @@ impl PgReader {
     /// Every stored line of `run_id` after `after`, in order, read a page
     /// at a time.
     pub fn all_lines_after(&self, run_id: &str, after: u64) -> Result<Vec<String>, JournalError> {
-        const LINES_PER_PAGE: usize = 1024;
-        let mut out = Vec::new();
-        let mut cursor = after;
-        loop {
-            let page = self.events_after(run_id, cursor, LINES_PER_PAGE)?;
-            let last = is_last_page(&page, LINES_PER_PAGE);
-            cursor = page_end(cursor, &page);
-            out.extend(page);
-            if last {
-                return Ok(out);
-            }
-        }
+        all_pages(after, |cursor, limit| {
+            self.events_after(run_id, cursor, limit)
+        })
     }
 
     /// [`PgReader::events_after`] with a byte budget of `max_bytes` (at

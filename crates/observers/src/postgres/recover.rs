@@ -4,7 +4,7 @@
 
 use super::host::is_gone;
 use super::{PgJournal, pg_error};
-use crate::journal::recover::{block_on, restore_lines};
+use crate::journal::recover::{block_on, close_run, open_terminals, restore_lines};
 use crate::journal::{
     JournalError, RecoveredRun, RecoveryReport, RunClaim, SkipReason, SkippedRun,
 };
@@ -175,37 +175,15 @@ impl PgJournal {
             Ok(log) => log,
             Err(detail) => return Ok(Err(SkipReason::Corrupt { detail })),
         };
-        let terminals = recovery::terminals(&log);
-        if terminals.is_empty() {
-            return Ok(Err(SkipReason::Corrupt {
-                detail: "runs.status is running but the stored events close every scope".to_owned(),
-            }));
-        }
+        let terminals = match open_terminals(&log) {
+            Ok(terminals) => terminals,
+            Err(reason) => return Ok(Err(reason)),
+        };
         if !self.with_service(|c| claim(c, self, &run))? {
             return Ok(Err(SkipReason::ClaimedElsewhere));
         }
-        let mut events = Vec::with_capacity(terminals.len());
-        for payload in &terminals {
-            match log.commit(payload) {
-                Ok(event) => events.push(event),
-                Err(e) => {
-                    return Ok(Err(SkipReason::AppendFailed {
-                        appended: 0,
-                        detail: e.to_string(),
-                    }));
-                }
-            }
-        }
-        if let Err((appended, error)) = block_on(self.journal_all(&events)) {
-            return Ok(Err(SkipReason::AppendFailed {
-                appended,
-                detail: error.to_string(),
-            }));
-        }
-        Ok(Ok(RecoveredRun {
-            run_id: log.run_id().clone(),
-            previous_owner: run.owner.clone(),
-            terminals: events,
+        Ok(close_run(&log, &terminals, run.owner.clone(), |events| {
+            block_on(self.journal_all(events))
         }))
     }
 

@@ -12,7 +12,7 @@
 //! runs read afresh.
 
 use super::PgUrl;
-use crate::journal::request::{Applied, Request};
+use crate::journal::request::{Applied, Request, fill_batch};
 use crate::journal::writer::{NEW_RUN, RunState, continued, counted};
 use crate::journal::{RunStatus, RunTotals, StatsCell};
 use crate::observer::{BatchError, ObserverError};
@@ -123,18 +123,13 @@ impl Writer {
     pub(crate) fn run(mut self) -> Result<(), crate::journal::JournalError> {
         let mut batch: Vec<Request> = Vec::with_capacity(self.max_batch.min(4096));
         while let Some(first) = self.rx.blocking_recv() {
-            let (mut events, mut bytes) = (first.events.len(), first.bytes());
-            batch.push(first);
-            while events < self.max_batch && bytes < self.max_batch_bytes {
-                match self.rx.try_recv() {
-                    Ok(request) => {
-                        events += request.events.len();
-                        bytes += request.bytes();
-                        batch.push(request);
-                    }
-                    Err(_) => break,
-                }
-            }
+            fill_batch(
+                &mut batch,
+                first,
+                &mut self.rx,
+                self.max_batch,
+                self.max_batch_bytes,
+            );
             self.process(&mut batch);
         }
         Ok(())

@@ -190,6 +190,35 @@ pub async fn offer(
     acked.len()
 }
 
+/// The child's work: `TASKS` tasks on two worker threads, each offering
+/// its `RUNS_PER_TASK` scripts to `journal` in turn until done (or killed).
+pub fn write_scripts<J: RequiredObserver + Send + Sync + 'static>(journal: Arc<J>, seed: u64) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|task| {
+                let journal = Arc::clone(&journal);
+                tokio::spawn(async move {
+                    let mut rng = Rng::new(seed ^ (task + 1) << 40);
+                    for k in 0..RUNS_PER_TASK {
+                        let events = script(seed, task, k);
+                        let mut next = 0;
+                        while next < events.len() {
+                            next += offer(&*journal, &events, next, &mut rng).await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+}
+
 // -------------------------------------------------------------- the parent
 
 pub fn env_u64(name: &str, default: u64) -> u64 {
