@@ -17,7 +17,7 @@
 //! `recover_abandoned` closes every unfinished run, and nothing is left
 //! running.
 //!
-//! `KEEL_CRASH_KILLS` sets the number of kills (default 6, 40 under
+//! `KEEL_CRASH_KILLS` sets the number of kills (default 6, 16 under
 //! `CI=true`), from seed `KEEL_CRASH_SEED` (default 1).
 #![cfg(feature = "postgres")]
 
@@ -222,7 +222,7 @@ fn pg_crash_consistency() {
         return;
     };
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let kills = env_u64("KEEL_CRASH_KILLS", if ci { 40 } else { 6 });
+    let kills = env_u64("KEEL_CRASH_KILLS", if ci { 16 } else { 6 });
     let first_seed = env_u64("KEEL_CRASH_SEED", 1);
     let start = Instant::now();
     let (mut acked, mut stored, mut finished, mut runs) = (0, 0, 0, 0);
